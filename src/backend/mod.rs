@@ -1,0 +1,4 @@
+//! Kernels. `cpu` is the default backend; a Metal backend on mlx-rs (macOS) implements the same
+//! operations later.
+
+pub mod cpu;

@@ -1,0 +1,122 @@
+//! HTTP/1.1 from bytes to requests and back: a hand-rolled server on smol + httparse.
+//!
+//! The contract with the layer above is small: the server parses a [`Request`], hands it to a
+//! [`Handler`], and writes the [`Response`] it gets back (fixed length, chunked, or SSE).
+//! Requests the server rejects itself (limits, smuggling, timeouts) never reach `handle`; the
+//! handler hears of them through [`Handler::on_rejected`] so that they can still be counted.
+
+use std::future::Future;
+use std::net::SocketAddr;
+use std::pin::Pin;
+
+/// One parsed request, body fully read (bodies are bounded by `--max-body-bytes`).
+#[derive(Debug, Clone)]
+pub struct Request {
+    pub method: String,
+    /// The path part of the request target, percent-encoding untouched (`/v1/models`).
+    pub path: String,
+    /// The query string without `?`, if any.
+    pub query: Option<String>,
+    /// 0 for HTTP/1.0, 1 for HTTP/1.1.
+    pub version: u8,
+    /// Header names as sent; look them up with [`Request::header`] (case-insensitive).
+    pub headers: Vec<(String, Vec<u8>)>,
+    pub body: Vec<u8>,
+    pub peer: SocketAddr,
+}
+
+impl Request {
+    /// The first header of that name (ASCII case-insensitive), as UTF-8 if it is valid UTF-8.
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers
+            .iter()
+            .find(|(n, _)| n.eq_ignore_ascii_case(name))
+            .and_then(|(_, v)| std::str::from_utf8(v).ok())
+    }
+
+    /// The value of one query parameter (no percent-decoding: our parameters are plain numbers).
+    pub fn query_param(&self, key: &str) -> Option<&str> {
+        self.query.as_deref()?.split('&').find_map(|kv| {
+            let (k, v) = kv.split_once('=').unwrap_or((kv, ""));
+            (k == key).then_some(v)
+        })
+    }
+}
+
+/// How a response body is sent.
+pub enum Body {
+    /// Sent with `Content-Length`.
+    Full(Vec<u8>),
+    /// Sent with `Transfer-Encoding: chunked`; every item is written and flushed as it arrives
+    /// (one SSE event per item for `text/event-stream`). The stream ends when the sender drops.
+    Stream(async_channel::Receiver<Vec<u8>>),
+}
+
+impl std::fmt::Debug for Body {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Body::Full(b) => write!(f, "Full({} bytes)", b.len()),
+            Body::Stream(_) => write!(f, "Stream"),
+        }
+    }
+}
+
+#[derive(Debug)]
+pub struct Response {
+    pub status: u16,
+    /// Extra headers. The server adds `Date`, `Content-Length` / `Transfer-Encoding` and
+    /// `Connection` itself; handlers must not.
+    pub headers: Vec<(String, String)>,
+    pub body: Body,
+}
+
+impl Response {
+    pub fn new(status: u16, content_type: &str, body: impl Into<Vec<u8>>) -> Response {
+        Response {
+            status,
+            headers: vec![("Content-Type".into(), content_type.into())],
+            body: Body::Full(body.into()),
+        }
+    }
+
+    pub fn json(status: u16, value: &serde_json::Value) -> Response {
+        Response::new(status, "application/json", serde_json::to_vec(value).unwrap_or_default())
+    }
+
+    /// A Server-Sent Events response; each item the receiver yields is flushed at once.
+    pub fn sse(rx: async_channel::Receiver<Vec<u8>>) -> Response {
+        Response {
+            status: 200,
+            headers: vec![
+                ("Content-Type".into(), "text/event-stream".into()),
+                ("Cache-Control".into(), "no-cache".into()),
+                ("X-Accel-Buffering".into(), "no".into()),
+            ],
+            body: Body::Stream(rx),
+        }
+    }
+
+    pub fn with_header(mut self, name: &str, value: impl Into<String>) -> Response {
+        self.headers.push((name.into(), value.into()));
+        self
+    }
+}
+
+/// What the server knows of a request it answered itself, without calling `handle`.
+#[derive(Debug, Clone)]
+pub struct Rejected<'a> {
+    /// The method, or `""` when the head could not be parsed that far.
+    pub method: &'a str,
+    /// The raw path, or `""` when the head could not be parsed that far.
+    pub path: &'a str,
+    pub status: u16,
+    pub peer: SocketAddr,
+}
+
+/// The layer above the server. Implemented by `api::App`.
+pub trait Handler: Send + Sync + 'static {
+    fn handle(&self, req: Request) -> Pin<Box<dyn Future<Output = Response> + Send + '_>>;
+    /// Called for every request the server answers itself (4xx/5xx from limits, parse errors,
+    /// timeouts, and 500 after a handler panic), so that it can be counted.
+    fn on_rejected(&self, _rejected: &Rejected<'_>) {}
+}
