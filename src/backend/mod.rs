@@ -2,3 +2,6 @@
 //! operations later.
 
 pub mod cpu;
+pub mod dtype;
+
+pub use dtype::DType;

@@ -1,1 +1,89 @@
-//! placeholder
+//! Model files, tokenizer, chat template and architectures.
+//!
+//! Everything above this layer sees a model through the [`Model`] trait: feed tokens of one or
+//! more sequences, each with its own [`KvCache`], and get logits back.
+
+pub mod kv;
+pub mod metadata;
+pub mod tensor;
+
+pub use kv::KvCache;
+pub use metadata::{MetaValue, Metadata};
+pub use tensor::Tensor;
+
+/// What the layers above need to know of a loaded model.
+#[derive(Clone, Debug)]
+pub struct ModelInfo {
+    /// `llama`, `qwen2`, `qwen3`.
+    pub arch: String,
+    /// A human name (from the file's metadata, or the file name).
+    pub name: String,
+    pub vocab_size: usize,
+    /// The context length the model was trained for.
+    pub context_length: usize,
+    pub n_layers: usize,
+    pub n_heads: usize,
+    pub n_kv_heads: usize,
+    pub head_dim: usize,
+    pub hidden: usize,
+    pub bos_token: Option<u32>,
+    /// Tokens that end a generation (eos, and e.g. `<|im_end|>`, `<|eot_id|>`).
+    pub eos_tokens: Vec<u32>,
+}
+
+/// Which logits a sequence wants back from a forward pass.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LogitsWanted {
+    /// Only for its last token (prefill, plain decode).
+    Last,
+    /// For every token fed (speculative verification, teacher-forced evaluation).
+    All,
+}
+
+/// One sequence's share of a batched forward pass.
+pub struct SeqBatch<'a> {
+    /// Tokens to append, at positions `cache.len()..cache.len() + tokens.len()`.
+    pub tokens: &'a [u32],
+    pub cache: &'a mut KvCache,
+    pub logits: LogitsWanted,
+}
+
+#[derive(Debug)]
+pub enum ForwardError {
+    /// The sequence would grow past its cache's capacity.
+    ContextFull { needed: usize, capacity: usize },
+    /// A token id outside the vocabulary.
+    BadToken { token: u32, vocab_size: usize },
+}
+
+impl std::fmt::Display for ForwardError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ForwardError::ContextFull { needed, capacity } => {
+                write!(f, "sequence needs {needed} positions but its cache holds at most {capacity}")
+            }
+            ForwardError::BadToken { token, vocab_size } => {
+                write!(f, "token id {token} is outside the vocabulary (size {vocab_size})")
+            }
+        }
+    }
+}
+
+impl std::error::Error for ForwardError {}
+
+/// A loaded language model. Implementations own their weights and are driven from one thread
+/// (the decode thread) at a time; `Sync` lets that thread share them with its worker pool.
+pub trait Model: Send + Sync {
+    fn info(&self) -> &ModelInfo;
+
+    /// An empty cache for one sequence of at most `capacity` positions.
+    fn new_cache(&self, capacity: usize) -> KvCache {
+        let i = self.info();
+        KvCache::new(i.n_layers, i.n_kv_heads * i.head_dim, capacity)
+    }
+
+    /// Runs every sequence of `batch` forward by its tokens, in one pass that reads each weight
+    /// once for all rows, appending to each cache. Returns, per sequence, its logits rows
+    /// concatenated (`vocab_size` values each: one row for `Last`, `tokens.len()` for `All`).
+    fn forward(&self, batch: &mut [SeqBatch<'_>]) -> Result<Vec<Vec<f32>>, ForwardError>;
+}

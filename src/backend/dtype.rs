@@ -1,0 +1,97 @@
+//! Element and block types of weight tensors, with the ggml type ids GGUF files use.
+//!
+//! Quantized types store fixed-size blocks of `block_len()` values in `block_bytes()` bytes; the
+//! layouts follow ggml's definitions (ggml-common.h) byte for byte.
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum DType {
+    F32,
+    F16,
+    BF16,
+    Q4_0,
+    Q4_1,
+    Q8_0,
+    Q4K,
+    Q5K,
+    Q6K,
+}
+
+impl DType {
+    /// The ggml type id stored in GGUF tensor infos; `None` for ids we do not support.
+    pub fn from_ggml_id(id: u32) -> Option<DType> {
+        Some(match id {
+            0 => DType::F32,
+            1 => DType::F16,
+            2 => DType::Q4_0,
+            3 => DType::Q4_1,
+            8 => DType::Q8_0,
+            12 => DType::Q4K,
+            13 => DType::Q5K,
+            14 => DType::Q6K,
+            30 => DType::BF16,
+            _ => return None,
+        })
+    }
+
+    pub fn ggml_id(self) -> u32 {
+        match self {
+            DType::F32 => 0,
+            DType::F16 => 1,
+            DType::Q4_0 => 2,
+            DType::Q4_1 => 3,
+            DType::Q8_0 => 8,
+            DType::Q4K => 12,
+            DType::Q5K => 13,
+            DType::Q6K => 14,
+            DType::BF16 => 30,
+        }
+    }
+
+    /// Values per block (1 for plain float types).
+    pub fn block_len(self) -> usize {
+        match self {
+            DType::F32 | DType::F16 | DType::BF16 => 1,
+            DType::Q4_0 | DType::Q4_1 | DType::Q8_0 => 32,
+            DType::Q4K | DType::Q5K | DType::Q6K => 256,
+        }
+    }
+
+    /// Bytes per block.
+    pub fn block_bytes(self) -> usize {
+        match self {
+            DType::F32 => 4,
+            DType::F16 | DType::BF16 => 2,
+            DType::Q4_0 => 2 + 16,
+            DType::Q4_1 => 2 + 2 + 16,
+            DType::Q8_0 => 2 + 32,
+            DType::Q4K => 2 + 2 + 12 + 128,
+            DType::Q5K => 2 + 2 + 12 + 32 + 128,
+            DType::Q6K => 128 + 64 + 16 + 2,
+        }
+    }
+
+    /// Bytes taken by `n` values, or `None` when `n` is not a whole number of blocks.
+    pub fn bytes_for(self, n: usize) -> Option<usize> {
+        (n % self.block_len() == 0).then(|| n / self.block_len() * self.block_bytes())
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            DType::F32 => "F32",
+            DType::F16 => "F16",
+            DType::BF16 => "BF16",
+            DType::Q4_0 => "Q4_0",
+            DType::Q4_1 => "Q4_1",
+            DType::Q8_0 => "Q8_0",
+            DType::Q4K => "Q4_K",
+            DType::Q5K => "Q5_K",
+            DType::Q6K => "Q6_K",
+        }
+    }
+}
+
+impl std::fmt::Display for DType {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
