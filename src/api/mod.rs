@@ -1,1 +1,4 @@
-//! placeholder
+//! Routes and handlers: from a parsed request to a response.
+
+pub mod admission;
+pub mod router;
