@@ -5,6 +5,8 @@
 
 pub mod kv;
 pub mod metadata;
+pub mod demo;
+pub mod sha256;
 pub mod tensor;
 
 pub use kv::KvCache;
