@@ -97,7 +97,6 @@ impl RateLimiter {
 }
 
 fn shard_of(ip: IpAddr) -> usize {
-    use std::hash::BuildHasher;
     static SEED: std::sync::OnceLock<ahash::RandomState> = std::sync::OnceLock::new();
     SEED.get_or_init(ahash::RandomState::new).hash_one(ip) as usize % SHARDS
 }

