@@ -1,4 +1,6 @@
 //! Routes and handlers: from a parsed request to a response.
 
 pub mod admission;
+pub mod error;
+pub mod openai_request;
 pub mod router;
