@@ -4,3 +4,4 @@ pub mod admission;
 pub mod error;
 pub mod openai_request;
 pub mod router;
+pub mod stop;
