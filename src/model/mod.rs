@@ -3,13 +3,22 @@
 //! Everything above this layer sees a model through the [`Model`] trait: feed tokens of one or
 //! more sequences, each with its own [`KvCache`], and get logits back.
 
+pub mod error;
+pub mod gguf;
+pub mod gguf_write;
 pub mod kv;
 pub mod metadata;
 pub mod tensor;
+pub mod tensor_set;
+#[cfg(test)]
+pub(crate) mod testutil;
 
+pub use error::ModelError;
+pub use gguf::GgufFile;
 pub use kv::KvCache;
 pub use metadata::{MetaValue, Metadata};
 pub use tensor::Tensor;
+pub use tensor_set::TensorSet;
 
 /// What the layers above need to know of a loaded model.
 #[derive(Clone, Debug)]
