@@ -3,11 +3,13 @@
 //! Everything above this layer sees a model through the [`Model`] trait: feed tokens of one or
 //! more sequences, each with its own [`KvCache`], and get logits back.
 
+pub mod config;
 pub mod error;
 pub mod gguf;
 pub mod gguf_write;
 pub mod kv;
 pub mod metadata;
+pub mod safetensors;
 pub mod tensor;
 pub mod tensor_set;
 #[cfg(test)]
