@@ -249,10 +249,10 @@ impl HParams {
 
     /// Cross-field checks every source must pass.
     fn check(self, file: &Path) -> Result<HParams, ModelError> {
-        if self.head_dim == 0 || self.head_dim % 2 != 0 {
+        if self.head_dim == 0 || !self.head_dim.is_multiple_of(2) {
             return Err(bad(file, "head_dim", format!("{} is not a positive even number (RoPE rotates pairs)", self.head_dim)));
         }
-        if self.n_heads % self.n_kv_heads != 0 {
+        if !self.n_heads.is_multiple_of(self.n_kv_heads) {
             return Err(bad(file, "n_kv_heads", format!("{} does not divide the {} attention heads", self.n_kv_heads, self.n_heads)));
         }
         if self.n_heads as u64 * self.head_dim as u64 > MAX_WIDTH {

@@ -12,6 +12,7 @@ pub mod metadata;
 pub mod safetensors;
 pub mod tensor;
 pub mod tensor_set;
+pub mod weights;
 #[cfg(test)]
 pub(crate) mod testutil;
 
