@@ -5,6 +5,7 @@
 
 pub mod config;
 pub mod error;
+pub mod files;
 pub mod gguf;
 pub mod gguf_write;
 pub mod kv;
@@ -16,12 +17,15 @@ pub mod weights;
 #[cfg(test)]
 pub(crate) mod testutil;
 
+pub use config::{Arch, HParams, RopeLayout};
 pub use error::ModelError;
+pub use files::{Format, ModelFiles, TokenizerSource};
 pub use gguf::GgufFile;
 pub use kv::KvCache;
 pub use metadata::{MetaValue, Metadata};
 pub use tensor::Tensor;
 pub use tensor_set::TensorSet;
+pub use weights::{LayerWeights, ModelWeights};
 
 /// What the layers above need to know of a loaded model.
 #[derive(Clone, Debug)]
