@@ -3,15 +3,31 @@
 //! Everything above this layer sees a model through the [`Model`] trait: feed tokens of one or
 //! more sequences, each with its own [`KvCache`], and get logits back.
 
+pub mod config;
+pub mod error;
+pub mod files;
+pub mod gguf;
+pub mod gguf_write;
 pub mod kv;
 pub mod metadata;
 pub mod demo;
+pub mod safetensors;
 pub mod sha256;
 pub mod tensor;
+pub mod tensor_set;
+pub mod weights;
+#[cfg(test)]
+pub(crate) mod testutil;
 
+pub use config::{Arch, HParams, RopeLayout};
+pub use error::ModelError;
+pub use files::{Format, ModelFiles, TokenizerSource};
+pub use gguf::GgufFile;
 pub use kv::KvCache;
 pub use metadata::{MetaValue, Metadata};
 pub use tensor::Tensor;
+pub use tensor_set::TensorSet;
+pub use weights::{LayerWeights, ModelWeights};
 
 /// What the layers above need to know of a loaded model.
 #[derive(Clone, Debug)]
