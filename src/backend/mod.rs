@@ -1,7 +1,138 @@
 //! Kernels. `cpu` is the default backend; a Metal backend on mlx-rs (macOS) implements the same
-//! operations later.
+//! narrow [`Backend`] trait later. The model layer holds weights as [`WeightRef`]s (views of the
+//! file's bytes in their on-disk encoding) and activations as plain row-major `f32` slices.
 
 pub mod cpu;
 pub mod dtype;
 
+pub use cpu::CpuBackend;
 pub use dtype::DType;
+
+/// A weight matrix as stored in the model file: `rows` rows of `cols` values, each row encoded
+/// as `dtype` (`cols / block_len` blocks), rows back to back.
+#[derive(Clone, Copy, Debug)]
+pub struct WeightRef<'a> {
+    pub dtype: DType,
+    pub bytes: &'a [u8],
+    pub rows: usize,
+    pub cols: usize,
+}
+
+/// Why bytes cannot be viewed as a weight matrix.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum WeightError {
+    /// A row must be a whole number of blocks.
+    PartialBlock { dtype: DType, cols: usize, block_len: usize },
+    /// The byte length must be exactly `rows * row_bytes`.
+    WrongSize { dtype: DType, rows: usize, cols: usize, expected: usize, got: usize },
+}
+
+impl std::fmt::Display for WeightError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            WeightError::PartialBlock { dtype, cols, block_len } => {
+                write!(f, "{dtype} rows of {cols} values are not a whole number of {block_len}-value blocks")
+            }
+            WeightError::WrongSize { dtype, rows, cols, expected, got } => {
+                write!(f, "{dtype} matrix {rows}x{cols} needs {expected} bytes, got {got}")
+            }
+        }
+    }
+}
+
+impl std::error::Error for WeightError {}
+
+impl<'a> WeightRef<'a> {
+    /// Checks that `bytes` is exactly a `rows x cols` matrix of `dtype`.
+    pub fn new(dtype: DType, bytes: &'a [u8], rows: usize, cols: usize) -> Result<WeightRef<'a>, WeightError> {
+        let row_bytes = dtype.bytes_for(cols).ok_or(WeightError::PartialBlock { dtype, cols, block_len: dtype.block_len() })?;
+        let expected = row_bytes.saturating_mul(rows);
+        if expected != bytes.len() {
+            return Err(WeightError::WrongSize { dtype, rows, cols, expected, got: bytes.len() });
+        }
+        Ok(WeightRef { dtype, bytes, rows, cols })
+    }
+
+    /// Bytes of one row.
+    pub fn row_bytes(&self) -> usize {
+        self.cols / self.dtype.block_len() * self.dtype.block_bytes()
+    }
+
+    /// The encoded bytes of row `r`.
+    pub fn row(&self, r: usize) -> &'a [u8] {
+        let rb = self.row_bytes();
+        &self.bytes[r * rb..(r + 1) * rb]
+    }
+}
+
+/// How RoPE pairs the dimensions of a head.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RopeLayout {
+    /// Adjacent pairs `(2i, 2i+1)`: llama.cpp's "normal" mode, used for llama GGUF files (whose
+    /// Q/K weights the converter permuted to match).
+    Interleaved,
+    /// Halves `(i, i + head_dim/2)`: GPT-NeoX / Hugging Face `rotate_half`, used by Qwen.
+    NeoX,
+}
+
+/// Rotary embedding settings of a model.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Rope {
+    pub layout: RopeLayout,
+    /// Base of the frequencies (`rope_theta`, 10000 for the original llama).
+    pub theta: f32,
+    /// Dimensions rotated per head (the whole head for llama and Qwen).
+    pub dims: usize,
+}
+
+/// Head geometry for attention: `n_heads` query heads share `n_kv_heads` key/value heads (GQA).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Heads {
+    pub n_heads: usize,
+    pub n_kv_heads: usize,
+    pub head_dim: usize,
+}
+
+impl Heads {
+    pub fn q_dim(&self) -> usize {
+        self.n_heads * self.head_dim
+    }
+    pub fn kv_dim(&self) -> usize {
+        self.n_kv_heads * self.head_dim
+    }
+}
+
+/// The operations a forward pass needs. Activations are row-major `f32`, one row per token.
+/// Methods panic when slice lengths disagree with the stated shapes: the model checks shapes
+/// against the file once at load time, so a mismatch here is a bug, not bad input.
+pub trait Backend: Send {
+    /// `out[i * w.rows + r] = dot(row r of w, x[i * w.cols..])` for the `n` rows of `x`.
+    fn matmul(&self, w: WeightRef<'_>, x: &[f32], n: usize, out: &mut [f32]);
+
+    /// Each row of `x` (rows of `weight.len()` values) scaled to unit RMS, times `weight`.
+    fn rms_norm(&self, x: &mut [f32], weight: &[f32], eps: f32);
+
+    /// Rotates the heads of every row of `x` (rows of `n_heads * head_dim` values); row `i` is
+    /// the token at `positions[i]`.
+    fn rope(&self, x: &mut [f32], n_heads: usize, head_dim: usize, positions: &[usize], rope: Rope);
+
+    /// `gate[k] = silu(gate[k]) * up[k]`.
+    fn swiglu(&self, gate: &mut [f32], up: &[f32]);
+
+    /// Causal GQA attention of `q` (`n_q` rows of `heads.q_dim()`, the tokens at positions
+    /// `start_pos..start_pos + n_q`) over `keys`/`values` (position-major rows of
+    /// `heads.kv_dim()`, holding at least positions `0..start_pos + n_q`), scores scaled by
+    /// `scale`; writes `n_q` rows of `heads.q_dim()` to `out`.
+    #[allow(clippy::too_many_arguments)]
+    fn attention(
+        &self,
+        q: &[f32],
+        keys: &[f32],
+        values: &[f32],
+        heads: Heads,
+        start_pos: usize,
+        n_q: usize,
+        scale: f32,
+        out: &mut [f32],
+    );
+}

@@ -1,0 +1,180 @@
+//! AVX2 + FMA + F16C kernels (x86-64). Integer block dots in the style of llama.cpp: unsigned
+//! 4-bit weights times signed 8-bit activations with `maddubs`, widened with `madd`, one f32
+//! scale per block. Every function here requires those CPU features: `matmul.rs` only calls them
+//! after `is_x86_feature_detected!` said yes.
+
+use super::matmul::{OutRows, QKind};
+use super::q8act::QuantRows;
+use std::arch::x86_64::*;
+use std::ops::Range;
+
+/// Matmul rows `rows` of a Q4_0/Q4_1/Q8_0 weight (`row_bytes` bytes per row) against the
+/// activation rows `acts` of `x`, in tiles of up to four activation rows per pass over a weight row.
+///
+/// # Safety
+/// The CPU must support AVX2, FMA and F16C; `w` holds every row in `rows`; `out` has room for
+/// `acts.end` rows of at least `rows.end` values and no other thread writes these entries.
+#[target_feature(enable = "avx2,fma,f16c")]
+pub unsafe fn matmul_q(
+    kind: QKind,
+    w: &[u8],
+    row_bytes: usize,
+    rows: Range<usize>,
+    x: &QuantRows,
+    acts: Range<usize>,
+    out: &OutRows,
+) {
+    match kind {
+        QKind::Q4_0 => drive::<0>(w, row_bytes, rows, x, acts, out),
+        QKind::Q4_1 => drive::<1>(w, row_bytes, rows, x, acts, out),
+        QKind::Q8_0 => drive::<2>(w, row_bytes, rows, x, acts, out),
+    }
+}
+
+#[target_feature(enable = "avx2,fma,f16c")]
+#[inline]
+unsafe fn drive<const K: u8>(
+    w: &[u8],
+    row_bytes: usize,
+    rows: Range<usize>,
+    x: &QuantRows,
+    acts: Range<usize>,
+    out: &OutRows,
+) {
+    let nb = x.cols() / 32;
+    let n = acts.end;
+    for r in rows {
+        let wr = w[r * row_bytes..(r + 1) * row_bytes].as_ptr();
+        let mut i = acts.start;
+        while i + 4 <= n {
+            let v = tile::<K, 4>(wr, nb, x, i);
+            for (j, &y) in v.iter().enumerate() {
+                out.write(i + j, r, y);
+            }
+            i += 4;
+        }
+        while i < n {
+            let v = tile::<K, 1>(wr, nb, x, i);
+            out.write(i, r, v[0]);
+            i += 1;
+        }
+    }
+}
+
+/// One f16 at `p` as f32.
+#[target_feature(enable = "avx2,fma,f16c")]
+#[inline]
+pub(crate) unsafe fn f16_load(p: *const u8) -> f32 {
+    let h = std::ptr::read_unaligned(p as *const u16);
+    _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(h as i32)))
+}
+
+/// 16 bytes of packed nibbles as 32 bytes: low nibbles (elements 0..16) then high (16..32).
+#[target_feature(enable = "avx2,fma,f16c")]
+#[inline]
+pub(crate) unsafe fn nibbles(p: *const u8) -> __m256i {
+    let q = _mm_loadu_si128(p as *const __m128i);
+    let m = _mm_set1_epi8(0x0f);
+    _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(q, 4), m), _mm_and_si128(q, m))
+}
+
+#[target_feature(enable = "avx2,fma,f16c")]
+#[inline]
+pub(crate) unsafe fn hsum(v: __m256) -> f32 {
+    let s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    let s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    _mm_cvtss_f32(_mm_add_ss(s, _mm_shuffle_ps(s, s, 1)))
+}
+
+/// Dots of one weight row (`nb` blocks at `w`) with activation rows `i0..i0 + NR`.
+#[target_feature(enable = "avx2,fma,f16c")]
+#[inline]
+unsafe fn tile<const K: u8, const NR: usize>(w: *const u8, nb: usize, x: &QuantRows, i0: usize) -> [f32; NR] {
+    let block_bytes = [18, 20, 34][K as usize];
+    let ones = _mm256_set1_epi16(1);
+    let mut acc = [_mm256_setzero_ps(); NR];
+    let mut off = [0f32; NR];
+    let mut xq = [std::ptr::null::<i8>(); NR];
+    let mut xd = [std::ptr::null::<f32>(); NR];
+    let mut xs = [std::ptr::null::<f32>(); NR];
+    for j in 0..NR {
+        xq[j] = x.qs(i0 + j).as_ptr();
+        xd[j] = x.d(i0 + j).as_ptr();
+        xs[j] = x.s(i0 + j).as_ptr();
+    }
+    for b in 0..nb {
+        let blk = w.add(b * block_bytes);
+        let dw = f16_load(blk);
+        let (wv, mw) = match K {
+            0 => (nibbles(blk.add(2)), 0.0),
+            1 => (nibbles(blk.add(4)), f16_load(blk.add(2))),
+            _ => (_mm256_loadu_si256(blk.add(2) as *const __m256i), 0.0),
+        };
+        // maddubs wants unsigned weights: for Q8_0 move the weight's sign onto the activation.
+        let wu = if K == 2 { _mm256_sign_epi8(wv, wv) } else { wv };
+        for j in 0..NR {
+            let xv = _mm256_loadu_si256(xq[j].add(b * 32) as *const __m256i);
+            let xv = if K == 2 { _mm256_sign_epi8(xv, wv) } else { xv };
+            let p = _mm256_madd_epi16(_mm256_maddubs_epi16(wu, xv), ones);
+            let scale = _mm256_set1_ps(dw * *xd[j].add(b));
+            acc[j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), scale, acc[j]);
+            match K {
+                0 => off[j] -= 8.0 * dw * *xs[j].add(b),
+                1 => off[j] += mw * *xs[j].add(b),
+                _ => {}
+            }
+        }
+    }
+    let mut res = [0f32; NR];
+    for j in 0..NR {
+        res[j] = hsum(acc[j]) + off[j];
+    }
+    res
+}
+
+/// f32 dot product with four FMA accumulators.
+///
+/// # Safety
+/// The CPU must support AVX2 and FMA; `a` and `b` have the same length.
+#[target_feature(enable = "avx2,fma,f16c")]
+pub unsafe fn dot_f32(a: &[f32], b: &[f32]) -> f32 {
+    let n = a.len().min(b.len());
+    let (pa, pb) = (a.as_ptr(), b.as_ptr());
+    let mut acc = [_mm256_setzero_ps(); 4];
+    let mut k = 0;
+    while k + 32 <= n {
+        for (u, accu) in acc.iter_mut().enumerate() {
+            let o = k + 8 * u;
+            *accu = _mm256_fmadd_ps(_mm256_loadu_ps(pa.add(o)), _mm256_loadu_ps(pb.add(o)), *accu);
+        }
+        k += 32;
+    }
+    while k + 8 <= n {
+        acc[0] = _mm256_fmadd_ps(_mm256_loadu_ps(pa.add(k)), _mm256_loadu_ps(pb.add(k)), acc[0]);
+        k += 8;
+    }
+    let mut s = hsum(_mm256_add_ps(_mm256_add_ps(acc[0], acc[1]), _mm256_add_ps(acc[2], acc[3])));
+    while k < n {
+        s += *pa.add(k) * *pb.add(k);
+        k += 1;
+    }
+    s
+}
+
+/// f16 bytes to f32 values with F16C (exact, like the scalar conversion).
+///
+/// # Safety
+/// The CPU must support F16C and AVX; `src` holds `2 * out.len()` bytes.
+#[target_feature(enable = "avx2,fma,f16c")]
+pub unsafe fn f16_row(src: &[u8], out: &mut [f32]) {
+    let n = out.len().min(src.len() / 2);
+    let mut k = 0;
+    while k + 8 <= n {
+        let h = _mm_loadu_si128(src.as_ptr().add(2 * k) as *const __m128i);
+        _mm256_storeu_ps(out.as_mut_ptr().add(k), _mm256_cvtph_ps(h));
+        k += 8;
+    }
+    for j in k..n {
+        out[j] = super::float16::f16_to_f32(u16::from_le_bytes([src[2 * j], src[2 * j + 1]]));
+    }
+}

@@ -1,0 +1,139 @@
+//! AVX-512 kernels (F, BW, VL and VNNI; x86-64): two 32-value blocks per 512-bit register and
+//! `vpdpbusd` for the unsigned-by-signed byte dots. CPUs with AVX-512 but without VNNI
+//! (Skylake-X) take the AVX2 path instead: one kernel family less to keep correct.
+
+use super::kern_avx2::{f16_load, hsum, nibbles};
+use super::matmul::{OutRows, QKind};
+use super::q8act::QuantRows;
+use std::arch::x86_64::*;
+use std::ops::Range;
+
+/// As `kern_avx2::matmul_q`.
+///
+/// # Safety
+/// The CPU must support AVX-512 F/BW/VL/VNNI, AVX2, FMA and F16C; `w` holds every row in
+/// `rows`; `out` has room for `acts.end` rows of at least `rows.end` values and no other thread
+/// writes these entries.
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
+pub unsafe fn matmul_q(
+    kind: QKind,
+    w: &[u8],
+    row_bytes: usize,
+    rows: Range<usize>,
+    x: &QuantRows,
+    acts: Range<usize>,
+    out: &OutRows,
+) {
+    match kind {
+        QKind::Q4_0 => drive::<0>(w, row_bytes, rows, x, acts, out),
+        QKind::Q4_1 => drive::<1>(w, row_bytes, rows, x, acts, out),
+        QKind::Q8_0 => drive::<2>(w, row_bytes, rows, x, acts, out),
+    }
+}
+
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
+#[inline]
+unsafe fn drive<const K: u8>(
+    w: &[u8],
+    row_bytes: usize,
+    rows: Range<usize>,
+    x: &QuantRows,
+    acts: Range<usize>,
+    out: &OutRows,
+) {
+    let nb = x.cols() / 32;
+    for r in rows {
+        let wr = w[r * row_bytes..(r + 1) * row_bytes].as_ptr();
+        let mut i = acts.start;
+        while i + 4 <= acts.end {
+            let v = tile::<K, 4>(wr, nb, x, i);
+            for (j, &y) in v.iter().enumerate() {
+                out.write(i + j, r, y);
+            }
+            i += 4;
+        }
+        while i < acts.end {
+            let v = tile::<K, 1>(wr, nb, x, i);
+            out.write(i, r, v[0]);
+            i += 1;
+        }
+    }
+}
+
+/// The 32 weight bytes of block `blk` as a 256-bit vector: nibbles expanded, or Q8_0's int8s.
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
+#[inline]
+unsafe fn weights<const K: u8>(blk: *const u8) -> __m256i {
+    match K {
+        0 => nibbles(blk.add(2)),
+        1 => nibbles(blk.add(4)),
+        _ => _mm256_loadu_si256(blk.add(2) as *const __m256i),
+    }
+}
+
+/// Dots of one weight row (`nb` blocks at `w`) with activation rows `i0..i0 + NR`.
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
+#[inline]
+unsafe fn tile<const K: u8, const NR: usize>(w: *const u8, nb: usize, x: &QuantRows, i0: usize) -> [f32; NR] {
+    let block_bytes = [18, 20, 34][K as usize];
+    let zero = _mm512_setzero_si512();
+    let mut acc = [_mm512_setzero_ps(); NR];
+    let mut off = [0f32; NR];
+    let mut xq = [std::ptr::null::<i8>(); NR];
+    let mut xd = [std::ptr::null::<f32>(); NR];
+    let mut xs = [std::ptr::null::<f32>(); NR];
+    for j in 0..NR {
+        xq[j] = x.qs(i0 + j).as_ptr();
+        xd[j] = x.d(i0 + j).as_ptr();
+        xs[j] = x.s(i0 + j).as_ptr();
+    }
+    let mut b = 0;
+    while b + 2 <= nb {
+        let (blk0, blk1) = (w.add(b * block_bytes), w.add((b + 1) * block_bytes));
+        let (d0, d1) = (f16_load(blk0), f16_load(blk1));
+        let wv = _mm512_inserti64x4(_mm512_castsi256_si512(weights::<K>(blk0)), weights::<K>(blk1), 1);
+        // vpdpbusd wants unsigned weights: for Q8_0 move the weight's sign onto the activation.
+        let (wu, neg) = if K == 2 { (_mm512_abs_epi8(wv), _mm512_movepi8_mask(wv)) } else { (wv, 0) };
+        let (m0, m1) = if K == 1 { (f16_load(blk0.add(2)), f16_load(blk1.add(2))) } else { (0.0, 0.0) };
+        for j in 0..NR {
+            let xv = _mm512_loadu_si512(xq[j].add(b * 32) as *const _);
+            let xv = if K == 2 { _mm512_mask_sub_epi8(xv, neg, zero, xv) } else { xv };
+            let p = _mm512_dpbusd_epi32(zero, wu, xv);
+            let (x0, x1) = (*xd[j].add(b), *xd[j].add(b + 1));
+            let scale = _mm512_mask_mov_ps(_mm512_set1_ps(d0 * x0), 0xff00, _mm512_set1_ps(d1 * x1));
+            acc[j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(p), scale, acc[j]);
+            let (s0, s1) = (*xs[j].add(b), *xs[j].add(b + 1));
+            match K {
+                0 => off[j] -= 8.0 * (d0 * s0 + d1 * s1),
+                1 => off[j] += m0 * s0 + m1 * s1,
+                _ => {}
+            }
+        }
+        b += 2;
+    }
+    let mut res = [0f32; NR];
+    for j in 0..NR {
+        res[j] = _mm512_reduce_add_ps(acc[j]) + off[j];
+    }
+    if b < nb {
+        // An odd last block: 256-bit VNNI.
+        let blk = w.add(b * block_bytes);
+        let dw = f16_load(blk);
+        let wv = weights::<K>(blk);
+        let wu = if K == 2 { _mm256_sign_epi8(wv, wv) } else { wv };
+        let mw = if K == 1 { f16_load(blk.add(2)) } else { 0.0 };
+        for j in 0..NR {
+            let xv = _mm256_loadu_si256(xq[j].add(b * 32) as *const __m256i);
+            let xv = if K == 2 { _mm256_sign_epi8(xv, wv) } else { xv };
+            let p = _mm256_dpbusd_epi32(_mm256_setzero_si256(), wu, xv);
+            let (xdb, xsb) = (*xd[j].add(b), *xs[j].add(b));
+            res[j] += hsum(_mm256_cvtepi32_ps(p)) * (dw * xdb);
+            match K {
+                0 => res[j] -= 8.0 * dw * xsb,
+                1 => res[j] += mw * xsb,
+                _ => {}
+            }
+        }
+    }
+    res
+}

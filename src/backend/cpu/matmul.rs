@@ -1,0 +1,308 @@
+//! The matmul driver: instruction-set dispatch, activation quantization, and the split of the
+//! weight rows across the worker pool.
+//!
+//! Loop order: each thread takes a contiguous range of weight rows; for each chunk of activation
+//! rows (sized to stay in cache), each weight row is read once and dotted with the chunk's
+//! activation rows in tiles of four. So with `n` rows up to `ACT_CHUNK` the weights stream from
+//! memory once per call, which is what makes a 4-row pass cheaper than four 1-row passes.
+
+use super::dequant::dequantize_row;
+use super::pool::Pool;
+use super::q8act::QuantRows;
+use super::{kern_scalar, Isa};
+use crate::backend::{DType, WeightRef};
+use std::cell::RefCell;
+use std::ops::Range;
+
+/// Activation rows processed against a weight row before moving to the next weight row: 64 rows
+/// of a 1536-wide int8 activation are 96 KiB, about an L2 share.
+const ACT_CHUNK: usize = 64;
+/// Below this many multiply-adds a matmul runs on the calling thread alone: waking the pool
+/// costs more than it saves.
+const PARALLEL_MIN_MACS: usize = 32 * 1024;
+
+/// The integer-dot weight types.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum QKind {
+    Q4_0,
+    Q4_1,
+    Q8_0,
+}
+
+/// Where the workers write results: `out[i * stride + r]`, each entry by exactly one worker.
+pub struct OutRows {
+    ptr: *mut f32,
+    stride: usize,
+    len: usize,
+}
+
+// SAFETY: workers write disjoint entries (disjoint weight-row ranges) of a buffer that outlives
+// the pool job; no entry is read during the job.
+unsafe impl Sync for OutRows {}
+
+impl OutRows {
+    /// # Safety
+    /// No other thread may access entry `(i, r)` during the job.
+    #[inline]
+    pub unsafe fn write(&self, i: usize, r: usize, v: f32) {
+        let k = i * self.stride + r;
+        assert!(k < self.len, "matmul output index {k} outside {}", self.len);
+        // SAFETY: in bounds (checked above) and exclusively ours (the caller's contract).
+        unsafe { *self.ptr.add(k) = v };
+    }
+}
+
+thread_local! {
+    /// Per-thread buffer for one dequantized weight row (float and K-quant paths).
+    static ROW: RefCell<Vec<f32>> = const { RefCell::new(Vec::new()) };
+}
+
+/// `out[i * w.rows + r] = dot(row r of w, row i of x)` for `i < n`, `r < w.rows`.
+///
+/// # Panics
+/// When `x` is not `n * w.cols` values or `out` not `n * w.rows`.
+pub fn matmul(pool: &Pool, isa: Isa, w: WeightRef<'_>, x: &[f32], n: usize, out: &mut [f32], xq: &mut QuantRows) {
+    assert_eq!(x.len(), n * w.cols, "matmul: x has {} values, want {n} x {}", x.len(), w.cols);
+    assert_eq!(out.len(), n * w.rows, "matmul: out has {} values, want {n} x {}", out.len(), w.rows);
+    assert_eq!(w.bytes.len(), w.rows * w.row_bytes(), "matmul: weight bytes do not match its shape");
+    if n == 0 || w.rows == 0 {
+        return;
+    }
+    let kind = match w.dtype {
+        DType::Q4_0 => Some(QKind::Q4_0),
+        DType::Q4_1 => Some(QKind::Q4_1),
+        DType::Q8_0 => Some(QKind::Q8_0),
+        _ => None,
+    };
+    if kind.is_some() {
+        xq.quantize(x, n, w.cols);
+    }
+    let outp = OutRows { ptr: out.as_mut_ptr(), stride: w.rows, len: out.len() };
+    let xq = &*xq;
+    let work = |rows: Range<usize>| {
+        for a in (0..n).step_by(ACT_CHUNK) {
+            let acts = a..(a + ACT_CHUNK).min(n);
+            match kind {
+                Some(k) => matmul_q(isa, k, w, rows.clone(), xq, acts, &outp),
+                None => matmul_float(isa, w, rows.clone(), x, acts, &outp),
+            }
+        }
+    };
+    if n * w.rows * w.cols < PARALLEL_MIN_MACS || pool.threads() == 1 {
+        work(0..w.rows);
+    } else {
+        pool.split(w.rows, &work);
+    }
+}
+
+fn matmul_q(isa: Isa, kind: QKind, w: WeightRef<'_>, rows: Range<usize>, x: &QuantRows, acts: Range<usize>, out: &OutRows) {
+    let rb = w.row_bytes();
+    match isa {
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: `Isa::Avx512` is only produced after detecting AVX-512 F/BW/VL/VNNI, AVX2,
+        // FMA and F16C; rows, acts and out were checked against the shapes by `matmul`.
+        Isa::Avx512 => unsafe { super::kern_avx512::matmul_q(kind, w.bytes, rb, rows, x, acts, out) },
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: `Isa::Avx2` is only produced after detecting AVX2, FMA and F16C; shapes as above.
+        Isa::Avx2 => unsafe { super::kern_avx2::matmul_q(kind, w.bytes, rb, rows, x, acts, out) },
+        _ => {
+            let dot = match kind {
+                QKind::Q4_0 => kern_scalar::dot_q4_0,
+                QKind::Q4_1 => kern_scalar::dot_q4_1,
+                QKind::Q8_0 => kern_scalar::dot_q8_0,
+            };
+            for r in rows {
+                let wr = w.row(r);
+                for i in acts.clone() {
+                    // SAFETY: this worker owns weight rows `rows`, hence entries (i, r).
+                    unsafe { out.write(i, r, dot(wr, x, i)) };
+                }
+            }
+        }
+    }
+}
+
+/// Float weights and the K-quants: dequantize a weight row once, dot it with every activation
+/// row of the chunk.
+fn matmul_float(isa: Isa, w: WeightRef<'_>, rows: Range<usize>, x: &[f32], acts: Range<usize>, out: &OutRows) {
+    let cols = w.cols;
+    ROW.with_borrow_mut(|buf| {
+        buf.resize(cols, 0.0);
+        for r in rows {
+            let wr = w.row(r);
+            match (isa, w.dtype) {
+                #[cfg(target_arch = "x86_64")]
+                // SAFETY: AVX2/F16C were detected for both x86 SIMD levels; `wr` is `cols` f16s.
+                (Isa::Avx2 | Isa::Avx512, DType::F16) => unsafe { super::kern_avx2::f16_row(wr, buf) },
+                _ => dequantize_row(w.dtype, wr, buf),
+            }
+            for i in acts.clone() {
+                let v = dot_f32(isa, buf, &x[i * cols..(i + 1) * cols]);
+                // SAFETY: this worker owns weight rows `rows`, hence entries (i, r).
+                unsafe { out.write(i, r, v) };
+            }
+        }
+    });
+}
+
+/// f32 dot product on the best available instruction set.
+pub fn dot_f32(isa: Isa, a: &[f32], b: &[f32]) -> f32 {
+    assert_eq!(a.len(), b.len());
+    match isa {
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: AVX2 and FMA were detected for both x86 SIMD levels; lengths are equal.
+        Isa::Avx2 | Isa::Avx512 => unsafe { super::kern_avx2::dot_f32(a, b) },
+        _ => kern_scalar::dot_f32(a, b),
+    }
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::super::quantize::quantize_row;
+    use super::*;
+
+    /// Deterministic pseudo-random values in [-1, 1) (an LCG: tests must not depend on a crate).
+    pub(crate) fn noise(n: usize, seed: u64) -> Vec<f32> {
+        let mut s = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+        (0..n)
+            .map(|_| {
+                s = s.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+                ((s >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
+            })
+            .collect()
+    }
+
+    /// A `rows x cols` weight of `dtype`: quantized from noise, or random K-quant blocks with
+    /// small finite scales.
+    pub(crate) fn weight(dtype: DType, rows: usize, cols: usize, seed: u64) -> Vec<u8> {
+        let vals = noise(rows * cols, seed);
+        if let Some(b) = quantize_row(dtype, &vals) {
+            return b;
+        }
+        let bytes: Vec<u8> = noise(dtype.bytes_for(rows * cols).unwrap(), seed ^ 0xabc).iter().map(|v| ((v + 1.0) * 127.9) as u8).collect();
+        let mut bytes = bytes;
+        let (bb, scale_offsets): (usize, &[usize]) = match dtype {
+            DType::Q6K => (210, &[208]),
+            _ => (dtype.block_bytes(), &[0, 2]),
+        };
+        for blk in bytes.chunks_exact_mut(bb) {
+            for &o in scale_offsets {
+                blk[o..o + 2].copy_from_slice(&super::super::float16::f32_to_f16(0.003).to_le_bytes());
+            }
+        }
+        bytes
+    }
+
+    /// The plain f32 product of the dequantized weight and `x`, in f64.
+    fn reference(w: WeightRef<'_>, x: &[f32], n: usize) -> Vec<f32> {
+        let mut row = vec![0f32; w.cols];
+        let mut out = vec![0f32; n * w.rows];
+        for r in 0..w.rows {
+            dequantize_row(w.dtype, w.row(r), &mut row);
+            for i in 0..n {
+                let s: f64 = row.iter().zip(&x[i * w.cols..]).map(|(&a, &b)| a as f64 * b as f64).sum();
+                out[i * w.rows + r] = s as f32;
+            }
+        }
+        out
+    }
+
+    const ALL: [DType; 9] =
+        [DType::F32, DType::F16, DType::BF16, DType::Q8_0, DType::Q4_0, DType::Q4_1, DType::Q4K, DType::Q5K, DType::Q6K];
+
+    fn run(pool: &Pool, isa: Isa, w: WeightRef<'_>, x: &[f32], n: usize) -> Vec<f32> {
+        let mut out = vec![f32::NAN; n * w.rows];
+        matmul(pool, isa, w, x, n, &mut out, &mut QuantRows::new());
+        out
+    }
+
+    fn assert_close(a: &[f32], b: &[f32], tol: f32, what: &str) {
+        assert_eq!(a.len(), b.len());
+        let scale = b.iter().fold(0f32, |m, v| m.max(v.abs())).max(1e-3);
+        for (k, (x, y)) in a.iter().zip(b).enumerate() {
+            assert!((x - y).abs() <= tol * scale, "{what}: entry {k}: {x} vs {y} (scale {scale})");
+        }
+    }
+
+    #[test]
+    fn every_isa_matches_the_scalar_path_for_every_type() {
+        let pool = Pool::new(2);
+        // 320 columns: 10 blocks of 32 (an even count for the 2-block AVX-512 loop) and more
+        // than one K super-block; 352 (11 blocks) exercises the odd tail.
+        for (cols, types) in [(256 + 64, &ALL[..6]), (352, &ALL[..6]), (512, &ALL[..])] {
+            for &dtype in types {
+                let rows = 37;
+                let wb = weight(dtype, rows, cols, 7);
+                let w = WeightRef::new(dtype, &wb, rows, cols).unwrap();
+                for n in [1, 3, 4, 6] {
+                    let x = noise(n * cols, 99 + n as u64);
+                    let want = run(&pool, Isa::Scalar, w, &x, n);
+                    for isa in Isa::available() {
+                        let got = run(&pool, isa, w, &x, n);
+                        assert_close(&got, &want, 1e-5, &format!("{dtype} {} n={n} cols={cols}", isa.name()));
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn results_agree_with_the_dequantized_f32_product() {
+        // The integer paths quantize activations to 8 bits: agreement within that error.
+        let pool = Pool::new(1);
+        let (rows, cols, n) = (19, 512, 2);
+        for dtype in ALL {
+            let wb = weight(dtype, rows, cols, 3);
+            let w = WeightRef::new(dtype, &wb, rows, cols).unwrap();
+            let x = noise(n * cols, 5);
+            let want = reference(w, &x, n);
+            let tol = if matches!(dtype, DType::Q4_0 | DType::Q4_1 | DType::Q8_0) { 2e-2 } else { 1e-5 };
+            for isa in Isa::available() {
+                assert_close(&run(&pool, isa, w, &x, n), &want, tol, &format!("{dtype} {}", isa.name()));
+            }
+        }
+    }
+
+    #[test]
+    fn batched_rows_equal_one_row_at_a_time_and_threads_do_not_change_results() {
+        let (p1, p2) = (Pool::new(1), Pool::new(2));
+        let (rows, cols) = (301, 576);
+        for dtype in [DType::Q4_1, DType::Q8_0, DType::F32] {
+            let wb = weight(dtype, rows, cols, 11);
+            let w = WeightRef::new(dtype, &wb, rows, cols).unwrap();
+            let n = ACT_CHUNK + 5; // crosses an activation chunk and leaves a partial tile
+            let x = noise(n * cols, 12);
+            for isa in Isa::available() {
+                let batched = run(&p2, isa, w, &x, n);
+                assert_eq!(batched, run(&p1, isa, w, &x, n), "{dtype} {}: 1 vs 2 threads", isa.name());
+                for i in [0, 3, n - 1] {
+                    let single = run(&p1, isa, w, &x[i * cols..(i + 1) * cols], 1);
+                    assert_eq!(&batched[i * rows..(i + 1) * rows], &single[..], "{dtype} {} row {i}", isa.name());
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn an_extreme_q8_weight_of_minus_128_is_handled() {
+        // ggml never writes -128, but a file may: the sign trick must not overflow.
+        let cols = 64;
+        let mut wb = quantize_row(DType::Q8_0, &noise(cols, 1)).unwrap();
+        wb[2] = 0x80;
+        wb[36] = 0x80;
+        let w = WeightRef::new(DType::Q8_0, &wb, 1, cols).unwrap();
+        let x = noise(cols, 2);
+        let want = reference(w, &x, 1);
+        for isa in Isa::available() {
+            assert_close(&run(&Pool::new(1), isa, w, &x, 1), &want, 2e-2, isa.name());
+        }
+    }
+
+    #[test]
+    #[should_panic(expected = "matmul: x has")]
+    fn mismatched_activations_are_refused() {
+        let wb = weight(DType::Q4_0, 2, 32, 1);
+        let w = WeightRef::new(DType::Q4_0, &wb, 2, 32).unwrap();
+        run(&Pool::new(1), Isa::Scalar, w, &[0.0; 31], 1);
+    }
+}
