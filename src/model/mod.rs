@@ -9,6 +9,7 @@ pub mod files;
 pub mod gguf;
 pub mod gguf_write;
 pub mod kv;
+pub mod llama;
 pub mod metadata;
 pub mod demo;
 pub mod safetensors;

@@ -1,0 +1,242 @@
+//! The llama family of decoder-only transformers: llama (the demo), qwen2 (biases on q/k/v) and
+//! qwen3 (RMSNorm on each q and k head). One forward pass runs every sequence of a batch
+//! together, so each weight matrix is streamed from memory once per step for all rows.
+
+use super::config::{HParams, RopeLayout as FileRope};
+use super::files::ModelFiles;
+use super::weights::ModelWeights;
+use super::{ForwardError, LogitsWanted, Model, ModelError, ModelInfo, SeqBatch, Tensor};
+use crate::backend::cpu::dequant::dequantize_row;
+use crate::backend::{Backend, CpuBackend, Heads, Rope, RopeLayout, WeightRef};
+use std::sync::Mutex;
+
+/// Per-layer vectors (norm weights, biases) converted to f32 once at load.
+struct Layer {
+    attn_norm: Vec<f32>,
+    wq: Tensor,
+    wk: Tensor,
+    wv: Tensor,
+    wo: Tensor,
+    bq: Option<Vec<f32>>,
+    bk: Option<Vec<f32>>,
+    bv: Option<Vec<f32>>,
+    bo: Option<Vec<f32>>,
+    q_norm: Option<Vec<f32>>,
+    k_norm: Option<Vec<f32>>,
+    ffn_norm: Vec<f32>,
+    w_gate: Tensor,
+    w_up: Tensor,
+    w_down: Tensor,
+}
+
+/// Activation buffers reused across forward passes (grown to the largest batch seen).
+#[derive(Default)]
+struct Scratch {
+    x: Vec<f32>,
+    h: Vec<f32>,
+    q: Vec<f32>,
+    k: Vec<f32>,
+    v: Vec<f32>,
+    att: Vec<f32>,
+    o: Vec<f32>,
+    gate: Vec<f32>,
+    up: Vec<f32>,
+    positions: Vec<usize>,
+}
+
+pub struct Llama {
+    info: ModelInfo,
+    hp: HParams,
+    backend: Box<dyn Backend + Sync>,
+    embed: Tensor,
+    output: Tensor,
+    output_norm: Vec<f32>,
+    layers: Vec<Layer>,
+    rope: Rope,
+    scratch: Mutex<Scratch>,
+}
+
+fn to_f32(t: &Tensor) -> Vec<f32> {
+    let mut out = vec![0.0; t.numel()];
+    dequantize_row(t.dtype, t.bytes(), &mut out);
+    out
+}
+
+fn weight(t: &Tensor) -> WeightRef<'_> {
+    // Shapes and byte lengths were checked against HParams when the weights were picked.
+    WeightRef { dtype: t.dtype, bytes: t.bytes(), rows: t.rows(), cols: t.cols() }
+}
+
+impl Llama {
+    /// Builds the model on the CPU backend with `threads` kernel threads (0: every core).
+    pub fn load(files: &ModelFiles, threads: usize) -> Result<Llama, ModelError> {
+        Ok(Llama::with_backend(files, Box::new(CpuBackend::new(threads))))
+    }
+
+    pub fn with_backend(files: &ModelFiles, backend: Box<dyn Backend + Sync>) -> Llama {
+        let hp = files.hparams.clone();
+        let w: &ModelWeights = &files.weights;
+        let layers = w
+            .layers
+            .iter()
+            .map(|l| Layer {
+                attn_norm: to_f32(&l.attn_norm),
+                wq: l.wq.clone(),
+                wk: l.wk.clone(),
+                wv: l.wv.clone(),
+                wo: l.wo.clone(),
+                bq: l.bq.as_ref().map(to_f32),
+                bk: l.bk.as_ref().map(to_f32),
+                bv: l.bv.as_ref().map(to_f32),
+                bo: l.bo.as_ref().map(to_f32),
+                q_norm: l.q_norm.as_ref().map(to_f32),
+                k_norm: l.k_norm.as_ref().map(to_f32),
+                ffn_norm: to_f32(&l.ffn_norm),
+                w_gate: l.w_gate.clone(),
+                w_up: l.w_up.clone(),
+                w_down: l.w_down.clone(),
+            })
+            .collect();
+        let layout = match w.rope_layout {
+            FileRope::Normal => RopeLayout::Interleaved,
+            FileRope::Neox => RopeLayout::NeoX,
+        };
+        Llama {
+            info: files.info(),
+            rope: Rope { layout, theta: hp.rope_theta, dims: hp.head_dim },
+            hp,
+            backend,
+            embed: w.embed.clone(),
+            output: w.output.clone(),
+            output_norm: to_f32(&w.output_norm),
+            layers,
+            scratch: Mutex::new(Scratch::default()),
+        }
+    }
+
+    fn heads(&self) -> Heads {
+        Heads { n_heads: self.hp.n_heads, n_kv_heads: self.hp.n_kv_heads, head_dim: self.hp.head_dim }
+    }
+
+    fn check(&self, batch: &[SeqBatch<'_>]) -> Result<(), ForwardError> {
+        for b in batch {
+            let needed = b.cache.len() + b.tokens.len();
+            if needed > b.cache.capacity() {
+                return Err(ForwardError::ContextFull { needed, capacity: b.cache.capacity() });
+            }
+            if let Some(&token) = b.tokens.iter().find(|&&t| t as usize >= self.hp.vocab) {
+                return Err(ForwardError::BadToken { token, vocab_size: self.hp.vocab });
+            }
+        }
+        Ok(())
+    }
+}
+
+fn add_bias(rows: &mut [f32], bias: &Option<Vec<f32>>) {
+    if let Some(b) = bias {
+        for row in rows.chunks_exact_mut(b.len()) {
+            row.iter_mut().zip(b).for_each(|(x, b)| *x += b);
+        }
+    }
+}
+
+fn add(x: &mut [f32], y: &[f32]) {
+    x.iter_mut().zip(y).for_each(|(x, y)| *x += y);
+}
+
+impl Model for Llama {
+    fn info(&self) -> &ModelInfo {
+        &self.info
+    }
+
+    fn forward(&self, batch: &mut [SeqBatch<'_>]) -> Result<Vec<Vec<f32>>, ForwardError> {
+        self.check(batch)?;
+        let hp = &self.hp;
+        let (hidden, qd, kvd, ffn) = (hp.hidden, hp.q_dim(), hp.kv_dim(), hp.ffn);
+        let heads = self.heads();
+        let be = &*self.backend;
+        let t: usize = batch.iter().map(|b| b.tokens.len()).sum();
+        if t == 0 {
+            return Ok(batch.iter().map(|_| Vec::new()).collect());
+        }
+        let mut guard = self.scratch.lock().unwrap_or_else(|e| e.into_inner());
+        let s = &mut *guard;
+        for (buf, width) in [(&mut s.x, hidden), (&mut s.h, hidden), (&mut s.o, hidden), (&mut s.q, qd), (&mut s.att, qd), (&mut s.k, kvd), (&mut s.v, kvd), (&mut s.gate, ffn), (&mut s.up, ffn)] {
+            buf.resize(t * width, 0.0);
+        }
+        s.positions.clear();
+        let embed = weight(&self.embed);
+        let mut r = 0;
+        for b in batch.iter() {
+            let start = b.cache.len();
+            for (i, &tok) in b.tokens.iter().enumerate() {
+                s.positions.push(start + i);
+                dequantize_row(embed.dtype, embed.row(tok as usize), &mut s.x[r * hidden..(r + 1) * hidden]);
+                r += 1;
+            }
+        }
+        let scale = 1.0 / (hp.head_dim as f32).sqrt();
+        for (l, layer) in self.layers.iter().enumerate() {
+            s.h.copy_from_slice(&s.x);
+            be.rms_norm(&mut s.h, &layer.attn_norm, hp.rms_eps);
+            be.matmul(weight(&layer.wq), &s.h, t, &mut s.q);
+            be.matmul(weight(&layer.wk), &s.h, t, &mut s.k);
+            be.matmul(weight(&layer.wv), &s.h, t, &mut s.v);
+            add_bias(&mut s.q, &layer.bq);
+            add_bias(&mut s.k, &layer.bk);
+            add_bias(&mut s.v, &layer.bv);
+            if let (Some(qn), Some(kn)) = (&layer.q_norm, &layer.k_norm) {
+                be.rms_norm(&mut s.q, qn, hp.rms_eps);
+                be.rms_norm(&mut s.k, kn, hp.rms_eps);
+            }
+            be.rope(&mut s.q, hp.n_heads, hp.head_dim, &s.positions, self.rope);
+            be.rope(&mut s.k, hp.n_kv_heads, hp.head_dim, &s.positions, self.rope);
+            let mut r = 0;
+            for b in batch.iter_mut() {
+                let n = b.tokens.len();
+                let start = b.cache.len();
+                b.cache.k[l].extend_from_slice(&s.k[r * kvd..(r + n) * kvd]);
+                b.cache.v[l].extend_from_slice(&s.v[r * kvd..(r + n) * kvd]);
+                be.attention(&s.q[r * qd..(r + n) * qd], &b.cache.k[l], &b.cache.v[l], heads, start, n, scale, &mut s.att[r * qd..(r + n) * qd]);
+                r += n;
+            }
+            be.matmul(weight(&layer.wo), &s.att, t, &mut s.o);
+            add_bias(&mut s.o, &layer.bo);
+            add(&mut s.x, &s.o);
+            s.h.copy_from_slice(&s.x);
+            be.rms_norm(&mut s.h, &layer.ffn_norm, hp.rms_eps);
+            be.matmul(weight(&layer.w_gate), &s.h, t, &mut s.gate);
+            be.matmul(weight(&layer.w_up), &s.h, t, &mut s.up);
+            be.swiglu(&mut s.gate, &s.up);
+            be.matmul(weight(&layer.w_down), &s.gate, t, &mut s.o);
+            add(&mut s.x, &s.o);
+        }
+        // Only the rows whose logits are wanted go through the (large) output head.
+        let mut rows = Vec::new();
+        let mut r = 0;
+        for b in batch.iter_mut() {
+            let n = b.tokens.len();
+            match b.logits {
+                _ if n == 0 => {}
+                LogitsWanted::Last => rows.extend_from_slice(&s.x[(r + n - 1) * hidden..(r + n) * hidden]),
+                LogitsWanted::All => rows.extend_from_slice(&s.x[r * hidden..(r + n) * hidden]),
+            }
+            b.cache.advance(n);
+            r += n;
+        }
+        drop(guard);
+        let m = rows.len() / hidden;
+        be.rms_norm(&mut rows, &self.output_norm, hp.rms_eps);
+        let vocab = hp.vocab;
+        let mut logits = vec![0.0; m * vocab];
+        be.matmul(weight(&self.output), &rows, m, &mut logits);
+        let mut out = Vec::with_capacity(batch.len());
+        let mut r = 0;
+        for b in batch.iter() {
+            let k = if b.logits == LogitsWanted::Last { b.tokens.len().min(1) } else { b.tokens.len() };
+            out.push(logits[r * vocab..(r + k) * vocab].to_vec());
+            r += k;
+        }
+        Ok(out)
+    }
+}
