@@ -3,13 +3,18 @@
 //! Everything above this layer sees a model through the [`Model`] trait: feed tokens of one or
 //! more sequences, each with its own [`KvCache`], and get logits back.
 
+pub mod chat_template;
 pub mod kv;
 pub mod metadata;
 pub mod tensor;
+pub mod tokenizer;
+mod tokenizer_gguf;
 
 pub use kv::KvCache;
 pub use metadata::{MetaValue, Metadata};
 pub use tensor::Tensor;
+pub use chat_template::{ChatMessage, ChatTemplate, TemplateError};
+pub use tokenizer::{Tokenizer, TokenizerError};
 
 /// What the layers above need to know of a loaded model.
 #[derive(Clone, Debug)]
