@@ -4,16 +4,28 @@
 //! more sequences, each with its own [`KvCache`], and get logits back.
 
 pub mod chat_template;
+pub mod config;
+pub mod error;
+pub mod gguf;
+pub mod gguf_write;
 pub mod kv;
 pub mod metadata;
+pub mod safetensors;
 pub mod tensor;
+pub mod tensor_set;
 pub mod tokenizer;
 mod tokenizer_gguf;
+pub mod weights;
+#[cfg(test)]
+pub(crate) mod testutil;
 
+pub use error::ModelError;
+pub use gguf::GgufFile;
 pub use kv::KvCache;
 pub use metadata::{MetaValue, Metadata};
 pub use tensor::Tensor;
 pub use chat_template::{ChatMessage, ChatTemplate, TemplateError};
+pub use tensor_set::TensorSet;
 pub use tokenizer::{Tokenizer, TokenizerError};
 
 /// What the layers above need to know of a loaded model.

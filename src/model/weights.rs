@@ -1,0 +1,216 @@
+//! The weights the forward pass uses, by logical role, whatever the file format called them;
+//! every shape is checked against the hyper-parameters at load time, so the forward pass can
+//! index without checks of its own.
+//!
+//! Shapes are outermost first: a projection from `n` to `m` values is `[m, n]` (one row per
+//! output), as in PyTorch and as the GGUF reader presents ggml's `ne = [n, m]`.
+
+use super::config::{HParams, RopeLayout};
+use super::error::ModelError;
+use super::tensor::Tensor;
+use super::tensor_set::TensorSet;
+use std::path::Path;
+
+/// Which naming scheme a tensor set uses.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Naming {
+    /// llama.cpp's GGUF names (`blk.0.attn_q.weight`).
+    Gguf,
+    /// Hugging Face transformers names (`model.layers.0.self_attn.q_proj.weight`).
+    HuggingFace,
+}
+
+/// The role of a weight inside one transformer block.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Slot {
+    AttnNorm,
+    Q,
+    K,
+    V,
+    O,
+    QBias,
+    KBias,
+    VBias,
+    OBias,
+    QNorm,
+    KNorm,
+    FfnNorm,
+    Gate,
+    Up,
+    Down,
+}
+
+impl Naming {
+    pub fn layer(self, layer: usize, slot: Slot) -> String {
+        use Slot::*;
+        match self {
+            Naming::Gguf => {
+                let s = match slot {
+                    AttnNorm => "attn_norm.weight",
+                    Q => "attn_q.weight",
+                    K => "attn_k.weight",
+                    V => "attn_v.weight",
+                    O => "attn_output.weight",
+                    QBias => "attn_q.bias",
+                    KBias => "attn_k.bias",
+                    VBias => "attn_v.bias",
+                    OBias => "attn_output.bias",
+                    QNorm => "attn_q_norm.weight",
+                    KNorm => "attn_k_norm.weight",
+                    FfnNorm => "ffn_norm.weight",
+                    Gate => "ffn_gate.weight",
+                    Up => "ffn_up.weight",
+                    Down => "ffn_down.weight",
+                };
+                format!("blk.{layer}.{s}")
+            }
+            Naming::HuggingFace => {
+                let s = match slot {
+                    AttnNorm => "input_layernorm.weight",
+                    Q => "self_attn.q_proj.weight",
+                    K => "self_attn.k_proj.weight",
+                    V => "self_attn.v_proj.weight",
+                    O => "self_attn.o_proj.weight",
+                    QBias => "self_attn.q_proj.bias",
+                    KBias => "self_attn.k_proj.bias",
+                    VBias => "self_attn.v_proj.bias",
+                    OBias => "self_attn.o_proj.bias",
+                    QNorm => "self_attn.q_norm.weight",
+                    KNorm => "self_attn.k_norm.weight",
+                    FfnNorm => "post_attention_layernorm.weight",
+                    Gate => "mlp.gate_proj.weight",
+                    Up => "mlp.up_proj.weight",
+                    Down => "mlp.down_proj.weight",
+                };
+                format!("model.layers.{layer}.{s}")
+            }
+        }
+    }
+
+    pub fn embed(self) -> &'static str {
+        match self {
+            Naming::Gguf => "token_embd.weight",
+            Naming::HuggingFace => "model.embed_tokens.weight",
+        }
+    }
+
+    pub fn output_norm(self) -> &'static str {
+        match self {
+            Naming::Gguf => "output_norm.weight",
+            Naming::HuggingFace => "model.norm.weight",
+        }
+    }
+
+    pub fn output(self) -> &'static str {
+        match self {
+            Naming::Gguf => "output.weight",
+            Naming::HuggingFace => "lm_head.weight",
+        }
+    }
+}
+
+/// The weights of one transformer block.
+#[derive(Clone, Debug)]
+pub struct LayerWeights {
+    /// `[hidden]`
+    pub attn_norm: Tensor,
+    /// `[n_heads * head_dim, hidden]`
+    pub wq: Tensor,
+    /// `[n_kv_heads * head_dim, hidden]`
+    pub wk: Tensor,
+    /// `[n_kv_heads * head_dim, hidden]`
+    pub wv: Tensor,
+    /// `[hidden, n_heads * head_dim]`
+    pub wo: Tensor,
+    /// `[n_heads * head_dim]`, `[n_kv_heads * head_dim]` ×2, when `HParams::qkv_bias`.
+    pub bq: Option<Tensor>,
+    pub bk: Option<Tensor>,
+    pub bv: Option<Tensor>,
+    /// `[hidden]`, when `HParams::o_bias`.
+    pub bo: Option<Tensor>,
+    /// `[head_dim]` each, shared by all heads, when `HParams::qk_norm` (qwen3).
+    pub q_norm: Option<Tensor>,
+    pub k_norm: Option<Tensor>,
+    /// `[hidden]`
+    pub ffn_norm: Tensor,
+    /// `[ffn, hidden]`
+    pub w_gate: Tensor,
+    /// `[ffn, hidden]`
+    pub w_up: Tensor,
+    /// `[hidden, ffn]`
+    pub w_down: Tensor,
+}
+
+/// All weights of a model, checked against its [`HParams`].
+#[derive(Clone, Debug)]
+pub struct ModelWeights {
+    /// `[vocab, hidden]`
+    pub embed: Tensor,
+    pub layers: Vec<LayerWeights>,
+    /// `[hidden]`
+    pub output_norm: Tensor,
+    /// `[vocab, hidden]`: the output head, or a second handle on `embed` when tied.
+    pub output: Tensor,
+    /// The RoPE pairing these Q/K weights need; see [`RopeLayout`] for why it depends on the
+    /// source format (it equals `HParams::rope_layout`, repeated here so the forward pass
+    /// cannot pick up weights without it).
+    pub rope_layout: RopeLayout,
+}
+
+struct Picker<'a> {
+    tensors: &'a TensorSet,
+    file: &'a Path,
+}
+
+impl Picker<'_> {
+    fn get(&self, name: &str, shape: &[usize]) -> Result<Tensor, ModelError> {
+        let t = self.tensors.get(name).ok_or_else(|| ModelError::MissingTensor { file: self.file.to_path_buf(), tensor: name.to_string() })?;
+        if t.shape != shape {
+            return Err(ModelError::WrongShape { file: self.file.to_path_buf(), tensor: name.to_string(), expected: shape.to_vec(), found: t.shape.clone() });
+        }
+        Ok(t.clone())
+    }
+
+    fn opt(&self, want: bool, name: &str, shape: &[usize]) -> Result<Option<Tensor>, ModelError> {
+        if want { self.get(name, shape).map(Some) } else { Ok(None) }
+    }
+}
+
+impl ModelWeights {
+    /// Picks and checks every weight `hp` calls for; `file` names the model in errors.
+    pub fn from_tensors(tensors: &TensorSet, naming: Naming, hp: &HParams, file: &Path) -> Result<ModelWeights, ModelError> {
+        let p = Picker { tensors, file };
+        let (h, q, kv, ffn) = (hp.hidden, hp.q_dim(), hp.kv_dim(), hp.ffn);
+        let embed = p.get(naming.embed(), &[hp.vocab, h])?;
+        let mut layers = Vec::with_capacity(hp.n_layers);
+        for l in 0..hp.n_layers {
+            let n = |s: Slot| naming.layer(l, s);
+            layers.push(LayerWeights {
+                attn_norm: p.get(&n(Slot::AttnNorm), &[h])?,
+                wq: p.get(&n(Slot::Q), &[q, h])?,
+                wk: p.get(&n(Slot::K), &[kv, h])?,
+                wv: p.get(&n(Slot::V), &[kv, h])?,
+                wo: p.get(&n(Slot::O), &[h, q])?,
+                bq: p.opt(hp.qkv_bias, &n(Slot::QBias), &[q])?,
+                bk: p.opt(hp.qkv_bias, &n(Slot::KBias), &[kv])?,
+                bv: p.opt(hp.qkv_bias, &n(Slot::VBias), &[kv])?,
+                bo: p.opt(hp.o_bias, &n(Slot::OBias), &[h])?,
+                q_norm: p.opt(hp.qk_norm, &n(Slot::QNorm), &[hp.head_dim])?,
+                k_norm: p.opt(hp.qk_norm, &n(Slot::KNorm), &[hp.head_dim])?,
+                ffn_norm: p.get(&n(Slot::FfnNorm), &[h])?,
+                w_gate: p.get(&n(Slot::Gate), &[ffn, h])?,
+                w_up: p.get(&n(Slot::Up), &[ffn, h])?,
+                w_down: p.get(&n(Slot::Down), &[h, ffn])?,
+            });
+        }
+        let output_norm = p.get(naming.output_norm(), &[h])?;
+        // Tied checkpoints sometimes still store a copy of the head; the embeddings win, as in
+        // transformers, where tying replaces the head's parameter with the embedding's.
+        let output = if hp.tied_embeddings { embed.clone() } else { p.get(naming.output(), &[hp.vocab, h])? };
+        Ok(ModelWeights { embed, layers, output_norm, output, rope_layout: hp.rope_layout })
+    }
+}
+
+#[cfg(test)]
+#[path = "weights_tests.rs"]
+mod tests;
