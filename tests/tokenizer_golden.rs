@@ -161,3 +161,47 @@ fn missing_or_broken_tokenizer_files_are_clear_errors() {
     let e = Tokenizer::from_json_bytes(&json, Some(b"not json")).unwrap_err();
     assert!(e.to_string().starts_with("invalid tokenizer_config.json"), "{e}");
 }
+
+/// The demo model (SmolLM2-135M-Instruct Q4_1 GGUF): `MTPLX_DEMO_MODEL`, else the cache path.
+fn demo_model() -> PathBuf {
+    let path = std::env::var_os("MTPLX_DEMO_MODEL").map(PathBuf::from).unwrap_or_else(|| {
+        let home = std::env::var_os("HOME").expect("HOME is not set");
+        Path::new(&home).join(".cache/mtplx-lite/SmolLM2-135M-Instruct.Q4_1.gguf")
+    });
+    assert!(path.exists(), "demo model missing at {} (set MTPLX_DEMO_MODEL)", path.display());
+    path
+}
+
+fn demo_tokenizer() -> Tokenizer {
+    let file = mtplx_lite::model::GgufFile::open(demo_model()).unwrap();
+    Tokenizer::from_gguf_metadata(&file.metadata).unwrap()
+}
+
+/// The GGUF path: vocabulary, merges and control tokens read from the file, and `smollm` mapped
+/// to split rules, against the JS implementation fed the same vocabulary with the original
+/// SmolLM2 pre-tokenizer (tests/golden/gguf_tokenizer_json.py).
+#[test]
+fn demo_gguf_tokenizer_matches_reference_ids() {
+    check_tokens("smollm2", &demo_tokenizer(), true);
+}
+
+#[test]
+fn demo_gguf_chat_template_matches_jinja2() {
+    check_chat("smollm2", &demo_tokenizer());
+}
+
+#[test]
+fn demo_gguf_special_tokens() {
+    let t = demo_tokenizer();
+    assert_eq!(t.vocab_size(), 49152);
+    assert_eq!(t.bos(), Some(id(&t, "<|im_start|>")));
+    assert!(!t.adds_bos());
+    assert_eq!(t.eos_tokens(), [id(&t, "<|im_end|>"), id(&t, "<|endoftext|>")]);
+    let prompt = ChatTemplate::from_tokenizer(&t)
+        .unwrap()
+        .render(&[ChatMessage::new("user", "Hi")], true)
+        .unwrap();
+    let ids = t.encode(&prompt, true).unwrap();
+    assert_eq!(ids[0], id(&t, "<|im_start|>"));
+    assert_eq!(t.decode(&ids), prompt);
+}

@@ -139,15 +139,7 @@ pub(super) fn build(meta: &Metadata) -> Result<Tokenizer, TokenizerError> {
         .map_err(|e| TokenizerError::Build { detail: e.to_string() })?;
 
     let mut inner = HfTokenizer::new(bpe);
-    let mut pre: Vec<PreTokenizerWrapper> = Vec::with_capacity(rules.regexes.len() + 1);
-    for re in rules.regexes {
-        let split = Split::new(SplitPattern::Regex((*re).to_owned()), SplitDelimiterBehavior::Isolated, false)
-            .map_err(|e| TokenizerError::Build { detail: format!("split rule {re:?}: {e}") })?;
-        pre.push(split.into());
-    }
-    // Bytes to the printable alphabet; the splitting is already done above.
-    pre.push(ByteLevel::new(false, false, false).into());
-    inner.with_pre_tokenizer(Some(Sequence::new(pre)));
+    inner.with_pre_tokenizer(Some(pre_tokenizer(rules)?));
     inner.with_decoder(Some(ByteLevel::new(false, false, false)));
 
     // Control and user-defined tokens are matched whole in the text, before any splitting,
@@ -205,6 +197,19 @@ pub(super) fn build(meta: &Metadata) -> Result<Tokenizer, TokenizerError> {
         }
     }
     Ok(tok)
+}
+
+/// The split rules in order, then the byte-to-printable mapping of byte-level BPE.
+fn pre_tokenizer(rules: &PreRules) -> Result<Sequence, TokenizerError> {
+    let mut pre: Vec<PreTokenizerWrapper> = Vec::with_capacity(rules.regexes.len() + 1);
+    for re in rules.regexes {
+        let pattern = SplitPattern::Regex((*re).to_owned());
+        let split = Split::new(pattern, SplitDelimiterBehavior::Isolated, false)
+            .map_err(|e| TokenizerError::Build { detail: format!("split rule {re:?}: {e}") })?;
+        pre.push(split.into());
+    }
+    pre.push(ByteLevel::new(false, false, false).into());
+    Ok(Sequence::new(pre))
 }
 
 /// `tokenizer.ggml.token_type`, if present, as one integer per token.
@@ -368,6 +373,43 @@ mod tests {
             for n in *names {
                 assert!(KNOWN_PRE_TOKENIZERS.contains(n), "{n} missing from the known list");
             }
+        }
+    }
+
+    fn pieces(pre: &impl tokenizers::PreTokenizer, text: &str) -> Vec<String> {
+        use tokenizers::{OffsetReferential, OffsetType, PreTokenizedString};
+        let mut s = PreTokenizedString::from(text);
+        pre.pre_tokenize(&mut s).unwrap();
+        s.get_splits(OffsetReferential::Original, OffsetType::Byte)
+            .into_iter()
+            .map(|(piece, _, _)| piece.to_owned())
+            .collect()
+    }
+
+    /// Our split rules for `smollm` and `gpt-2` give the pieces of the pre-tokenizers those
+    /// models' own tokenizer.json files name, as the tokenizers crate implements them.
+    #[test]
+    fn split_rules_match_the_original_pre_tokenizers() {
+        use tokenizers::pre_tokenizers::digits::Digits;
+        let starcoder = Sequence::new(vec![
+            Digits::new(true).into(),
+            ByteLevel::new(false, true, true).into(),
+        ]);
+        let gpt2 = ByteLevel::new(false, true, true);
+        let texts = [
+            "Hello, world! 123 and 4.56",
+            "∑ x² ≤ ∞; ½ ¼ Ⅻ ٣ 12٣",
+            "I'm sure they'll say it's fine   \n\n\t x",
+            "  leading and trailing  ",
+            "你好，世界！ 🦀👍🏽 naïve",
+            "a\r\n\r\nb   c\u{a0}d",
+            "DON'T 'S 'll",
+        ];
+        let ours_smollm = pre_tokenizer(pre_rules("smollm").unwrap()).unwrap();
+        let ours_gpt2 = pre_tokenizer(pre_rules("gpt-2").unwrap()).unwrap();
+        for t in texts {
+            assert_eq!(pieces(&ours_smollm, t), pieces(&starcoder, t), "smollm: {t:?}");
+            assert_eq!(pieces(&ours_gpt2, t), pieces(&gpt2, t), "gpt-2: {t:?}");
         }
     }
 

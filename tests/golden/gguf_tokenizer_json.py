@@ -6,9 +6,13 @@ Used by make_all.sh so that an independent BPE implementation (the JavaScript on
 The golden ids it produces check mtplx-lite's GGUF-to-tokenizer construction (vocabulary,
 merges, control tokens) and its mapping of `tokenizer.ggml.pre` to split rules.
 
-The pre-tokenizer is written the way the model's ORIGINAL tokenizer.json spells it (for SmolLM2:
-`Digits(individual_digits)` then `ByteLevel(use_regex)`, the StarCoder layout), not with the
-regexes mtplx-lite uses, so the two sides do not share that code path.
+The pre-tokenizer follows the model's ORIGINAL tokenizer.json (for SmolLM2, the StarCoder layout:
+`Digits(individual_digits)` then `ByteLevel(use_regex)`), so the GPT-2 split runs through the JS
+library's own ByteLevel code, not through the regexes mtplx-lite uses. One substitution: the
+Digits step is written as `Split(\p{N}, Isolated)`. In Hugging Face's tokenizers, Digits splits
+on `char::is_numeric`, which is exactly \p{N} (so ½, Ⅻ, ٣ are digits too); the JS port's Digits
+uses the JavaScript `\d`, ASCII only, and would disagree with the model's real tokenizer on
+such characters. (mtplx-lite's unit tests check its rules against HF's Digits + ByteLevel.)
 
 Usage: gguf_tokenizer_json.py MODEL.gguf OUT_DIR     (needs the `gguf` PyPI package)
 """
@@ -23,7 +27,8 @@ PRE_TOKENIZERS = {
     "smollm": {
         "type": "Sequence",
         "pretokenizers": [
-            {"type": "Digits", "individual_digits": True},
+            {"type": "Split", "pattern": {"Regex": "\\p{N}"}, "behavior": "Isolated",
+             "invert": False},
             {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": True, "use_regex": True},
         ],
     },
