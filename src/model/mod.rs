@@ -3,6 +3,7 @@
 //! Everything above this layer sees a model through the [`Model`] trait: feed tokens of one or
 //! more sequences, each with its own [`KvCache`], and get logits back.
 
+pub mod chat_template;
 pub mod config;
 pub mod error;
 pub mod files;
@@ -16,6 +17,8 @@ pub mod safetensors;
 pub mod sha256;
 pub mod tensor;
 pub mod tensor_set;
+pub mod tokenizer;
+mod tokenizer_gguf;
 pub mod weights;
 #[cfg(test)]
 pub(crate) mod testutil;
@@ -27,7 +30,9 @@ pub use gguf::GgufFile;
 pub use kv::KvCache;
 pub use metadata::{MetaValue, Metadata};
 pub use tensor::Tensor;
+pub use chat_template::{ChatMessage, ChatTemplate, TemplateError};
 pub use tensor_set::TensorSet;
+pub use tokenizer::{Tokenizer, TokenizerError};
 pub use weights::{LayerWeights, ModelWeights};
 
 /// What the layers above need to know of a loaded model.

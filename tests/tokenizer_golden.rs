@@ -1,0 +1,207 @@
+//! Our tokenizers and chat templates against independent implementations: token ids from
+//! @lenml/tokenizers (JavaScript, a port of transformers.js) and prompts rendered by jinja2 with
+//! transformers' settings. The golden files and the scripts that made them are under
+//! tests/data/tokenizers/ and tests/golden/ (make_all.sh).
+
+use std::path::{Path, PathBuf};
+
+use mtplx_lite::model::{ChatMessage, ChatTemplate, Tokenizer};
+use serde::Deserialize;
+
+#[derive(Deserialize)]
+struct TokenGolden {
+    implementation: String,
+    cases: Vec<TokenCase>,
+}
+
+#[derive(Deserialize)]
+struct TokenCase {
+    text: String,
+    ids: Vec<u32>,
+    ids_special: Vec<u32>,
+    decoded: String,
+}
+
+#[derive(Deserialize)]
+struct ChatGolden {
+    renderer: String,
+    cases: Vec<ChatCase>,
+}
+
+#[derive(Deserialize)]
+struct ChatCase {
+    messages: Vec<Message>,
+    add_generation_prompt: bool,
+    rendered: String,
+}
+
+#[derive(Deserialize)]
+struct Message {
+    role: String,
+    content: String,
+}
+
+fn data(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/tokenizers").join(name)
+}
+
+fn load<T: serde::de::DeserializeOwned>(path: &Path) -> T {
+    let bytes = std::fs::read(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    serde_json::from_slice(&bytes).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+}
+
+/// Every golden text: the same ids with and without special tokens, and the same text back.
+/// `lossless` also asks that decoding gives back the very text (no normalizer in the way).
+fn check_tokens(name: &str, tok: &Tokenizer, lossless: bool) {
+    let golden: TokenGolden = load(&data(name).join("golden.json"));
+    assert!(golden.cases.len() >= 40, "{name}: only {} golden texts", golden.cases.len());
+    let mut failures = Vec::new();
+    for case in &golden.cases {
+        let ids = tok.encode(&case.text, false).unwrap();
+        let ids_special = tok.encode(&case.text, true).unwrap();
+        let decoded = tok.decode(&ids);
+        if ids != case.ids {
+            failures.push(format!("{:?}: ids {ids:?}, reference {:?}", case.text, case.ids));
+        }
+        if ids_special != case.ids_special {
+            failures.push(format!(
+                "{:?}: ids with special tokens {ids_special:?}, reference {:?}",
+                case.text, case.ids_special
+            ));
+        }
+        if decoded != case.decoded || (lossless && decoded != case.text) {
+            failures.push(format!("{:?}: decoded {decoded:?}, reference {:?}", case.text, case.decoded));
+        }
+    }
+    assert!(
+        failures.is_empty(),
+        "{name}: {} mismatches with {} over {} texts:\n{}",
+        failures.len(),
+        golden.implementation,
+        golden.cases.len(),
+        failures.join("\n")
+    );
+}
+
+fn check_chat(name: &str, tok: &Tokenizer) {
+    let golden: ChatGolden = load(&data(name).join("chat_golden.json"));
+    let template = ChatTemplate::from_tokenizer(tok).unwrap_or_else(|e| panic!("{name}: {e}"));
+    assert!(!template.is_fallback(), "{name}: the model's own template was not found");
+    for case in &golden.cases {
+        let messages: Vec<ChatMessage> =
+            case.messages.iter().map(|m| ChatMessage::new(&m.role, &m.content)).collect();
+        let rendered = template.render(&messages, case.add_generation_prompt).unwrap();
+        assert_eq!(rendered, case.rendered, "{name}: differs from {}", golden.renderer);
+    }
+}
+
+fn hf(name: &str) -> Tokenizer {
+    Tokenizer::from_hf_dir(&data(name)).unwrap_or_else(|e| panic!("{name}: {e}"))
+}
+
+fn id(tok: &Tokenizer, text: &str) -> u32 {
+    tok.token_id(text).unwrap_or_else(|| panic!("{text} not in the vocabulary"))
+}
+
+#[test]
+fn qwen3_tokenizer_json_matches_reference_ids() {
+    // Qwen3's tokenizer.json normalizes to NFC, so one golden text does not come back verbatim.
+    check_tokens("qwen3", &hf("qwen3"), false);
+}
+
+#[test]
+fn llama3_tokenizer_json_matches_reference_ids() {
+    check_tokens("llama3", &hf("llama3"), true);
+}
+
+#[test]
+fn qwen3_chat_template_matches_jinja2() {
+    check_chat("qwen3", &hf("qwen3"));
+}
+
+#[test]
+fn llama3_chat_template_matches_jinja2() {
+    check_chat("llama3", &hf("llama3"));
+}
+
+#[test]
+fn end_of_turn_tokens_come_from_the_config_and_vocabulary() {
+    let q = hf("qwen3");
+    assert_eq!(q.eos(), Some(id(&q, "<|im_end|>")));
+    assert_eq!(q.eos_tokens(), [id(&q, "<|im_end|>"), id(&q, "<|endoftext|>")]);
+    assert_eq!(q.bos(), None);
+    assert!(q.vocab_size() > 151_000);
+
+    let l = hf("llama3");
+    assert_eq!(l.bos(), Some(id(&l, "<|begin_of_text|>")));
+    assert_eq!(l.bos_text().as_deref(), Some("<|begin_of_text|>"));
+    // Llama 3.0 has no <|eom_id|> (3.1 added it).
+    assert_eq!(l.eos_tokens(), [id(&l, "<|end_of_text|>"), id(&l, "<|eot_id|>")]);
+    assert!(l.is_special(id(&l, "<|eot_id|>")));
+}
+
+#[test]
+fn decoding_a_split_character_yields_the_replacement_then_the_whole() {
+    // A streaming decoder relies on this: a lone byte of a multi-byte character is U+FFFD until
+    // the rest arrives.
+    let tok = hf("llama3");
+    let ids = tok.encode("🦀", false).unwrap();
+    assert!(ids.len() > 1, "expected the crab to take several byte tokens");
+    assert!(tok.decode(&ids[..1]).ends_with('\u{FFFD}'));
+    assert_eq!(tok.decode(&ids), "🦀");
+}
+
+#[test]
+fn missing_or_broken_tokenizer_files_are_clear_errors() {
+    let e = Tokenizer::from_hf_dir(Path::new("/nonexistent-dir")).unwrap_err();
+    assert!(e.to_string().contains("/nonexistent-dir/tokenizer.json"), "{e}");
+    let e = Tokenizer::from_json_bytes(b"{\"model\": 3}", None).unwrap_err();
+    assert!(e.to_string().starts_with("invalid tokenizer.json"), "{e}");
+    let json = std::fs::read(data("llama3").join("tokenizer.json")).unwrap();
+    let e = Tokenizer::from_json_bytes(&json, Some(b"not json")).unwrap_err();
+    assert!(e.to_string().starts_with("invalid tokenizer_config.json"), "{e}");
+}
+
+/// The demo model (SmolLM2-135M-Instruct Q4_1 GGUF): `MTPLX_DEMO_MODEL`, else the cache path.
+fn demo_model() -> PathBuf {
+    let path = std::env::var_os("MTPLX_DEMO_MODEL").map(PathBuf::from).unwrap_or_else(|| {
+        let home = std::env::var_os("HOME").expect("HOME is not set");
+        Path::new(&home).join(".cache/mtplx-lite/SmolLM2-135M-Instruct.Q4_1.gguf")
+    });
+    assert!(path.exists(), "demo model missing at {} (set MTPLX_DEMO_MODEL)", path.display());
+    path
+}
+
+fn demo_tokenizer() -> Tokenizer {
+    let file = mtplx_lite::model::GgufFile::open(demo_model()).unwrap();
+    Tokenizer::from_gguf_metadata(&file.metadata).unwrap()
+}
+
+/// The GGUF path: vocabulary, merges and control tokens read from the file, and `smollm` mapped
+/// to split rules, against the JS implementation fed the same vocabulary with the original
+/// SmolLM2 pre-tokenizer (tests/golden/gguf_tokenizer_json.py).
+#[test]
+fn demo_gguf_tokenizer_matches_reference_ids() {
+    check_tokens("smollm2", &demo_tokenizer(), true);
+}
+
+#[test]
+fn demo_gguf_chat_template_matches_jinja2() {
+    check_chat("smollm2", &demo_tokenizer());
+}
+
+#[test]
+fn demo_gguf_special_tokens() {
+    let t = demo_tokenizer();
+    assert_eq!(t.vocab_size(), 49152);
+    assert_eq!(t.bos(), Some(id(&t, "<|im_start|>")));
+    assert!(!t.adds_bos());
+    assert_eq!(t.eos_tokens(), [id(&t, "<|im_end|>"), id(&t, "<|endoftext|>")]);
+    let prompt = ChatTemplate::from_tokenizer(&t)
+        .unwrap()
+        .render(&[ChatMessage::new("user", "Hi")], true)
+        .unwrap();
+    let ids = t.encode(&prompt, true).unwrap();
+    assert_eq!(ids[0], id(&t, "<|im_start|>"));
+    assert_eq!(t.decode(&ids), prompt);
+}
