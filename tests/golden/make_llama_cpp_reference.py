@@ -65,12 +65,15 @@ def main():
         toks = llm.tokenize(p.encode(), add_bos=False, special=True)
         llm.reset()
         llm.eval(toks)
-        gen = []
+        gen, margins = [], []
         for _ in range(32):
-            nxt = int(np.argmax(llm.scores[llm.n_tokens - 1]))
+            row = llm.scores[llm.n_tokens - 1]
+            top2 = np.sort(row)[-2:]
+            nxt = int(np.argmax(row))
             gen.append(nxt)
+            margins.append(round(float(top2[1] - top2[0]), 4))
             llm.eval([nxt])
-        greedy.append({"prompt": p, "prompt_ids": toks, "greedy_ids": gen})
+        greedy.append({"prompt": p, "prompt_ids": toks, "greedy_ids": gen, "top2_margins": margins})
     out["greedy"] = greedy
 
     toks = llm.tokenize(TEACHER_TEXT.encode(), add_bos=False, special=True)
