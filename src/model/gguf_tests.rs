@@ -31,10 +31,7 @@ fn sample() -> GgufWriter {
         .meta("strs", MetaValue::Array(vec![MetaValue::String("a".into()), MetaValue::String("".into())]))
         .meta(
             "nested",
-            MetaValue::Array(vec![
-                MetaValue::Array(vec![MetaValue::I32(1), MetaValue::I32(2)]),
-                MetaValue::Array(vec![MetaValue::I32(3)]),
-            ]),
+            MetaValue::Array(vec![MetaValue::Array(vec![MetaValue::I32(1), MetaValue::I32(2)]), MetaValue::Array(vec![MetaValue::I32(3)])]),
         );
     w.tensor_f32("a", &[2, 3], &[1.0, 2.0, 3.0, 4.0, 5.0, 6.0]);
     w.tensor("q", DType::Q8_0, &[2, 32], vec![7u8; 2 * 34]);
@@ -277,7 +274,10 @@ fn bad_dimensions_and_alignment() {
     w.metadata.insert(0, ("general.alignment".into(), MetaValue::U32(64)));
     let f = GgufFile::from_bytes("a64.gguf", w.to_bytes()).unwrap();
     assert_eq!(f.alignment, 64);
-    assert!(f.tensors.iter().all(|t| (t.bytes().as_ptr() as usize - f.tensors.iter().next().unwrap().bytes().as_ptr() as usize).is_multiple_of(64)));
+    assert!(f
+        .tensors
+        .iter()
+        .all(|t| (t.bytes().as_ptr() as usize - f.tensors.iter().next().unwrap().bytes().as_ptr() as usize).is_multiple_of(64)));
 }
 
 #[test]

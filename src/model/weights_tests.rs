@@ -98,7 +98,10 @@ fn missing_and_misshapen_tensors_are_named() {
     let st = SafetensorsDir::open(&dir2).unwrap();
     let e = ModelWeights::from_tensors(&st.tensors, Naming::HuggingFace, &hp, &dir2).unwrap_err();
     let msg = e.to_string();
-    assert!(matches!(e, ModelError::WrongShape { .. }) && msg.contains("k_proj") && msg.contains("[32, 64]") && msg.contains("[64, 64]"), "{msg}");
+    assert!(
+        matches!(e, ModelError::WrongShape { .. }) && msg.contains("k_proj") && msg.contains("[32, 64]") && msg.contains("[64, 64]"),
+        "{msg}"
+    );
     std::fs::remove_dir_all(&dir).unwrap();
     std::fs::remove_dir_all(&dir2).unwrap();
 }
@@ -168,7 +171,9 @@ fn fuzz_seed_files_load_completely() {
     // numpy's arange(64).reshape(8, 8): row 1 starts with 8.0
     assert_eq!(q.bytes()[32..36], 8.0f32.to_le_bytes());
 
-    let storage = std::sync::Arc::new(crate::model::tensor::Storage::Owned(include_bytes!("../../fuzz/corpus/safetensors_header/seed-tiny-qwen3").to_vec()));
+    let storage = std::sync::Arc::new(crate::model::tensor::Storage::Owned(
+        include_bytes!("../../fuzz/corpus/safetensors_header/seed-tiny-qwen3").to_vec(),
+    ));
     let mut set = TensorSet::new();
     crate::model::safetensors::add_tensors(&storage, Path::new("seed.safetensors"), &mut set).unwrap();
     let w2 = ModelWeights::from_tensors(&set, Naming::HuggingFace, &hp, Path::new("seed.safetensors")).unwrap();
