@@ -70,7 +70,10 @@ fn check_tokens(name: &str, tok: &Tokenizer, lossless: bool) {
             ));
         }
         if decoded != case.decoded || (lossless && decoded != case.text) {
-            failures.push(format!("{:?}: decoded {decoded:?}, reference {:?}", case.text, case.decoded));
+            failures.push(format!(
+                "{:?}: decoded {decoded:?}, reference {:?}",
+                case.text, case.decoded
+            ));
         }
     }
     assert!(

@@ -79,7 +79,9 @@ pub struct ChatTemplate {
 
 impl std::fmt::Debug for ChatTemplate {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("ChatTemplate").field("is_fallback", &self.is_fallback).finish_non_exhaustive()
+        f.debug_struct("ChatTemplate")
+            .field("is_fallback", &self.is_fallback)
+            .finish_non_exhaustive()
     }
 }
 
@@ -168,10 +170,13 @@ impl ChatTemplate {
         ];
         let rendered = match self.render(&all, true) {
             Ok(s) => Ok((s, &all[..])),
-            Err(TemplateError::Raised { .. }) => self.render(&all[1..], true).map(|s| (s, &all[1..])),
+            Err(TemplateError::Raised { .. }) => {
+                self.render(&all[1..], true).map(|s| (s, &all[1..]))
+            }
             Err(e) => Err(e),
         };
-        let (text, probed) = rendered.map_err(|e| TemplateError::Probe { problem: e.to_string() })?;
+        let (text, probed) =
+            rendered.map_err(|e| TemplateError::Probe { problem: e.to_string() })?;
         for m in probed {
             if !text.contains(&m.content) {
                 return Err(TemplateError::Probe {
@@ -210,6 +215,13 @@ mod tests {
 
     fn conv() -> Vec<ChatMessage> {
         vec![ChatMessage::new("user", "Hi"), ChatMessage::new("assistant", "Hello!")]
+    }
+
+    #[test]
+    fn tokenizer_and_template_can_be_shared_across_threads() {
+        fn shared<T: Send + Sync>() {}
+        shared::<ChatTemplate>();
+        shared::<Tokenizer>();
     }
 
     #[test]
@@ -262,8 +274,12 @@ mod tests {
         let e = ChatTemplate::new("{{ raise_exception('never') }}", "", "").unwrap_err();
         assert!(matches!(&e, TemplateError::Probe { problem } if problem.contains("never")), "{e}");
 
-        let e = ChatTemplate::new("{{ messages[0].content | no_such_filter }}", "", "").unwrap_err();
-        assert!(matches!(&e, TemplateError::Probe { problem } if problem.contains("no_such_filter")), "{e}");
+        let e =
+            ChatTemplate::new("{{ messages[0].content | no_such_filter }}", "", "").unwrap_err();
+        assert!(
+            matches!(&e, TemplateError::Probe { problem } if problem.contains("no_such_filter")),
+            "{e}"
+        );
 
         let e = ChatTemplate::new("{{ messages[1].content }}", "", "").unwrap_err();
         assert!(matches!(&e, TemplateError::Probe { problem } if problem.contains("omits")), "{e}");

@@ -68,7 +68,11 @@ impl std::fmt::Display for TokenizerError {
         match self {
             Io { path, error } => write!(f, "cannot read {}: {error}", path.display()),
             FileTooLarge { path, size, max } => {
-                write!(f, "{} is {size} bytes, more than the {max} a tokenizer file may be", path.display())
+                write!(
+                    f,
+                    "{} is {size} bytes, more than the {max} a tokenizer file may be",
+                    path.display()
+                )
             }
             BadJson { what, detail } => write!(f, "invalid {what}: {detail}"),
             MissingKey { key, expected } => {
@@ -98,7 +102,10 @@ impl std::fmt::Display for TokenizerError {
             }
             Build { detail } => write!(f, "cannot build the tokenizer: {detail}"),
             TextTooLong { len, max } => {
-                write!(f, "text of {len} bytes is longer than the {max} bytes the tokenizer accepts")
+                write!(
+                    f,
+                    "text of {len} bytes is longer than the {max} bytes the tokenizer accepts"
+                )
             }
             Encode { detail } => write!(f, "cannot encode the text: {detail}"),
         }
@@ -202,7 +209,8 @@ impl Tokenizer {
         tok.finish_special_tokens();
         // The config's flags are honoured only where the post-processor does not already add
         // the token (transformers rewrites the post-processor to the same effect).
-        let probe = tok.inner.encode_fast("", true).map(|e| e.get_ids().to_vec()).unwrap_or_default();
+        let probe =
+            tok.inner.encode_fast("", true).map(|e| e.get_ids().to_vec()).unwrap_or_default();
         tok.add_bos = flag("add_bos_token") && bos.is_some() && probe.first() != bos.as_ref();
         tok.add_eos = flag("add_eos_token") && eos.is_some() && probe.last() != eos.as_ref();
         Ok(tok)

@@ -8,7 +8,9 @@ use tokenizers::decoders::byte_level::ByteLevel;
 use tokenizers::models::bpe::BPE;
 use tokenizers::pre_tokenizers::sequence::Sequence;
 use tokenizers::pre_tokenizers::split::{Split, SplitPattern};
-use tokenizers::{AddedToken, PreTokenizerWrapper, SplitDelimiterBehavior, Tokenizer as HfTokenizer};
+use tokenizers::{
+    AddedToken, PreTokenizerWrapper, SplitDelimiterBehavior, Tokenizer as HfTokenizer,
+};
 
 use super::metadata::Metadata;
 use super::tokenizer::{Tokenizer, TokenizerError};
@@ -21,8 +23,7 @@ const TOKEN_TYPE_CONTROL: i64 = 3;
 const TOKEN_TYPE_USER_DEFINED: i64 = 4;
 
 /// GPT-2's split rule (also the one `ByteLevel(use_regex = true)` applies).
-const RE_GPT2: &str =
-    r"'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+";
+const RE_GPT2: &str = r"'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+";
 /// Llama 3's rule: numbers in groups of up to three, a letter run may take one leading symbol.
 const RE_LLAMA3: &str = r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+";
 /// Qwen 2/3's rule: as Llama 3's, but every digit alone.
@@ -76,10 +77,37 @@ const PRE_TOKENIZERS: &[(&[&str], PreRules)] = &[
 
 /// Every `tokenizer.ggml.pre` value we understand, for error messages.
 pub const KNOWN_PRE_TOKENIZERS: &[&str] = &[
-    "llama3", "llama-v3", "llama-bpe", "falcon3", "dbrx", "smaug-bpe", "chatglm-bpe", "glm4",
-    "qwen2", "qwen2.5", "qwen-2.5", "deepseek-r1-qwen", "megrez", "stablelm2", "hunyuan",
-    "smollm", "starcoder", "refact", "command-r", "codeshell", "exaone", "minerva-7b", "gpt-2",
-    "gpt2", "phi-2", "mpt", "olmo", "jais", "roberta-bpe", "exaone4", "default",
+    "llama3",
+    "llama-v3",
+    "llama-bpe",
+    "falcon3",
+    "dbrx",
+    "smaug-bpe",
+    "chatglm-bpe",
+    "glm4",
+    "qwen2",
+    "qwen2.5",
+    "qwen-2.5",
+    "deepseek-r1-qwen",
+    "megrez",
+    "stablelm2",
+    "hunyuan",
+    "smollm",
+    "starcoder",
+    "refact",
+    "command-r",
+    "codeshell",
+    "exaone",
+    "minerva-7b",
+    "gpt-2",
+    "gpt2",
+    "phi-2",
+    "mpt",
+    "olmo",
+    "jais",
+    "roberta-bpe",
+    "exaone4",
+    "default",
 ];
 
 fn pre_rules(name: &str) -> Option<&'static PreRules> {
@@ -87,10 +115,9 @@ fn pre_rules(name: &str) -> Option<&'static PreRules> {
 }
 
 pub(super) fn build(meta: &Metadata) -> Result<Tokenizer, TokenizerError> {
-    let model = meta.get_str("tokenizer.ggml.model").ok_or(TokenizerError::MissingKey {
-        key: "tokenizer.ggml.model",
-        expected: "a string",
-    })?;
+    let model = meta
+        .get_str("tokenizer.ggml.model")
+        .ok_or(TokenizerError::MissingKey { key: "tokenizer.ggml.model", expected: "a string" })?;
     if model != "gpt2" {
         return Err(TokenizerError::UnsupportedModel { model: model.to_owned() });
     }
@@ -221,13 +248,8 @@ fn token_types(meta: &Metadata, n: usize) -> Result<Option<Vec<i64>>, TokenizerE
     if arr.len() != n {
         return Err(TokenizerError::LengthMismatch { key: KEY, len: arr.len(), expected: n });
     }
-    arr.iter()
-        .map(|t| t.as_i64())
-        .collect::<Option<Vec<_>>>()
-        .map(Some)
-        .ok_or_else(bad)
+    arr.iter().map(|t| t.as_i64()).collect::<Option<Vec<_>>>().map(Some).ok_or_else(bad)
 }
-
 
 #[cfg(test)]
 mod tests {
@@ -235,8 +257,29 @@ mod tests {
     use crate::model::MetaValue;
 
     const VOCAB: &[&str] = &[
-        "<|endoftext|>", "<|im_start|>", "<|im_end|>", "h", "e", "l", "o", "Ġ", "w", "r", "d",
-        "1", "2", "he", "ll", "hell", "hello", "Ġw", "or", "Ġwor", "12", "Ċ", "Ġworld",
+        "<|endoftext|>",
+        "<|im_start|>",
+        "<|im_end|>",
+        "h",
+        "e",
+        "l",
+        "o",
+        "Ġ",
+        "w",
+        "r",
+        "d",
+        "1",
+        "2",
+        "he",
+        "ll",
+        "hell",
+        "hello",
+        "Ġw",
+        "or",
+        "Ġwor",
+        "12",
+        "Ċ",
+        "Ġworld",
     ];
     const MERGES: &[&str] = &["h e", "l l", "he ll", "hell o", "Ġ w", "o r", "Ġw or", "1 2"];
 
@@ -391,10 +434,8 @@ mod tests {
     #[test]
     fn split_rules_match_the_original_pre_tokenizers() {
         use tokenizers::pre_tokenizers::digits::Digits;
-        let starcoder = Sequence::new(vec![
-            Digits::new(true).into(),
-            ByteLevel::new(false, true, true).into(),
-        ]);
+        let starcoder =
+            Sequence::new(vec![Digits::new(true).into(), ByteLevel::new(false, true, true).into()]);
         let gpt2 = ByteLevel::new(false, true, true);
         let texts = [
             "Hello, world! 123 and 4.56",
