@@ -80,7 +80,8 @@ impl std::fmt::Display for TokenizerError {
             }
             UnsupportedModel { model } => write!(
                 f,
-                "tokenizer.ggml.model is '{model}'; only 'gpt2' (byte-level BPE) is supported"
+                "tokenizer.ggml.model is '{model}'; supported are 'gpt2' (byte-level BPE) and \
+                 'llama' (SentencePiece BPE)"
             ),
             UnknownPreTokenizer { name } => write!(
                 f,

@@ -19,8 +19,10 @@ use super::tokenizer::{Tokenizer, TokenizerError};
 pub const MAX_VOCAB: usize = 4 << 20;
 
 /// GGUF token types (llama.cpp's `llama_token_type`).
-const TOKEN_TYPE_CONTROL: i64 = 3;
+const TOKEN_TYPE_UNKNOWN: i64 = 2;
+pub(super) const TOKEN_TYPE_CONTROL: i64 = 3;
 const TOKEN_TYPE_USER_DEFINED: i64 = 4;
+pub(super) const TOKEN_TYPE_BYTE: i64 = 6;
 
 /// GPT-2's split rule (also the one `ByteLevel(use_regex = true)` applies).
 const RE_GPT2: &str = r"'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+";
@@ -118,13 +120,6 @@ pub(super) fn build(meta: &Metadata) -> Result<Tokenizer, TokenizerError> {
     let model = meta
         .get_str("tokenizer.ggml.model")
         .ok_or(TokenizerError::MissingKey { key: "tokenizer.ggml.model", expected: "a string" })?;
-    if model != "gpt2" {
-        return Err(TokenizerError::UnsupportedModel { model: model.to_owned() });
-    }
-    let pre_name = meta.get_str("tokenizer.ggml.pre").unwrap_or("default");
-    let rules = pre_rules(pre_name)
-        .ok_or_else(|| TokenizerError::UnknownPreTokenizer { name: pre_name.to_owned() })?;
-
     let tokens = meta.get_strings("tokenizer.ggml.tokens").ok_or(TokenizerError::MissingKey {
         key: "tokenizer.ggml.tokens",
         expected: "an array of strings",
@@ -134,48 +129,28 @@ pub(super) fn build(meta: &Metadata) -> Result<Tokenizer, TokenizerError> {
         return Err(TokenizerError::BadVocabSize { len: n, max: MAX_VOCAB });
     }
     let types = token_types(meta, n)?;
-    let merges = meta.get_strings("tokenizer.ggml.merges").ok_or(TokenizerError::MissingKey {
-        key: "tokenizer.ggml.merges",
-        expected: "an array of strings",
-    })?;
-
     // As llama.cpp: an empty entry gets a placeholder name; a repeated one maps to its last id.
     let texts: Vec<String> = tokens
         .iter()
         .enumerate()
         .map(|(i, t)| if t.is_empty() { format!("[EMPTY_{i}]") } else { (*t).to_owned() })
         .collect();
-    let mut vocab: AHashMap<String, u32> = AHashMap::with_capacity(n);
-    for (i, t) in texts.iter().enumerate() {
-        vocab.insert(t.clone(), i as u32);
-    }
-    let mut pairs = Vec::with_capacity(merges.len());
-    for (index, m) in merges.iter().enumerate() {
-        // The separator is the first space after the first character: a token may itself be
-        // a space in vocabularies that do not spell it `Ġ`.
-        let split = m.char_indices().skip(1).find(|&(_, c)| c == ' ').map(|(i, _)| i);
-        match split {
-            Some(i) => pairs.push((m[..i].to_owned(), m[i + 1..].to_owned())),
-            None => return Err(TokenizerError::BadMerge { index, merge: (*m).to_owned() }),
-        }
-    }
-    let bpe = BPE::builder()
-        .vocab_and_merges(vocab, pairs)
-        .ignore_merges(rules.ignore_merges)
-        .build()
-        .map_err(|e| TokenizerError::Build { detail: e.to_string() })?;
 
-    let mut inner = HfTokenizer::new(bpe);
-    inner.with_pre_tokenizer(Some(pre_tokenizer(rules)?));
-    inner.with_decoder(Some(ByteLevel::new(false, false, false)));
+    let (mut inner, add_bos_default) = match model {
+        "gpt2" => byte_level_bpe(meta, &texts)?,
+        "llama" => (super::tokenizer_spm::sentencepiece_bpe(meta, &texts, types.as_deref())?, true),
+        _ => return Err(TokenizerError::UnsupportedModel { model: model.to_owned() }),
+    };
 
-    // Control and user-defined tokens are matched whole in the text, before any splitting,
-    // as llama.cpp does when it parses special tokens.
+    // Control, unknown and user-defined tokens are matched whole in the text, before any
+    // splitting, as llama.cpp does when it parses special tokens.
     let mut special = Vec::new();
     let mut user = Vec::new();
     for (i, t) in texts.iter().enumerate() {
         match types.as_ref().map(|ty| ty[i]) {
-            Some(TOKEN_TYPE_CONTROL) => special.push(AddedToken::from(t.clone(), true)),
+            Some(TOKEN_TYPE_CONTROL | TOKEN_TYPE_UNKNOWN) => {
+                special.push(AddedToken::from(t.clone(), true))
+            }
             Some(TOKEN_TYPE_USER_DEFINED) => {
                 user.push(AddedToken::from(t.clone(), false).normalized(false))
             }
@@ -203,7 +178,7 @@ pub(super) fn build(meta: &Metadata) -> Result<Tokenizer, TokenizerError> {
         Some(super::metadata::MetaValue::Bool(b)) => *b,
         _ => default,
     };
-    let add_bos = flag("tokenizer.ggml.add_bos_token", rules.add_bos_default) && bos.is_some();
+    let add_bos = flag("tokenizer.ggml.add_bos_token", add_bos_default) && bos.is_some();
     let add_eos = flag("tokenizer.ggml.add_eos_token", false) && eos.is_some();
 
     let mut tok = Tokenizer {
@@ -224,6 +199,44 @@ pub(super) fn build(meta: &Metadata) -> Result<Tokenizer, TokenizerError> {
         }
     }
     Ok(tok)
+}
+
+/// Byte-level BPE (`tokenizer.ggml.model = gpt2`): merges from the file, the split rules that
+/// `tokenizer.ggml.pre` names. Returns the tokenizer and whether bos is added by default.
+fn byte_level_bpe(
+    meta: &Metadata,
+    texts: &[String],
+) -> Result<(HfTokenizer, bool), TokenizerError> {
+    let pre_name = meta.get_str("tokenizer.ggml.pre").unwrap_or("default");
+    let rules = pre_rules(pre_name)
+        .ok_or_else(|| TokenizerError::UnknownPreTokenizer { name: pre_name.to_owned() })?;
+    let merges = meta.get_strings("tokenizer.ggml.merges").ok_or(TokenizerError::MissingKey {
+        key: "tokenizer.ggml.merges",
+        expected: "an array of strings",
+    })?;
+    let mut vocab: AHashMap<String, u32> = AHashMap::with_capacity(texts.len());
+    for (i, t) in texts.iter().enumerate() {
+        vocab.insert(t.clone(), i as u32);
+    }
+    let mut pairs = Vec::with_capacity(merges.len());
+    for (index, m) in merges.iter().enumerate() {
+        // The separator is the first space after the first character: a token may itself be
+        // a space in vocabularies that do not spell it `Ġ`.
+        let split = m.char_indices().skip(1).find(|&(_, c)| c == ' ').map(|(i, _)| i);
+        match split {
+            Some(i) => pairs.push((m[..i].to_owned(), m[i + 1..].to_owned())),
+            None => return Err(TokenizerError::BadMerge { index, merge: (*m).to_owned() }),
+        }
+    }
+    let bpe = BPE::builder()
+        .vocab_and_merges(vocab, pairs)
+        .ignore_merges(rules.ignore_merges)
+        .build()
+        .map_err(|e| TokenizerError::Build { detail: e.to_string() })?;
+    let mut inner = HfTokenizer::new(bpe);
+    inner.with_pre_tokenizer(Some(pre_tokenizer(rules)?));
+    inner.with_decoder(Some(ByteLevel::new(false, false, false)));
+    Ok((inner, rules.add_bos_default))
 }
 
 /// The split rules in order, then the byte-to-printable mapping of byte-level BPE.
@@ -377,7 +390,7 @@ mod tests {
         assert!(e.to_string().contains("'no-such-pre'"), "{e}");
 
         let mut m = meta("smollm");
-        set(&mut m, "tokenizer.ggml.model", MetaValue::String("llama".into()));
+        set(&mut m, "tokenizer.ggml.model", MetaValue::String("bert".into()));
         assert!(matches!(build_err(&m), TokenizerError::UnsupportedModel { .. }));
 
         let mut m = meta("smollm");
