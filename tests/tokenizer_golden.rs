@@ -128,6 +128,17 @@ fn llama3_chat_template_matches_jinja2() {
 }
 
 #[test]
+fn template_kwargs_reach_the_template_but_cannot_replace_its_variables() {
+    let template = ChatTemplate::from_tokenizer(&hf("qwen3")).unwrap();
+    let messages = [ChatMessage::new("user", "Hi")];
+    let plain = template.render(&messages, true).unwrap();
+    let kwargs = serde_json::json!({"enable_thinking": false, "add_generation_prompt": false});
+    let kwargs = kwargs.as_object().unwrap();
+    let no_think = template.render_with_kwargs(&messages, true, kwargs).unwrap();
+    assert_eq!(no_think, format!("{plain}<think>\n\n</think>\n\n"));
+}
+
+#[test]
 fn end_of_turn_tokens_come_from_the_config_and_vocabulary() {
     let q = hf("qwen3");
     assert_eq!(q.eos(), Some(id(&q, "<|im_end|>")));

@@ -145,6 +145,18 @@ impl ChatTemplate {
         messages: &[ChatMessage],
         add_generation_prompt: bool,
     ) -> Result<String, TemplateError> {
+        self.render_with_kwargs(messages, add_generation_prompt, &serde_json::Map::new())
+    }
+
+    /// Like [`render`](Self::render), with extra template variables (OpenAI-style servers'
+    /// `chat_template_kwargs`, e.g. Qwen3's `enable_thinking`). They cannot replace the
+    /// variables this type sets (`messages`, `bos_token`, ...).
+    pub fn render_with_kwargs(
+        &self,
+        messages: &[ChatMessage],
+        add_generation_prompt: bool,
+        kwargs: &serde_json::Map<String, serde_json::Value>,
+    ) -> Result<String, TemplateError> {
         let tmpl = self
             .env
             .get_template(TEMPLATE_NAME)
@@ -155,6 +167,7 @@ impl ChatTemplate {
             bos_token => &self.bos_token,
             eos_token => &self.eos_token,
             tools => Value::from(()),
+            ..Value::from_serialize(kwargs)
         })
         .map_err(classify)
     }
