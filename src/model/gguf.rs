@@ -278,12 +278,15 @@ pub fn parse_header(bytes: &[u8], file: &Path) -> Result<GgufHeader, ModelError>
         let Some(dtype) = DType::from_ggml_id(type_id) else {
             return Err(ModelError::UnsupportedTensorType { file: file.to_path_buf(), tensor: name, type_id: format!("id {type_id}") });
         };
-        let mut numel: usize = 1;
+        // The product of the non-zero dimensions must fit: then no partial product, in any
+        // order (Tensor::numel multiplies outermost first), can overflow, even with a zero.
+        let overflow = || r.corrupt(dims_at, format!("dimensions {dims:?} of tensor {name:?} overflow"));
+        let mut nonzero: usize = 1;
         for &d in &dims {
-            numel = usize::try_from(d).ok().and_then(|d| numel.checked_mul(d)).filter(|&n| n <= i64::MAX as usize).ok_or_else(|| {
-                r.corrupt(dims_at, format!("dimensions {dims:?} of tensor {name:?} overflow"))
-            })?;
+            let d = usize::try_from(d).map_err(|_| overflow())?;
+            nonzero = nonzero.checked_mul(d.max(1)).filter(|&n| n <= i64::MAX as usize).ok_or_else(overflow)?;
         }
+        let numel = if dims.contains(&0) { 0 } else { nonzero };
         let inner = dims.first().copied().unwrap_or(1) as usize;
         if !inner.is_multiple_of(dtype.block_len()) {
             return Err(r.corrupt(dims_at, format!("tensor {name:?} of type {dtype} has rows of {inner} values, not a multiple of its block size {}", dtype.block_len())));

@@ -261,6 +261,15 @@ fn bad_dimensions_and_alignment() {
     let mut w = GgufWriter::new();
     w.tensor_f32("t", &[1 << 40, 1 << 40], &[]);
     assert!(matches!(err_of(w.to_bytes()), ModelError::Corrupt { .. }));
+    // Found by the fuzzer: a zero innermost dimension hid the overflow of the outer ones from
+    // a left-to-right product, but not from Tensor::numel, which multiplies the other way.
+    let mut w = GgufWriter::new();
+    w.tensor_f32("t", &[1 << 40, 1 << 40, 0], &[]);
+    assert!(matches!(err_of(w.to_bytes()), ModelError::Corrupt { .. }));
+    let mut w = GgufWriter::new();
+    w.tensor_f32("empty", &[3, 0], &[]);
+    let f = GgufFile::from_bytes("e.gguf", w.to_bytes()).unwrap();
+    assert_eq!((f.tensors.get("empty").unwrap().numel(), f.tensors.get("empty").unwrap().bytes().len()), (0, 0));
     let mut w = GgufWriter::new();
     w.meta("general.alignment", MetaValue::U32(24));
     assert!(matches!(err_of(w.to_bytes()), ModelError::BadValue { .. }));

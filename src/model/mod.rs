@@ -6,6 +6,7 @@
 pub mod chat_template;
 pub mod config;
 pub mod error;
+pub mod files;
 pub mod gguf;
 pub mod gguf_write;
 pub mod kv;
@@ -20,7 +21,9 @@ pub mod weights;
 #[cfg(test)]
 pub(crate) mod testutil;
 
+pub use config::{Arch, HParams, RopeLayout};
 pub use error::ModelError;
+pub use files::{Format, ModelFiles, TokenizerSource};
 pub use gguf::GgufFile;
 pub use kv::KvCache;
 pub use metadata::{MetaValue, Metadata};
@@ -28,6 +31,7 @@ pub use tensor::Tensor;
 pub use chat_template::{ChatMessage, ChatTemplate, TemplateError};
 pub use tensor_set::TensorSet;
 pub use tokenizer::{Tokenizer, TokenizerError};
+pub use weights::{LayerWeights, ModelWeights};
 
 /// What the layers above need to know of a loaded model.
 #[derive(Clone, Debug)]

@@ -42,6 +42,11 @@ pub fn add_tensors(storage: &Arc<Storage>, file: &Path, set: &mut TensorSet) -> 
         let Some(dtype) = dtype_of(info.dtype) else {
             return Err(ModelError::UnsupportedTensorType { file: file.to_path_buf(), tensor: name, type_id: format!("{:?}", info.dtype) });
         };
+        // The crate multiplies the shape in one order; Tensor::numel must not overflow in its
+        // own, so the product of the non-zero dimensions has to fit as well.
+        if info.shape.iter().try_fold(1usize, |n, &d| n.checked_mul(d.max(1))).is_none() {
+            return Err(ModelError::Corrupt { file: file.to_path_buf(), offset: 8, problem: format!("shape {:?} of tensor {name:?} overflows", info.shape) });
+        }
         let (s, e) = info.data_offsets;
         let (start, end) = (data_start.checked_add(s), data_start.checked_add(e));
         match (start, end) {

@@ -85,3 +85,12 @@ fn corrupt_and_truncated_files_are_errors() {
     std::fs::remove_dir_all(&dir).unwrap();
     std::fs::remove_dir_all(&empty).unwrap();
 }
+
+#[test]
+fn zero_sized_shapes_that_overflow_are_refused() {
+    let header = br#"{"t":{"dtype":"F32","shape":[0,4294967296,4294967296],"data_offsets":[0,0]}}"#;
+    let mut bytes = (header.len() as u64).to_le_bytes().to_vec();
+    bytes.extend_from_slice(header);
+    let e = add_tensors(&Arc::new(Storage::Owned(bytes)), Path::new("z.safetensors"), &mut TensorSet::new()).err().unwrap();
+    assert!(matches!(e, ModelError::Corrupt { .. }) && e.to_string().contains("overflows"), "{e}");
+}
