@@ -191,6 +191,17 @@ fn demo_tokenizer() -> Tokenizer {
     Tokenizer::from_gguf_metadata(&file.metadata).unwrap()
 }
 
+#[test]
+fn demo_model_files_name_the_same_tokenizer() {
+    let files = mtplx_lite::model::ModelFiles::open(demo_model()).unwrap();
+    let t = Tokenizer::from_model_files(&files).unwrap();
+    let direct = demo_tokenizer();
+    assert_eq!(t.eos_tokens(), direct.eos_tokens());
+    assert_eq!(t.chat_template(), direct.chat_template());
+    let text = "Hello, world! 123";
+    assert_eq!(t.encode(text, true).unwrap(), direct.encode(text, true).unwrap());
+}
+
 /// The GGUF path: vocabulary, merges and control tokens read from the file, and `smollm` mapped
 /// to split rules, against the JS implementation fed the same vocabulary with the original
 /// SmolLM2 pre-tokenizer (tests/golden/gguf_tokenizer_json.py).

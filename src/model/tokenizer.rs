@@ -8,6 +8,7 @@ use std::path::{Path, PathBuf};
 
 use tokenizers::Tokenizer as HfTokenizer;
 
+use super::files::{ModelFiles, TokenizerSource};
 use super::metadata::Metadata;
 
 /// Longest text `encode` accepts, in bytes. Far above any context window the server offers (a
@@ -34,6 +35,8 @@ pub const END_OF_TURN_TOKENS: &[&str] = &[
 
 #[derive(Debug)]
 pub enum TokenizerError {
+    /// The model's files carry no tokenizer (no `tokenizer.ggml.*` keys, no tokenizer.json).
+    NoTokenizer { path: PathBuf },
     /// A tokenizer file could not be read.
     Io { path: PathBuf, error: std::io::Error },
     /// A tokenizer file is larger than [`MAX_TOKENIZER_FILE_BYTES`].
@@ -66,6 +69,11 @@ impl std::fmt::Display for TokenizerError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         use TokenizerError::*;
         match self {
+            NoTokenizer { path } => write!(
+                f,
+                "{} has no tokenizer (no tokenizer.ggml.* metadata, no tokenizer.json)",
+                path.display()
+            ),
             Io { path, error } => write!(f, "cannot read {}: {error}", path.display()),
             FileTooLarge { path, size, max } => {
                 write!(
@@ -143,6 +151,28 @@ impl std::fmt::Debug for Tokenizer {
 }
 
 impl Tokenizer {
+    /// The tokenizer a model's files name: GGUF metadata or tokenizer.json. The files' own
+    /// end-of-generation ids (generation_config.json, eot/eom keys) and chat template (from
+    /// wherever the files keep it) are added to what the tokenizer knows.
+    pub fn from_model_files(files: &ModelFiles) -> Result<Self, TokenizerError> {
+        let mut tok = match &files.tokenizer {
+            Some(TokenizerSource::GgufMetadata) => Self::from_gguf_metadata(&files.metadata)?,
+            Some(TokenizerSource::HfJson { tokenizer_json, tokenizer_config }) => {
+                Self::from_json_files(tokenizer_json, tokenizer_config.as_deref())?
+            }
+            None => return Err(TokenizerError::NoTokenizer { path: files.path.clone() }),
+        };
+        for &id in &files.eos_tokens {
+            if (id as usize) < tok.vocab_size && !tok.eos_tokens.contains(&id) {
+                tok.eos_tokens.push(id);
+            }
+        }
+        if let Some(t) = &files.chat_template {
+            tok.chat_template = Some(t.clone());
+        }
+        Ok(tok)
+    }
+
     /// Builds the tokenizer a GGUF file describes (`tokenizer.ggml.*` keys).
     pub fn from_gguf_metadata(meta: &Metadata) -> Result<Self, TokenizerError> {
         super::tokenizer_gguf::build(meta)
