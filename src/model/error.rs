@@ -7,28 +7,88 @@ use std::path::PathBuf;
 #[derive(Debug)]
 pub enum ModelError {
     /// The file or directory could not be opened, read or mapped.
-    Io { file: PathBuf, source: std::io::Error },
+    Io {
+        file: PathBuf,
+        source: std::io::Error,
+    },
     /// The file ends before a structure it announces.
-    Truncated { file: PathBuf, offset: u64, expected: String },
+    Truncated {
+        file: PathBuf,
+        offset: u64,
+        expected: String,
+    },
     /// A structure is present but its content is impossible.
-    Corrupt { file: PathBuf, offset: u64, problem: String },
-    BadMagic { file: PathBuf, found: [u8; 4] },
-    UnsupportedVersion { file: PathBuf, version: u32 },
+    Corrupt {
+        file: PathBuf,
+        offset: u64,
+        problem: String,
+    },
+    BadMagic {
+        file: PathBuf,
+        found: [u8; 4],
+    },
+    UnsupportedVersion {
+        file: PathBuf,
+        version: u32,
+    },
     /// A count or length exceeds a limit (ours, or what the rest of the file could hold).
-    TooLarge { file: PathBuf, offset: u64, what: String, value: u64, limit: u64 },
-    UnknownArchitecture { file: PathBuf, arch: String },
-    UnsupportedTensorType { file: PathBuf, tensor: String, type_id: String },
-    MissingTensor { file: PathBuf, tensor: String },
-    WrongShape { file: PathBuf, tensor: String, expected: Vec<usize>, found: Vec<usize> },
-    DuplicateTensor { file: PathBuf, tensor: String },
+    TooLarge {
+        file: PathBuf,
+        offset: u64,
+        what: String,
+        value: u64,
+        limit: u64,
+    },
+    UnknownArchitecture {
+        file: PathBuf,
+        arch: String,
+    },
+    UnsupportedTensorType {
+        file: PathBuf,
+        tensor: String,
+        type_id: String,
+    },
+    MissingTensor {
+        file: PathBuf,
+        tensor: String,
+    },
+    WrongShape {
+        file: PathBuf,
+        tensor: String,
+        expected: Vec<usize>,
+        found: Vec<usize>,
+    },
+    DuplicateTensor {
+        file: PathBuf,
+        tensor: String,
+    },
     /// A tensor's bytes lie (partly) outside its file.
-    DataOutOfBounds { file: PathBuf, tensor: String, start: u64, end: u64, file_len: u64 },
+    DataOutOfBounds {
+        file: PathBuf,
+        tensor: String,
+        start: u64,
+        end: u64,
+        file_len: u64,
+    },
     /// A hyper-parameter is absent, or out of its valid range.
-    MissingKey { file: PathBuf, key: String },
-    BadValue { file: PathBuf, key: String, problem: String },
-    BadJson { file: PathBuf, problem: String },
+    MissingKey {
+        file: PathBuf,
+        key: String,
+    },
+    BadValue {
+        file: PathBuf,
+        key: String,
+        problem: String,
+    },
+    BadJson {
+        file: PathBuf,
+        problem: String,
+    },
     /// A path that is neither a GGUF file nor a Hugging Face model directory.
-    NotAModel { file: PathBuf, problem: String },
+    NotAModel {
+        file: PathBuf,
+        problem: String,
+    },
 }
 
 impl fmt::Display for ModelError {
@@ -56,7 +116,11 @@ impl fmt::Display for ModelError {
                 write!(f, "{}: unknown architecture {arch:?}; supported: llama, qwen2, qwen3", file.display())
             }
             UnsupportedTensorType { file, tensor, type_id } => {
-                write!(f, "{}: tensor {tensor:?} has unsupported type {type_id}; supported: F32, F16, BF16, Q4_0, Q4_1, Q8_0, Q4_K, Q5_K, Q6_K", file.display())
+                write!(
+                    f,
+                    "{}: tensor {tensor:?} has unsupported type {type_id}; supported: F32, F16, BF16, Q4_0, Q4_1, Q8_0, Q4_K, Q5_K, Q6_K",
+                    file.display()
+                )
             }
             MissingTensor { file, tensor } => write!(f, "{}: missing tensor {tensor:?}", file.display()),
             WrongShape { file, tensor, expected, found } => {
@@ -64,7 +128,11 @@ impl fmt::Display for ModelError {
             }
             DuplicateTensor { file, tensor } => write!(f, "{}: tensor {tensor:?} appears twice", file.display()),
             DataOutOfBounds { file, tensor, start, end, file_len } => {
-                write!(f, "{}: data of tensor {tensor:?} spans bytes {start}..{end}, beyond the end of the file ({file_len} bytes)", file.display())
+                write!(
+                    f,
+                    "{}: data of tensor {tensor:?} spans bytes {start}..{end}, beyond the end of the file ({file_len} bytes)",
+                    file.display()
+                )
             }
             MissingKey { file, key } => write!(f, "{}: missing hyper-parameter {key:?}", file.display()),
             BadValue { file, key, problem } => write!(f, "{}: bad value for {key:?}: {problem}", file.display()),

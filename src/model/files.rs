@@ -186,7 +186,10 @@ fn hf_chat_template(dir: &Path, tokenizer_config: Option<&serde_json::Value>, co
     });
     match named {
         Some(s) => Ok(Some(s.to_string())),
-        None => Err(ModelError::BadJson { file: config_path.to_path_buf(), problem: "\"chat_template\" is neither a string nor a list of {name, template}".into() }),
+        None => Err(ModelError::BadJson {
+            file: config_path.to_path_buf(),
+            problem: "\"chat_template\" is neither a string nor a list of {name, template}".into(),
+        }),
     }
 }
 

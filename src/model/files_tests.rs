@@ -37,7 +37,10 @@ fn hf_directory_with_tokenizer_template_and_generation_config() {
     assert_eq!((m.hparams.arch, m.weights.rope_layout), (Arch::Qwen3, RopeLayout::Neox));
     assert_eq!(
         m.tokenizer,
-        Some(TokenizerSource::HfJson { tokenizer_json: dir.join("tokenizer.json"), tokenizer_config: Some(dir.join("tokenizer_config.json")) })
+        Some(TokenizerSource::HfJson {
+            tokenizer_json: dir.join("tokenizer.json"),
+            tokenizer_config: Some(dir.join("tokenizer_config.json"))
+        })
     );
     assert_eq!(m.chat_template.as_deref(), Some("{{ messages }}"));
     assert_eq!((m.bos_token, m.eos_tokens.clone()), (Some(5), vec![7, 8]));

@@ -181,7 +181,12 @@ impl<'a> Reader<'a> {
             T_STRING => MetaValue::String(self.string(u64::MAX, &what)?),
             T_ARRAY => {
                 if depth >= MAX_ARRAY_DEPTH {
-                    return Err(self.too_large(at, format!("array nesting depth of metadata key {key:?}"), depth as u64 + 1, MAX_ARRAY_DEPTH as u64));
+                    return Err(self.too_large(
+                        at,
+                        format!("array nesting depth of metadata key {key:?}"),
+                        depth as u64 + 1,
+                        MAX_ARRAY_DEPTH as u64,
+                    ));
                 }
                 let elem_ty = self.u32(&|| format!("element type of array {key:?}"))?;
                 let Some(min) = min_value_size(elem_ty) else {
@@ -192,7 +197,12 @@ impl<'a> Reader<'a> {
                 // Checked before allocating: `count` elements need at least `count * min` bytes.
                 let fits = self.remaining() / min;
                 if count > fits {
-                    return Err(self.too_large(count_at, format!("length of array {key:?} (elements of at least {min} bytes in the {} bytes left)", self.remaining()), count, fits));
+                    return Err(self.too_large(
+                        count_at,
+                        format!("length of array {key:?} (elements of at least {min} bytes in the {} bytes left)", self.remaining()),
+                        count,
+                        fits,
+                    ));
                 }
                 self.check_budget(count, count_at)?;
                 let mut items = Vec::with_capacity(count as usize);
@@ -249,7 +259,11 @@ pub fn parse_header(bytes: &[u8], file: &Path) -> Result<GgufHeader, ModelError>
         Some(v) => match v.as_u64() {
             Some(a) if a.is_power_of_two() && a <= u32::MAX as u64 => a as usize,
             _ => {
-                return Err(ModelError::BadValue { file: file.to_path_buf(), key: "general.alignment".into(), problem: format!("{v:?} is not a power of two") });
+                return Err(ModelError::BadValue {
+                    file: file.to_path_buf(),
+                    key: "general.alignment".into(),
+                    problem: format!("{v:?} is not a power of two"),
+                });
             }
         },
     };
@@ -278,19 +292,32 @@ pub fn parse_header(bytes: &[u8], file: &Path) -> Result<GgufHeader, ModelError>
         let Some(dtype) = DType::from_ggml_id(type_id) else {
             return Err(ModelError::UnsupportedTensorType { file: file.to_path_buf(), tensor: name, type_id: format!("id {type_id}") });
         };
-        let mut numel: usize = 1;
+        // The product of the non-zero dimensions must fit: then no partial product, in any
+        // order (Tensor::numel multiplies outermost first), can overflow, even with a zero.
+        let overflow = || r.corrupt(dims_at, format!("dimensions {dims:?} of tensor {name:?} overflow"));
+        let mut nonzero: usize = 1;
         for &d in &dims {
-            numel = usize::try_from(d).ok().and_then(|d| numel.checked_mul(d)).filter(|&n| n <= i64::MAX as usize).ok_or_else(|| {
-                r.corrupt(dims_at, format!("dimensions {dims:?} of tensor {name:?} overflow"))
-            })?;
+            let d = usize::try_from(d).map_err(|_| overflow())?;
+            nonzero = nonzero.checked_mul(d.max(1)).filter(|&n| n <= i64::MAX as usize).ok_or_else(overflow)?;
         }
+        let numel = if dims.contains(&0) { 0 } else { nonzero };
         let inner = dims.first().copied().unwrap_or(1) as usize;
         if !inner.is_multiple_of(dtype.block_len()) {
-            return Err(r.corrupt(dims_at, format!("tensor {name:?} of type {dtype} has rows of {inner} values, not a multiple of its block size {}", dtype.block_len())));
+            return Err(r.corrupt(
+                dims_at,
+                format!(
+                    "tensor {name:?} of type {dtype} has rows of {inner} values, not a multiple of its block size {}",
+                    dtype.block_len()
+                ),
+            ));
         }
-        let len = (numel / dtype.block_len()).checked_mul(dtype.block_bytes()).ok_or_else(|| r.corrupt(dims_at, format!("size of tensor {name:?} overflows")))?;
+        let len = (numel / dtype.block_len())
+            .checked_mul(dtype.block_bytes())
+            .ok_or_else(|| r.corrupt(dims_at, format!("size of tensor {name:?} overflows")))?;
         if !offset.is_multiple_of(alignment as u64) {
-            return Err(r.corrupt(offset_at, format!("data offset {offset} of tensor {name:?} is not a multiple of the alignment {alignment}")));
+            return Err(
+                r.corrupt(offset_at, format!("data offset {offset} of tensor {name:?} is not a multiple of the alignment {alignment}"))
+            );
         }
         let start = (data_offset as u64).checked_add(offset);
         let end = start.and_then(|s| s.checked_add(len as u64));

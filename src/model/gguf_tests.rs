@@ -31,10 +31,7 @@ fn sample() -> GgufWriter {
         .meta("strs", MetaValue::Array(vec![MetaValue::String("a".into()), MetaValue::String("".into())]))
         .meta(
             "nested",
-            MetaValue::Array(vec![
-                MetaValue::Array(vec![MetaValue::I32(1), MetaValue::I32(2)]),
-                MetaValue::Array(vec![MetaValue::I32(3)]),
-            ]),
+            MetaValue::Array(vec![MetaValue::Array(vec![MetaValue::I32(1), MetaValue::I32(2)]), MetaValue::Array(vec![MetaValue::I32(3)])]),
         );
     w.tensor_f32("a", &[2, 3], &[1.0, 2.0, 3.0, 4.0, 5.0, 6.0]);
     w.tensor("q", DType::Q8_0, &[2, 32], vec![7u8; 2 * 34]);
@@ -261,6 +258,15 @@ fn bad_dimensions_and_alignment() {
     let mut w = GgufWriter::new();
     w.tensor_f32("t", &[1 << 40, 1 << 40], &[]);
     assert!(matches!(err_of(w.to_bytes()), ModelError::Corrupt { .. }));
+    // Found by the fuzzer: a zero innermost dimension hid the overflow of the outer ones from
+    // a left-to-right product, but not from Tensor::numel, which multiplies the other way.
+    let mut w = GgufWriter::new();
+    w.tensor_f32("t", &[1 << 40, 1 << 40, 0], &[]);
+    assert!(matches!(err_of(w.to_bytes()), ModelError::Corrupt { .. }));
+    let mut w = GgufWriter::new();
+    w.tensor_f32("empty", &[3, 0], &[]);
+    let f = GgufFile::from_bytes("e.gguf", w.to_bytes()).unwrap();
+    assert_eq!((f.tensors.get("empty").unwrap().numel(), f.tensors.get("empty").unwrap().bytes().len()), (0, 0));
     let mut w = GgufWriter::new();
     w.meta("general.alignment", MetaValue::U32(24));
     assert!(matches!(err_of(w.to_bytes()), ModelError::BadValue { .. }));
@@ -268,7 +274,10 @@ fn bad_dimensions_and_alignment() {
     w.metadata.insert(0, ("general.alignment".into(), MetaValue::U32(64)));
     let f = GgufFile::from_bytes("a64.gguf", w.to_bytes()).unwrap();
     assert_eq!(f.alignment, 64);
-    assert!(f.tensors.iter().all(|t| (t.bytes().as_ptr() as usize - f.tensors.iter().next().unwrap().bytes().as_ptr() as usize).is_multiple_of(64)));
+    assert!(f
+        .tensors
+        .iter()
+        .all(|t| (t.bytes().as_ptr() as usize - f.tensors.iter().next().unwrap().bytes().as_ptr() as usize).is_multiple_of(64)));
 }
 
 #[test]

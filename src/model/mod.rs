@@ -19,6 +19,7 @@ pub mod tensor;
 pub mod tensor_set;
 pub mod tokenizer;
 mod tokenizer_gguf;
+mod tokenizer_spm;
 pub mod weights;
 #[cfg(test)]
 pub(crate) mod testutil;

@@ -42,6 +42,15 @@ pub fn add_tensors(storage: &Arc<Storage>, file: &Path, set: &mut TensorSet) -> 
         let Some(dtype) = dtype_of(info.dtype) else {
             return Err(ModelError::UnsupportedTensorType { file: file.to_path_buf(), tensor: name, type_id: format!("{:?}", info.dtype) });
         };
+        // The crate multiplies the shape in one order; Tensor::numel must not overflow in its
+        // own, so the product of the non-zero dimensions has to fit as well.
+        if info.shape.iter().try_fold(1usize, |n, &d| n.checked_mul(d.max(1))).is_none() {
+            return Err(ModelError::Corrupt {
+                file: file.to_path_buf(),
+                offset: 8,
+                problem: format!("shape {:?} of tensor {name:?} overflows", info.shape),
+            });
+        }
         let (s, e) = info.data_offsets;
         let (start, end) = (data_start.checked_add(s), data_start.checked_add(e));
         match (start, end) {
@@ -76,7 +85,13 @@ fn map_file(path: &Path) -> Result<Arc<Storage>, ModelError> {
 pub fn read_json(path: &Path) -> Result<serde_json::Value, ModelError> {
     let len = std::fs::metadata(path).map_err(|e| ModelError::io(path, e))?.len();
     if len > MAX_JSON_BYTES {
-        return Err(ModelError::TooLarge { file: path.to_path_buf(), offset: 0, what: "JSON file size".into(), value: len, limit: MAX_JSON_BYTES });
+        return Err(ModelError::TooLarge {
+            file: path.to_path_buf(),
+            offset: 0,
+            what: "JSON file size".into(),
+            value: len,
+            limit: MAX_JSON_BYTES,
+        });
     }
     let text = std::fs::read(path).map_err(|e| ModelError::io(path, e))?;
     serde_json::from_slice(&text).map_err(|e| ModelError::BadJson { file: path.to_path_buf(), problem: e.to_string() })
@@ -105,11 +120,16 @@ impl SafetensorsDir {
                 .ok_or_else(|| ModelError::BadJson { file: index.clone(), problem: "no \"weight_map\" object".into() })?;
             let mut shards = BTreeSet::new();
             for (name, shard) in map {
-                let shard = shard.as_str().ok_or_else(|| ModelError::BadJson { file: index.clone(), problem: format!("shard of {name:?} is not a string") })?;
+                let shard = shard
+                    .as_str()
+                    .ok_or_else(|| ModelError::BadJson { file: index.clone(), problem: format!("shard of {name:?} is not a string") })?;
                 // Shards live beside the index: a path that leaves the directory is refused.
                 let p = Path::new(shard);
                 if p.components().count() != 1 || p.file_name().is_none() {
-                    return Err(ModelError::BadJson { file: index.clone(), problem: format!("shard {shard:?} of {name:?} is not a plain file name") });
+                    return Err(ModelError::BadJson {
+                        file: index.clone(),
+                        problem: format!("shard {shard:?} of {name:?} is not a plain file name"),
+                    });
                 }
                 shards.insert(shard.to_string());
             }
@@ -128,7 +148,10 @@ impl SafetensorsDir {
         } else {
             let path = dir.join(SINGLE_FILE);
             if !path.is_file() {
-                return Err(ModelError::NotAModel { file: dir.to_path_buf(), problem: format!("neither {INDEX_FILE} nor {SINGLE_FILE} is there") });
+                return Err(ModelError::NotAModel {
+                    file: dir.to_path_buf(),
+                    problem: format!("neither {INDEX_FILE} nor {SINGLE_FILE} is there"),
+                });
             }
             add_tensors(&map_file(&path)?, &path, &mut tensors)?;
             files.push(path);

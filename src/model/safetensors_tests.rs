@@ -1,5 +1,5 @@
 use super::*;
-use crate::model::testutil::{hf_tensor_list, qwen3_config, tensor_bytes, temp_dir, write_hf_dir, write_safetensors};
+use crate::model::testutil::{hf_tensor_list, qwen3_config, temp_dir, tensor_bytes, write_hf_dir, write_safetensors};
 
 #[test]
 fn single_file_loads_zero_copy_with_hf_names() {
@@ -38,7 +38,10 @@ fn sharded_directory_with_index() {
     index["weight_map"]["model.extra.weight"] = "model-00002-of-00003.safetensors".into();
     std::fs::write(&index_path, serde_json::to_vec(&index).unwrap()).unwrap();
     let e = SafetensorsDir::open(&dir).err().unwrap();
-    assert!(matches!(e, ModelError::MissingTensor { .. }) && e.to_string().contains("model.extra.weight") && e.to_string().contains("00002"), "{e}");
+    assert!(
+        matches!(e, ModelError::MissingTensor { .. }) && e.to_string().contains("model.extra.weight") && e.to_string().contains("00002"),
+        "{e}"
+    );
 
     // A shard path that leaves the directory.
     index["weight_map"]["model.extra.weight"] = "../evil.safetensors".into();
@@ -57,7 +60,10 @@ fn unsupported_dtype_names_the_tensor() {
     let t = vec![("model.weird".to_string(), Dtype::I64, vec![2], vec![0u8; 16])];
     write_safetensors(&dir.join(SINGLE_FILE), &t);
     let e = SafetensorsDir::open(&dir).err().unwrap();
-    assert!(matches!(e, ModelError::UnsupportedTensorType { .. }) && e.to_string().contains("model.weird") && e.to_string().contains("I64"), "{e}");
+    assert!(
+        matches!(e, ModelError::UnsupportedTensorType { .. }) && e.to_string().contains("model.weird") && e.to_string().contains("I64"),
+        "{e}"
+    );
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
@@ -84,4 +90,13 @@ fn corrupt_and_truncated_files_are_errors() {
     assert!(matches!(SafetensorsDir::open(&empty), Err(ModelError::NotAModel { .. })));
     std::fs::remove_dir_all(&dir).unwrap();
     std::fs::remove_dir_all(&empty).unwrap();
+}
+
+#[test]
+fn zero_sized_shapes_that_overflow_are_refused() {
+    let header = br#"{"t":{"dtype":"F32","shape":[0,4294967296,4294967296],"data_offsets":[0,0]}}"#;
+    let mut bytes = (header.len() as u64).to_le_bytes().to_vec();
+    bytes.extend_from_slice(header);
+    let e = add_tensors(&Arc::new(Storage::Owned(bytes)), Path::new("z.safetensors"), &mut TensorSet::new()).err().unwrap();
+    assert!(matches!(e, ModelError::Corrupt { .. }) && e.to_string().contains("overflows"), "{e}");
 }

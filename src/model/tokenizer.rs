@@ -8,6 +8,7 @@ use std::path::{Path, PathBuf};
 
 use tokenizers::Tokenizer as HfTokenizer;
 
+use super::files::{ModelFiles, TokenizerSource};
 use super::metadata::Metadata;
 
 /// Longest text `encode` accepts, in bytes. Far above any context window the server offers (a
@@ -34,6 +35,8 @@ pub const END_OF_TURN_TOKENS: &[&str] = &[
 
 #[derive(Debug)]
 pub enum TokenizerError {
+    /// The model's files carry no tokenizer (no `tokenizer.ggml.*` keys, no tokenizer.json).
+    NoTokenizer { path: PathBuf },
     /// A tokenizer file could not be read.
     Io { path: PathBuf, error: std::io::Error },
     /// A tokenizer file is larger than [`MAX_TOKENIZER_FILE_BYTES`].
@@ -66,9 +69,18 @@ impl std::fmt::Display for TokenizerError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         use TokenizerError::*;
         match self {
+            NoTokenizer { path } => write!(
+                f,
+                "{} has no tokenizer (no tokenizer.ggml.* metadata, no tokenizer.json)",
+                path.display()
+            ),
             Io { path, error } => write!(f, "cannot read {}: {error}", path.display()),
             FileTooLarge { path, size, max } => {
-                write!(f, "{} is {size} bytes, more than the {max} a tokenizer file may be", path.display())
+                write!(
+                    f,
+                    "{} is {size} bytes, more than the {max} a tokenizer file may be",
+                    path.display()
+                )
             }
             BadJson { what, detail } => write!(f, "invalid {what}: {detail}"),
             MissingKey { key, expected } => {
@@ -76,7 +88,8 @@ impl std::fmt::Display for TokenizerError {
             }
             UnsupportedModel { model } => write!(
                 f,
-                "tokenizer.ggml.model is '{model}'; only 'gpt2' (byte-level BPE) is supported"
+                "tokenizer.ggml.model is '{model}'; supported are 'gpt2' (byte-level BPE) and \
+                 'llama' (SentencePiece BPE)"
             ),
             UnknownPreTokenizer { name } => write!(
                 f,
@@ -98,7 +111,10 @@ impl std::fmt::Display for TokenizerError {
             }
             Build { detail } => write!(f, "cannot build the tokenizer: {detail}"),
             TextTooLong { len, max } => {
-                write!(f, "text of {len} bytes is longer than the {max} bytes the tokenizer accepts")
+                write!(
+                    f,
+                    "text of {len} bytes is longer than the {max} bytes the tokenizer accepts"
+                )
             }
             Encode { detail } => write!(f, "cannot encode the text: {detail}"),
         }
@@ -135,6 +151,28 @@ impl std::fmt::Debug for Tokenizer {
 }
 
 impl Tokenizer {
+    /// The tokenizer a model's files name: GGUF metadata or tokenizer.json. The files' own
+    /// end-of-generation ids (generation_config.json, eot/eom keys) and chat template (from
+    /// wherever the files keep it) are added to what the tokenizer knows.
+    pub fn from_model_files(files: &ModelFiles) -> Result<Self, TokenizerError> {
+        let mut tok = match &files.tokenizer {
+            Some(TokenizerSource::GgufMetadata) => Self::from_gguf_metadata(&files.metadata)?,
+            Some(TokenizerSource::HfJson { tokenizer_json, tokenizer_config }) => {
+                Self::from_json_files(tokenizer_json, tokenizer_config.as_deref())?
+            }
+            None => return Err(TokenizerError::NoTokenizer { path: files.path.clone() }),
+        };
+        for &id in &files.eos_tokens {
+            if (id as usize) < tok.vocab_size && !tok.eos_tokens.contains(&id) {
+                tok.eos_tokens.push(id);
+            }
+        }
+        if let Some(t) = &files.chat_template {
+            tok.chat_template = Some(t.clone());
+        }
+        Ok(tok)
+    }
+
     /// Builds the tokenizer a GGUF file describes (`tokenizer.ggml.*` keys).
     pub fn from_gguf_metadata(meta: &Metadata) -> Result<Self, TokenizerError> {
         super::tokenizer_gguf::build(meta)
@@ -202,7 +240,8 @@ impl Tokenizer {
         tok.finish_special_tokens();
         // The config's flags are honoured only where the post-processor does not already add
         // the token (transformers rewrites the post-processor to the same effect).
-        let probe = tok.inner.encode_fast("", true).map(|e| e.get_ids().to_vec()).unwrap_or_default();
+        let probe =
+            tok.inner.encode_fast("", true).map(|e| e.get_ids().to_vec()).unwrap_or_default();
         tok.add_bos = flag("add_bos_token") && bos.is_some() && probe.first() != bos.as_ref();
         tok.add_eos = flag("add_eos_token") && eos.is_some() && probe.last() != eos.as_ref();
         Ok(tok)

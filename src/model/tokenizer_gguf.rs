@@ -8,7 +8,9 @@ use tokenizers::decoders::byte_level::ByteLevel;
 use tokenizers::models::bpe::BPE;
 use tokenizers::pre_tokenizers::sequence::Sequence;
 use tokenizers::pre_tokenizers::split::{Split, SplitPattern};
-use tokenizers::{AddedToken, PreTokenizerWrapper, SplitDelimiterBehavior, Tokenizer as HfTokenizer};
+use tokenizers::{
+    AddedToken, PreTokenizerWrapper, SplitDelimiterBehavior, Tokenizer as HfTokenizer,
+};
 
 use super::metadata::Metadata;
 use super::tokenizer::{Tokenizer, TokenizerError};
@@ -17,12 +19,13 @@ use super::tokenizer::{Tokenizer, TokenizerError};
 pub const MAX_VOCAB: usize = 4 << 20;
 
 /// GGUF token types (llama.cpp's `llama_token_type`).
-const TOKEN_TYPE_CONTROL: i64 = 3;
+const TOKEN_TYPE_UNKNOWN: i64 = 2;
+pub(super) const TOKEN_TYPE_CONTROL: i64 = 3;
 const TOKEN_TYPE_USER_DEFINED: i64 = 4;
+pub(super) const TOKEN_TYPE_BYTE: i64 = 6;
 
 /// GPT-2's split rule (also the one `ByteLevel(use_regex = true)` applies).
-const RE_GPT2: &str =
-    r"'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+";
+const RE_GPT2: &str = r"'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+";
 /// Llama 3's rule: numbers in groups of up to three, a letter run may take one leading symbol.
 const RE_LLAMA3: &str = r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+";
 /// Qwen 2/3's rule: as Llama 3's, but every digit alone.
@@ -76,10 +79,37 @@ const PRE_TOKENIZERS: &[(&[&str], PreRules)] = &[
 
 /// Every `tokenizer.ggml.pre` value we understand, for error messages.
 pub const KNOWN_PRE_TOKENIZERS: &[&str] = &[
-    "llama3", "llama-v3", "llama-bpe", "falcon3", "dbrx", "smaug-bpe", "chatglm-bpe", "glm4",
-    "qwen2", "qwen2.5", "qwen-2.5", "deepseek-r1-qwen", "megrez", "stablelm2", "hunyuan",
-    "smollm", "starcoder", "refact", "command-r", "codeshell", "exaone", "minerva-7b", "gpt-2",
-    "gpt2", "phi-2", "mpt", "olmo", "jais", "roberta-bpe", "exaone4", "default",
+    "llama3",
+    "llama-v3",
+    "llama-bpe",
+    "falcon3",
+    "dbrx",
+    "smaug-bpe",
+    "chatglm-bpe",
+    "glm4",
+    "qwen2",
+    "qwen2.5",
+    "qwen-2.5",
+    "deepseek-r1-qwen",
+    "megrez",
+    "stablelm2",
+    "hunyuan",
+    "smollm",
+    "starcoder",
+    "refact",
+    "command-r",
+    "codeshell",
+    "exaone",
+    "minerva-7b",
+    "gpt-2",
+    "gpt2",
+    "phi-2",
+    "mpt",
+    "olmo",
+    "jais",
+    "roberta-bpe",
+    "exaone4",
+    "default",
 ];
 
 fn pre_rules(name: &str) -> Option<&'static PreRules> {
@@ -87,17 +117,9 @@ fn pre_rules(name: &str) -> Option<&'static PreRules> {
 }
 
 pub(super) fn build(meta: &Metadata) -> Result<Tokenizer, TokenizerError> {
-    let model = meta.get_str("tokenizer.ggml.model").ok_or(TokenizerError::MissingKey {
-        key: "tokenizer.ggml.model",
-        expected: "a string",
-    })?;
-    if model != "gpt2" {
-        return Err(TokenizerError::UnsupportedModel { model: model.to_owned() });
-    }
-    let pre_name = meta.get_str("tokenizer.ggml.pre").unwrap_or("default");
-    let rules = pre_rules(pre_name)
-        .ok_or_else(|| TokenizerError::UnknownPreTokenizer { name: pre_name.to_owned() })?;
-
+    let model = meta
+        .get_str("tokenizer.ggml.model")
+        .ok_or(TokenizerError::MissingKey { key: "tokenizer.ggml.model", expected: "a string" })?;
     let tokens = meta.get_strings("tokenizer.ggml.tokens").ok_or(TokenizerError::MissingKey {
         key: "tokenizer.ggml.tokens",
         expected: "an array of strings",
@@ -107,48 +129,28 @@ pub(super) fn build(meta: &Metadata) -> Result<Tokenizer, TokenizerError> {
         return Err(TokenizerError::BadVocabSize { len: n, max: MAX_VOCAB });
     }
     let types = token_types(meta, n)?;
-    let merges = meta.get_strings("tokenizer.ggml.merges").ok_or(TokenizerError::MissingKey {
-        key: "tokenizer.ggml.merges",
-        expected: "an array of strings",
-    })?;
-
     // As llama.cpp: an empty entry gets a placeholder name; a repeated one maps to its last id.
     let texts: Vec<String> = tokens
         .iter()
         .enumerate()
         .map(|(i, t)| if t.is_empty() { format!("[EMPTY_{i}]") } else { (*t).to_owned() })
         .collect();
-    let mut vocab: AHashMap<String, u32> = AHashMap::with_capacity(n);
-    for (i, t) in texts.iter().enumerate() {
-        vocab.insert(t.clone(), i as u32);
-    }
-    let mut pairs = Vec::with_capacity(merges.len());
-    for (index, m) in merges.iter().enumerate() {
-        // The separator is the first space after the first character: a token may itself be
-        // a space in vocabularies that do not spell it `Ġ`.
-        let split = m.char_indices().skip(1).find(|&(_, c)| c == ' ').map(|(i, _)| i);
-        match split {
-            Some(i) => pairs.push((m[..i].to_owned(), m[i + 1..].to_owned())),
-            None => return Err(TokenizerError::BadMerge { index, merge: (*m).to_owned() }),
-        }
-    }
-    let bpe = BPE::builder()
-        .vocab_and_merges(vocab, pairs)
-        .ignore_merges(rules.ignore_merges)
-        .build()
-        .map_err(|e| TokenizerError::Build { detail: e.to_string() })?;
 
-    let mut inner = HfTokenizer::new(bpe);
-    inner.with_pre_tokenizer(Some(pre_tokenizer(rules)?));
-    inner.with_decoder(Some(ByteLevel::new(false, false, false)));
+    let (mut inner, add_bos_default) = match model {
+        "gpt2" => byte_level_bpe(meta, &texts)?,
+        "llama" => (super::tokenizer_spm::sentencepiece_bpe(meta, &texts, types.as_deref())?, true),
+        _ => return Err(TokenizerError::UnsupportedModel { model: model.to_owned() }),
+    };
 
-    // Control and user-defined tokens are matched whole in the text, before any splitting,
-    // as llama.cpp does when it parses special tokens.
+    // Control, unknown and user-defined tokens are matched whole in the text, before any
+    // splitting, as llama.cpp does when it parses special tokens.
     let mut special = Vec::new();
     let mut user = Vec::new();
     for (i, t) in texts.iter().enumerate() {
         match types.as_ref().map(|ty| ty[i]) {
-            Some(TOKEN_TYPE_CONTROL) => special.push(AddedToken::from(t.clone(), true)),
+            Some(TOKEN_TYPE_CONTROL | TOKEN_TYPE_UNKNOWN) => {
+                special.push(AddedToken::from(t.clone(), true))
+            }
             Some(TOKEN_TYPE_USER_DEFINED) => {
                 user.push(AddedToken::from(t.clone(), false).normalized(false))
             }
@@ -176,7 +178,7 @@ pub(super) fn build(meta: &Metadata) -> Result<Tokenizer, TokenizerError> {
         Some(super::metadata::MetaValue::Bool(b)) => *b,
         _ => default,
     };
-    let add_bos = flag("tokenizer.ggml.add_bos_token", rules.add_bos_default) && bos.is_some();
+    let add_bos = flag("tokenizer.ggml.add_bos_token", add_bos_default) && bos.is_some();
     let add_eos = flag("tokenizer.ggml.add_eos_token", false) && eos.is_some();
 
     let mut tok = Tokenizer {
@@ -197,6 +199,44 @@ pub(super) fn build(meta: &Metadata) -> Result<Tokenizer, TokenizerError> {
         }
     }
     Ok(tok)
+}
+
+/// Byte-level BPE (`tokenizer.ggml.model = gpt2`): merges from the file, the split rules that
+/// `tokenizer.ggml.pre` names. Returns the tokenizer and whether bos is added by default.
+fn byte_level_bpe(
+    meta: &Metadata,
+    texts: &[String],
+) -> Result<(HfTokenizer, bool), TokenizerError> {
+    let pre_name = meta.get_str("tokenizer.ggml.pre").unwrap_or("default");
+    let rules = pre_rules(pre_name)
+        .ok_or_else(|| TokenizerError::UnknownPreTokenizer { name: pre_name.to_owned() })?;
+    let merges = meta.get_strings("tokenizer.ggml.merges").ok_or(TokenizerError::MissingKey {
+        key: "tokenizer.ggml.merges",
+        expected: "an array of strings",
+    })?;
+    let mut vocab: AHashMap<String, u32> = AHashMap::with_capacity(texts.len());
+    for (i, t) in texts.iter().enumerate() {
+        vocab.insert(t.clone(), i as u32);
+    }
+    let mut pairs = Vec::with_capacity(merges.len());
+    for (index, m) in merges.iter().enumerate() {
+        // The separator is the first space after the first character: a token may itself be
+        // a space in vocabularies that do not spell it `Ġ`.
+        let split = m.char_indices().skip(1).find(|&(_, c)| c == ' ').map(|(i, _)| i);
+        match split {
+            Some(i) => pairs.push((m[..i].to_owned(), m[i + 1..].to_owned())),
+            None => return Err(TokenizerError::BadMerge { index, merge: (*m).to_owned() }),
+        }
+    }
+    let bpe = BPE::builder()
+        .vocab_and_merges(vocab, pairs)
+        .ignore_merges(rules.ignore_merges)
+        .build()
+        .map_err(|e| TokenizerError::Build { detail: e.to_string() })?;
+    let mut inner = HfTokenizer::new(bpe);
+    inner.with_pre_tokenizer(Some(pre_tokenizer(rules)?));
+    inner.with_decoder(Some(ByteLevel::new(false, false, false)));
+    Ok((inner, rules.add_bos_default))
 }
 
 /// The split rules in order, then the byte-to-printable mapping of byte-level BPE.
@@ -221,13 +261,8 @@ fn token_types(meta: &Metadata, n: usize) -> Result<Option<Vec<i64>>, TokenizerE
     if arr.len() != n {
         return Err(TokenizerError::LengthMismatch { key: KEY, len: arr.len(), expected: n });
     }
-    arr.iter()
-        .map(|t| t.as_i64())
-        .collect::<Option<Vec<_>>>()
-        .map(Some)
-        .ok_or_else(bad)
+    arr.iter().map(|t| t.as_i64()).collect::<Option<Vec<_>>>().map(Some).ok_or_else(bad)
 }
-
 
 #[cfg(test)]
 mod tests {
@@ -235,8 +270,29 @@ mod tests {
     use crate::model::MetaValue;
 
     const VOCAB: &[&str] = &[
-        "<|endoftext|>", "<|im_start|>", "<|im_end|>", "h", "e", "l", "o", "Ġ", "w", "r", "d",
-        "1", "2", "he", "ll", "hell", "hello", "Ġw", "or", "Ġwor", "12", "Ċ", "Ġworld",
+        "<|endoftext|>",
+        "<|im_start|>",
+        "<|im_end|>",
+        "h",
+        "e",
+        "l",
+        "o",
+        "Ġ",
+        "w",
+        "r",
+        "d",
+        "1",
+        "2",
+        "he",
+        "ll",
+        "hell",
+        "hello",
+        "Ġw",
+        "or",
+        "Ġwor",
+        "12",
+        "Ċ",
+        "Ġworld",
     ];
     const MERGES: &[&str] = &["h e", "l l", "he ll", "hell o", "Ġ w", "o r", "Ġw or", "1 2"];
 
@@ -334,7 +390,7 @@ mod tests {
         assert!(e.to_string().contains("'no-such-pre'"), "{e}");
 
         let mut m = meta("smollm");
-        set(&mut m, "tokenizer.ggml.model", MetaValue::String("llama".into()));
+        set(&mut m, "tokenizer.ggml.model", MetaValue::String("bert".into()));
         assert!(matches!(build_err(&m), TokenizerError::UnsupportedModel { .. }));
 
         let mut m = meta("smollm");
@@ -391,10 +447,8 @@ mod tests {
     #[test]
     fn split_rules_match_the_original_pre_tokenizers() {
         use tokenizers::pre_tokenizers::digits::Digits;
-        let starcoder = Sequence::new(vec![
-            Digits::new(true).into(),
-            ByteLevel::new(false, true, true).into(),
-        ]);
+        let starcoder =
+            Sequence::new(vec![Digits::new(true).into(), ByteLevel::new(false, true, true).into()]);
         let gpt2 = ByteLevel::new(false, true, true);
         let texts = [
             "Hello, world! 123 and 4.56",

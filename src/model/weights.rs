@@ -164,15 +164,25 @@ struct Picker<'a> {
 
 impl Picker<'_> {
     fn get(&self, name: &str, shape: &[usize]) -> Result<Tensor, ModelError> {
-        let t = self.tensors.get(name).ok_or_else(|| ModelError::MissingTensor { file: self.file.to_path_buf(), tensor: name.to_string() })?;
+        let t =
+            self.tensors.get(name).ok_or_else(|| ModelError::MissingTensor { file: self.file.to_path_buf(), tensor: name.to_string() })?;
         if t.shape != shape {
-            return Err(ModelError::WrongShape { file: self.file.to_path_buf(), tensor: name.to_string(), expected: shape.to_vec(), found: t.shape.clone() });
+            return Err(ModelError::WrongShape {
+                file: self.file.to_path_buf(),
+                tensor: name.to_string(),
+                expected: shape.to_vec(),
+                found: t.shape.clone(),
+            });
         }
         Ok(t.clone())
     }
 
     fn opt(&self, want: bool, name: &str, shape: &[usize]) -> Result<Option<Tensor>, ModelError> {
-        if want { self.get(name, shape).map(Some) } else { Ok(None) }
+        if want {
+            self.get(name, shape).map(Some)
+        } else {
+            Ok(None)
+        }
     }
 }
 

