@@ -163,6 +163,9 @@ pub fn write_header(out: &mut Vec<u8>, fmt: Format, name: &str, kind: Kind, unit
 
 /// Escape HELP text: `\` and newline always, `"` too in OpenMetrics.
 pub fn escape_help(help: &str, fmt: Format, out: &mut Vec<u8>) {
+    if !help.bytes().any(|b| matches!(b, b'\\' | b'\n' | b'"')) {
+        return out.extend_from_slice(help.as_bytes());
+    }
     for b in help.bytes() {
         match b {
             b'\\' => out.extend_from_slice(b"\\\\"),

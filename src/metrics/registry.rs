@@ -4,10 +4,11 @@
 //! families index by [`RouteId`]; `{position}` by the draft position; the three-label
 //! `http_requests_total{method,route,status}` uses a lock-free open-addressed table of
 //! [`HTTP_CELLS`] cells keyed by the packed (route, method, status), claimed with one CAS the
-//! first time a combination appears. Recording therefore never takes a lock and never
+//! first time a combination appears; claimed cells are also appended to an index list so that
+//! rendering visits only them, in the order they appeared. Recording therefore never takes a lock and never
 //! allocates; rendering walks the arrays.
 
-use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicI64, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 
 use super::routes::{RouteId, ROUTE_SLOTS};
 
@@ -110,6 +111,9 @@ const CLAIMED: u64 = 1 << 63;
 pub struct HttpCounter {
     keys: Box<[AtomicU64]>,
     values: Box<[AtomicU64]>,
+    /// Claimed cell indices + 1, in claim order (0: claimed but not yet published).
+    order: Box<[AtomicU32]>,
+    claimed: AtomicUsize,
     overflow: AtomicU64,
 }
 
@@ -118,6 +122,8 @@ impl Default for HttpCounter {
         HttpCounter {
             keys: (0..HTTP_CELLS).map(|_| AtomicU64::new(0)).collect(),
             values: (0..HTTP_CELLS).map(|_| AtomicU64::new(0)).collect(),
+            order: (0..HTTP_CELLS).map(|_| AtomicU32::new(0)).collect(),
+            claimed: AtomicUsize::new(0),
             overflow: AtomicU64::new(0),
         }
     }
@@ -153,6 +159,8 @@ impl HttpCounter {
             if k == 0 {
                 match self.keys[i].compare_exchange(0, key, Ordering::AcqRel, Ordering::Acquire) {
                     Ok(_) => {
+                        let n = self.claimed.fetch_add(1, Ordering::AcqRel);
+                        self.order[n].store(i as u32 + 1, Ordering::Release);
                         self.values[i].fetch_add(1, Ordering::Relaxed);
                         return;
                     }
@@ -176,16 +184,25 @@ impl HttpCounter {
             .map_or(0, |i| self.values[i].load(Ordering::Relaxed))
     }
 
+    /// Visit every claimed cell with its value, in the order the cells were first claimed (a
+    /// cell claimed during the walk may be left for the next one).
+    pub fn for_each(&self, mut f: impl FnMut(HttpCell, u64)) {
+        let n = self.claimed.load(Ordering::Acquire).min(HTTP_CELLS);
+        for slot in &self.order[..n] {
+            let i = slot.load(Ordering::Acquire);
+            if i == 0 {
+                continue;
+            }
+            let i = i as usize - 1;
+            f(unpack(self.keys[i].load(Ordering::Acquire)), self.values[i].load(Ordering::Relaxed));
+        }
+    }
+
     /// Every claimed cell with its value, into `out` (cleared first), sorted by route, method,
-    /// status so that the exposition is stable.
+    /// status.
     pub fn snapshot(&self, out: &mut Vec<(HttpCell, u64)>) {
         out.clear();
-        for (k, v) in self.keys.iter().zip(self.values.iter()) {
-            let k = k.load(Ordering::Acquire);
-            if k != 0 {
-                out.push((unpack(k), v.load(Ordering::Relaxed)));
-            }
-        }
+        self.for_each(|c, v| out.push((c, v)));
         out.sort_unstable_by_key(|(c, _)| *c);
     }
 

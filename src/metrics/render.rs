@@ -113,9 +113,7 @@ impl Metrics {
     fn render_seed003(&self, o: &mut Out<'_>) {
         let name = "http_requests_total";
         o.head(name, Kind::Counter, None, help::HTTP_REQUESTS);
-        let mut cells = self.scratch.lock().unwrap_or_else(|e| e.into_inner());
-        self.http_requests_total.snapshot(&mut cells);
-        for (cell, v) in cells.iter() {
+        self.http_requests_total.for_each(|cell, v| {
             o.put("http_requests_total{method=\"");
             o.put(METHODS[(cell.method as usize).min(METHODS.len() - 1)]);
             o.put("\",route=\"");
@@ -123,10 +121,9 @@ impl Metrics {
             o.put("\",status=\"");
             write_u64(o.buf, cell.status as u64);
             o.put("\"} ");
-            write_u64(o.buf, *v);
+            write_u64(o.buf, v);
             o.buf.push(b'\n');
-        }
-        drop(cells);
+        });
         let overflow = self.http_requests_total.overflow();
         if overflow > 0 {
             o.put("http_requests_total{method=\"other\",route=\"other\",status=\"other\"} ");

@@ -3,7 +3,7 @@
 //! Names, labels and HELP meanings follow seed 003 (the user's contract); bucket bounds are
 //! listed here and in `docs/metrics.md`.
 
-use std::sync::{Arc, Mutex, RwLock};
+use std::sync::{Arc, RwLock};
 
 use super::histogram::{Histogram, HistogramSpec};
 use super::registry::{method_index, Counter, Gauge, HttpCounter, PositionCounter, RouteCounter};
@@ -99,8 +99,6 @@ pub struct Metrics {
 
     /// The per-request records; its `dropped` is `mtplx_metrics_stream_dropped_total`.
     pub requests: RequestLog,
-
-    pub(crate) scratch: Mutex<Vec<(super::registry::HttpCell, u64)>>,
 }
 
 /// Decrements `http_requests_in_flight` when dropped (also on panic or cancellation).
@@ -144,7 +142,6 @@ impl Metrics {
             llm_decode_tokens_per_second: Histogram::new(TOK_S),
             llm_inter_token_latency_seconds: Histogram::new(SECONDS(INTER_TOKEN_BUCKETS)),
             requests: RequestLog::new(history),
-            scratch: Mutex::new(Vec::new()),
         }
     }
 
