@@ -276,6 +276,12 @@ mod tests {
     }
 
     #[test]
+    fn metrics_is_shareable_across_threads() {
+        fn assert_sync<T: Send + Sync>() {}
+        assert_sync::<Metrics>();
+    }
+
+    #[test]
     fn clock_never_runs_backwards() {
         let m = Metrics::new(1, BuildInfo::default());
         let t0 = Instant::now();

@@ -152,6 +152,9 @@ impl Histogram {
         m.reset();
         for s in self.stripes.iter() {
             let s = s.lock().unwrap_or_else(|e| e.into_inner());
+            if s.is_empty() {
+                continue;
+            }
             // Same bounds on both sides, so adding cannot fail.
             let _ = m.add(&*s);
         }
