@@ -10,7 +10,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use mtplx_lite::metrics::{
-    negotiate_stream, BuildInfo, FinishStatus, GenerationClock, GenerationOutcome, Metrics, SpecStats,
+    negotiate_stream, BuildInfo, FinishStatus, GenerationClock, GenerationOutcome, Metrics,
+    SpecStats,
 };
 
 const SEED_000_STREAM_CLIENT: &str = r#"
@@ -44,7 +45,10 @@ fn serve_one(listener: TcpListener, metrics: Arc<Metrics>) -> std::thread::JoinH
             }
             head.push_str(&line);
         }
-        let accept = head.lines().find_map(|l| l.strip_prefix("Accept: ").or_else(|| l.strip_prefix("accept: ")));
+        let accept = head.lines().find_map(|l| {
+            l.strip_prefix("Accept: ")
+                .or_else(|| l.strip_prefix("accept: "))
+        });
         let format = negotiate_stream(accept);
         let sub = metrics.requests.subscribe(None);
         write!(sock, "HTTP/1.1 200 OK\r\nContent-Type: {}\r\nCache-Control: no-cache\r\nConnection: close\r\n\r\n", format.content_type()).unwrap();
@@ -64,9 +68,21 @@ fn generation(m: &Metrics, i: u64, drafted: u64) {
     let mut clock = GenerationClock::start_at(t0);
     clock.token_at(t0 + Duration::from_millis(100), m);
     clock.finish_at(t0 + Duration::from_millis(1000));
-    let mut o = GenerationOutcome::new(format!("req-{i}"), "/v1/chat/completions", "smol", FinishStatus::Done, clock);
+    let mut o = GenerationOutcome::new(
+        format!("req-{i}"),
+        "/v1/chat/completions",
+        "smol",
+        FinishStatus::Done,
+        clock,
+    );
     o.completion_tokens = 10 * (i + 1);
-    o.spec = SpecStats { mtp_depth: 1, drafted_tokens: drafted, accepted_tokens: drafted / 2, verify_calls: drafted, accepted_by_depth: vec![drafted / 2] };
+    o.spec = SpecStats {
+        mtp_depth: 1,
+        drafted_tokens: drafted,
+        accepted_tokens: drafted / 2,
+        verify_calls: drafted,
+        accepted_by_depth: vec![drafted / 2],
+    };
     m.record_generation(o);
 }
 
@@ -94,8 +110,15 @@ fn seed_000_stream_reader_prints_real_values() {
     metrics.requests.close_subscribers();
     let out = client.wait_with_output().unwrap();
     let head = server.join().unwrap();
-    assert!(head.starts_with("GET /v1/mtplx/metrics/stream HTTP/1.1"), "{head}");
-    assert!(out.status.success(), "client failed: {}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        head.starts_with("GET /v1/mtplx/metrics/stream HTTP/1.1"),
+        "{head}"
+    );
+    assert!(
+        out.status.success(),
+        "client failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let printed = String::from_utf8(out.stdout).unwrap();
     // tok_s = completion_tokens / ttlt_s with ttlt_s = 1 s; accept_rate = accepted / drafted.
     assert_eq!(printed, "tok_s=10.0, accept_rate=0.00\ntok_s=20.0, accept_rate=0.50\ntok_s=30.0, accept_rate=0.50\n");

@@ -33,7 +33,9 @@ fn unescape_help(s: &str) -> Option<String> {
 }
 
 fuzz_target!(|data: &[u8]| {
-    let Ok(value) = std::str::from_utf8(data) else { return };
+    let Ok(value) = std::str::from_utf8(data) else {
+        return;
+    };
 
     // Escape alone, then parse back.
     let mut esc = String::new();
@@ -52,7 +54,10 @@ fuzz_target!(|data: &[u8]| {
         let mut out = Vec::new();
         m.render_with(fmt, &mut out, &stats);
         let text = std::str::from_utf8(&out).expect("exposition is UTF-8");
-        let line = text.lines().find(|l| l.starts_with("mtplx_build_info{")).expect("build info line");
+        let line = text
+            .lines()
+            .find(|l| l.starts_with("mtplx_build_info{"))
+            .expect("build info line");
         let after = line.split_once(",model=\"").expect("model label").1;
         let (model, rest) = parse_label_value(after).expect("model label parses");
         assert_eq!(model, value);
@@ -68,7 +73,13 @@ fuzz_target!(|data: &[u8]| {
         let h = String::from_utf8(h).unwrap();
         assert!(!h.contains('\n'));
         if fmt == Format::OpenMetrics {
-            assert!(h.replace("\\\\", "").replace("\\\"", "").find('"').is_none(), "bare quote in HELP");
+            assert!(
+                h.replace("\\\\", "")
+                    .replace("\\\"", "")
+                    .find('"')
+                    .is_none(),
+                "bare quote in HELP"
+            );
         }
         assert_eq!(unescape_help(&h).as_deref(), Some(value));
     }

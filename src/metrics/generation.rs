@@ -28,7 +28,13 @@ impl GenerationClock {
     }
 
     pub fn start_at(start: Instant) -> GenerationClock {
-        GenerationClock { start, admitted: None, first_token: None, last_token: None, end: None }
+        GenerationClock {
+            start,
+            admitted: None,
+            first_token: None,
+            last_token: None,
+            end: None,
+        }
     }
 
     /// The decode thread picked the job up (the end of `queue_s`).
@@ -46,7 +52,9 @@ impl GenerationClock {
     pub fn token_at(&mut self, at: Instant, metrics: &Metrics) {
         let at = at.max(self.last_token.unwrap_or(self.start));
         if let Some(prev) = self.last_token {
-            metrics.llm_inter_token_latency_seconds.observe_duration(at - prev);
+            metrics
+                .llm_inter_token_latency_seconds
+                .observe_duration(at - prev);
         } else {
             self.first_token = Some(at);
         }
@@ -69,7 +77,9 @@ impl GenerationClock {
 
     /// Time to the terminal state (now, if `finish` was not called).
     pub fn ttlt(&self) -> Duration {
-        self.end.unwrap_or_else(|| Instant::now().max(self.last_token.unwrap_or(self.start))) - self.start
+        self.end
+            .unwrap_or_else(|| Instant::now().max(self.last_token.unwrap_or(self.start)))
+            - self.start
     }
 
     pub fn queue(&self) -> Duration {
@@ -115,7 +125,13 @@ pub struct GenerationOutcome {
 
 impl GenerationOutcome {
     /// An outcome with zero counts, for the caller to fill in.
-    pub fn new(request_id: impl Into<String>, route: &str, model: &str, status: FinishStatus, clock: GenerationClock) -> Self {
+    pub fn new(
+        request_id: impl Into<String>,
+        route: &str,
+        model: &str,
+        status: FinishStatus,
+        clock: GenerationClock,
+    ) -> Self {
         GenerationOutcome {
             request_id: request_id.into(),
             route: route.into(),
@@ -165,10 +181,13 @@ impl Metrics {
         self.llm_generation_tokens_total.add(o.completion_tokens);
         let s = &o.spec;
         self.llm_spec_decode_num_drafts_total.add(s.verify_calls);
-        self.llm_spec_decode_num_draft_tokens_total.add(s.drafted_tokens);
-        self.llm_spec_decode_num_accepted_tokens_total.add(s.accepted_tokens);
+        self.llm_spec_decode_num_draft_tokens_total
+            .add(s.drafted_tokens);
+        self.llm_spec_decode_num_accepted_tokens_total
+            .add(s.accepted_tokens);
         for (pos, n) in s.accepted_by_depth.iter().enumerate() {
-            self.llm_spec_decode_num_accepted_tokens_per_pos_total.add(pos, *n);
+            self.llm_spec_decode_num_accepted_tokens_per_pos_total
+                .add(pos, *n);
         }
 
         let ttlt_s = ttlt.as_secs_f64();
@@ -183,9 +202,16 @@ impl Metrics {
             .map(|d| d.as_secs_f64())
             .or_else(|| ttft.map(|t| t.saturating_sub(queue).as_secs_f64()))
             .unwrap_or(0.0);
-        let prefilled = if o.prefix == PrefixCommit::default() { o.prompt_tokens } else { o.prefix.prefilled_tokens };
-        let accept_rate =
-            if s.drafted_tokens == 0 { 0.0 } else { s.accepted_tokens as f64 / s.drafted_tokens as f64 };
+        let prefilled = if o.prefix == PrefixCommit::default() {
+            o.prompt_tokens
+        } else {
+            o.prefix.prefilled_tokens
+        };
+        let accept_rate = if s.drafted_tokens == 0 {
+            0.0
+        } else {
+            s.accepted_tokens as f64 / s.drafted_tokens as f64
+        };
 
         let record = RequestRecord {
             seq: 0,
@@ -233,12 +259,19 @@ mod tests {
         clock.token_at(t0 + Duration::from_millis(70), &m);
         clock.token_at(t0 + Duration::from_millis(90), &m);
         clock.finish_at(t0 + Duration::from_millis(150));
-        let mut o = GenerationOutcome::new("r1", "/v1/chat/completions", "m", FinishStatus::Done, clock);
+        let mut o =
+            GenerationOutcome::new("r1", "/v1/chat/completions", "m", FinishStatus::Done, clock);
         o.prompt_tokens = 20;
         o.completion_tokens = 11;
         o.question_chars = Some(12);
         o.answer_chars = 40;
-        o.spec = SpecStats { mtp_depth: 2, drafted_tokens: 8, accepted_tokens: 6, verify_calls: 4, accepted_by_depth: vec![4, 2] };
+        o.spec = SpecStats {
+            mtp_depth: 2,
+            drafted_tokens: 8,
+            accepted_tokens: 6,
+            verify_calls: 4,
+            accepted_by_depth: vec![4, 2],
+        };
         let e = m.record_generation(o);
         let r = &e.record;
         assert_eq!(r.seq, 1);
@@ -255,21 +288,34 @@ mod tests {
         assert_eq!(m.llm_decode_tokens_per_second.count(), 1);
         assert_eq!(m.llm_answer_length_chars.count(), 1);
         assert_eq!(m.llm_generation_tokens_total.get(), 11);
-        assert_eq!(m.llm_spec_decode_num_accepted_tokens_per_pos_total.get(1), 2);
+        assert_eq!(
+            m.llm_spec_decode_num_accepted_tokens_per_pos_total.get(1),
+            2
+        );
         assert_eq!(m.llm_spec_decode_num_drafts_total.get(), 4);
     }
 
     #[test]
     fn interrupted_before_first_token_still_records_ttlt() {
         let m = Metrics::new(8, BuildInfo::default());
-        let o = GenerationOutcome::new("r2", "/v1/completions", "m", FinishStatus::Interrupted, GenerationClock::start());
+        let o = GenerationOutcome::new(
+            "r2",
+            "/v1/completions",
+            "m",
+            FinishStatus::Interrupted,
+            GenerationClock::start(),
+        );
         let e = m.record_generation(o);
         assert_eq!(e.record.ttft_s, None);
         assert_eq!(e.record.accept_rate, 0.0);
         assert_eq!(e.record.tok_s, 0.0);
         assert_eq!(m.llm_time_to_last_token_seconds.count(), 1);
         assert_eq!(m.llm_time_to_first_token_seconds.count(), 0);
-        assert_eq!(m.llm_answer_length_chars.count(), 0, "an interrupted answer is not persisted");
+        assert_eq!(
+            m.llm_answer_length_chars.count(),
+            0,
+            "an interrupted answer is not persisted"
+        );
         let v: serde_json::Value = serde_json::from_slice(&e.json).unwrap();
         assert_eq!(v["status"], "interrupted");
         assert!(v["ttft_s"].is_null());

@@ -25,11 +25,12 @@ pub mod series;
 
 pub use generation::{GenerationClock, GenerationOutcome, SpecStats};
 pub use prometheus::{
-    negotiate, negotiate_stream, Format, StreamFormat, JSON_CONTENT_TYPE, NDJSON_CONTENT_TYPE, OPENMETRICS_CONTENT_TYPE,
-    PROMETHEUS_CONTENT_TYPE, SSE_CONTENT_TYPE,
+    negotiate, negotiate_stream, Format, StreamFormat, JSON_CONTENT_TYPE, NDJSON_CONTENT_TYPE,
+    OPENMETRICS_CONTENT_TYPE, PROMETHEUS_CONTENT_TYPE, SSE_CONTENT_TYPE,
 };
 pub use records::{
-    ndjson_line, sse_event, FinishStatus, KvSnapshot, PrefixCommit, RequestRecord, KEEP_ALIVE, KEEP_ALIVE_INTERVAL,
+    ndjson_line, sse_event, FinishStatus, KvSnapshot, PrefixCommit, RequestRecord, KEEP_ALIVE,
+    KEEP_ALIVE_INTERVAL,
 };
 pub use requests::{Entry, RequestLog, Subscription};
 pub use routes::{RouteId, MAX_RAW_ROUTES, OTHER_ROUTE};

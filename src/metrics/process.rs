@@ -48,17 +48,31 @@ pub fn start_time() -> Option<f64> {
     let mut buf = [0u8; PROC_READ_BYTES];
     let n = read_small("/proc/self/stat", &mut buf)?;
     let stat = std::str::from_utf8(&buf[..n]).ok()?;
-    let ticks: u64 = stat[stat.rfind(')')? + 1..].split_ascii_whitespace().nth(19)?.parse().ok()?;
+    let ticks: u64 = stat[stat.rfind(')')? + 1..]
+        .split_ascii_whitespace()
+        .nth(19)?
+        .parse()
+        .ok()?;
     // /proc/stat is larger than one small buffer; btime sits near its end.
     let all = std::fs::read_to_string("/proc/stat").ok()?;
-    let btime: u64 = all.lines().find_map(|l| l.strip_prefix("btime "))?.trim().parse().ok()?;
+    let btime: u64 = all
+        .lines()
+        .find_map(|l| l.strip_prefix("btime "))?
+        .trim()
+        .parse()
+        .ok()?;
     Some(btime as f64 + ticks as f64 / USER_HZ)
 }
 
 /// `VmRSS:  1234 kB` from `/proc/self/status`.
 fn rss_bytes(status: &str) -> Option<u64> {
     let line = status.lines().find(|l| l.starts_with("VmRSS:"))?;
-    let kb: u64 = line["VmRSS:".len()..].trim().strip_suffix("kB")?.trim().parse().ok()?;
+    let kb: u64 = line["VmRSS:".len()..]
+        .trim()
+        .strip_suffix("kB")?
+        .trim()
+        .parse()
+        .ok()?;
     Some(kb * 1024)
 }
 
@@ -70,14 +84,24 @@ impl ProcessStats {
             .and_then(|n| std::str::from_utf8(&buf[..n]).ok().and_then(cpu_seconds));
         let rss = read_small("/proc/self/status", &mut buf)
             .and_then(|n| std::str::from_utf8(&buf[..n]).ok().and_then(rss_bytes));
-        let fds = std::fs::read_dir("/proc/self/fd").ok().map(|d| d.count() as u64);
-        ProcessStats { start_time_seconds, resident_memory_bytes: rss, cpu_seconds: cpu, open_fds: fds }
+        let fds = std::fs::read_dir("/proc/self/fd")
+            .ok()
+            .map(|d| d.count() as u64);
+        ProcessStats {
+            start_time_seconds,
+            resident_memory_bytes: rss,
+            cpu_seconds: cpu,
+            open_fds: fds,
+        }
     }
 }
 
 /// Seconds since the Unix epoch, now.
 pub fn unix_now() -> f64 {
-    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_secs_f64()).unwrap_or(0.0)
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_secs_f64())
+        .unwrap_or(0.0)
 }
 
 #[cfg(test)]
@@ -89,7 +113,10 @@ mod tests {
         let stat = "1234 (a) b (c)) S 1 2 3 4 5 6 7 8 9 10 250 50 0 0 20 0 1 0 100 0 0";
         assert_eq!(cpu_seconds(stat), Some(3.0));
         assert_eq!(cpu_seconds("garbage"), None);
-        assert_eq!(rss_bytes("Name:\tx\nVmRSS:\t   2048 kB\n"), Some(2048 * 1024));
+        assert_eq!(
+            rss_bytes("Name:\tx\nVmRSS:\t   2048 kB\n"),
+            Some(2048 * 1024)
+        );
         assert_eq!(rss_bytes("VmRSS: lots"), None);
     }
 
@@ -101,6 +128,9 @@ mod tests {
         assert!(s.open_fds.unwrap() >= 3);
         assert!(s.cpu_seconds.is_some());
         let start = start_time().unwrap();
-        assert!(start <= unix_now() + 1.0 && start > unix_now() - 86_400.0 * 365.0, "{start}");
+        assert!(
+            start <= unix_now() + 1.0 && start > unix_now() - 86_400.0 * 365.0,
+            "{start}"
+        );
     }
 }

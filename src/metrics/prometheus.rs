@@ -12,7 +12,8 @@ use std::fmt::Write as _;
 /// `Content-Type` of the Prometheus text format.
 pub const PROMETHEUS_CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
 /// `Content-Type` of OpenMetrics 1.0.
-pub const OPENMETRICS_CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
+pub const OPENMETRICS_CONTENT_TYPE: &str =
+    "application/openmetrics-text; version=1.0.0; charset=utf-8";
 /// `Content-Type` of the JSON envelope.
 pub const JSON_CONTENT_TYPE: &str = "application/json";
 /// `Content-Type` of the live stream as Server-Sent Events.
@@ -44,19 +45,27 @@ pub const MAX_ACCEPT_RANGES: usize = 32;
 
 /// The acceptable media types of an `Accept` header (RFC 9110 §12.5.1), with their q-values.
 fn media_ranges(accept: &str) -> impl Iterator<Item = (&str, f32)> {
-    accept.split(',').take(MAX_ACCEPT_RANGES).filter_map(|range| {
-        let mut parts = range.split(';');
-        let ty = parts.next()?.trim();
-        let mut q = 1.0f32;
-        for p in parts {
-            if let Some((k, v)) = p.split_once('=') {
-                if k.trim().eq_ignore_ascii_case("q") {
-                    q = v.trim().parse::<f32>().ok().filter(|q| (0.0..=1.0).contains(q)).unwrap_or(0.0);
+    accept
+        .split(',')
+        .take(MAX_ACCEPT_RANGES)
+        .filter_map(|range| {
+            let mut parts = range.split(';');
+            let ty = parts.next()?.trim();
+            let mut q = 1.0f32;
+            for p in parts {
+                if let Some((k, v)) = p.split_once('=') {
+                    if k.trim().eq_ignore_ascii_case("q") {
+                        q = v
+                            .trim()
+                            .parse::<f32>()
+                            .ok()
+                            .filter(|q| (0.0..=1.0).contains(q))
+                            .unwrap_or(0.0);
+                    }
                 }
             }
-        }
-        (!ty.is_empty() && q > 0.0).then_some((ty, q))
-    })
+            (!ty.is_empty() && q > 0.0).then_some((ty, q))
+        })
 }
 
 /// Choose the exposition for `GET /metrics` from its `Accept` header: the highest q-value among
@@ -104,7 +113,9 @@ impl StreamFormat {
 pub fn negotiate_stream(accept: Option<&str>) -> StreamFormat {
     let (mut sse, mut nd) = (0.0f32, 0.0f32);
     for (ty, q) in media_ranges(accept.unwrap_or("")) {
-        if ty.eq_ignore_ascii_case(NDJSON_CONTENT_TYPE) || ty.eq_ignore_ascii_case("application/jsonl") {
+        if ty.eq_ignore_ascii_case(NDJSON_CONTENT_TYPE)
+            || ty.eq_ignore_ascii_case("application/jsonl")
+        {
             nd = nd.max(q);
         } else if ty.eq_ignore_ascii_case(SSE_CONTENT_TYPE) {
             sse = sse.max(q);
@@ -137,7 +148,14 @@ pub fn family_name(fmt: Format, name: &str, kind: Kind) -> &str {
 }
 
 /// `# HELP`, `# TYPE` (and in OpenMetrics `# UNIT` when given) for one family.
-pub fn write_header(out: &mut Vec<u8>, fmt: Format, name: &str, kind: Kind, unit: Option<&str>, help: &str) {
+pub fn write_header(
+    out: &mut Vec<u8>,
+    fmt: Format,
+    name: &str,
+    kind: Kind,
+    unit: Option<&str>,
+    help: &str,
+) {
     let fam = family_name(fmt, name, kind);
     out.extend_from_slice(b"# HELP ");
     out.extend_from_slice(fam.as_bytes());
@@ -262,13 +280,19 @@ pub fn write_f64(out: &mut Vec<u8>, v: f64) {
     if v == 0.0 {
         return out.extend_from_slice(if v.is_sign_negative() { b"-0" } else { b"0" });
     }
-    let mut s = Stack { buf: [0; 40], len: 0 };
+    let mut s = Stack {
+        buf: [0; 40],
+        len: 0,
+    };
     // Rust's `{:e}` without precision gives the shortest round-trip digits, e.g. `-1.25e-7`.
     let _ = write!(s, "{:e}", v.abs());
     let text = &s.buf[..s.len];
     let epos = text.iter().position(|&b| b == b'e').unwrap_or(text.len());
     let (mant, exp_txt) = (&text[..epos], &text[(epos + 1).min(text.len())..]);
-    let exp: i32 = std::str::from_utf8(exp_txt).ok().and_then(|e| e.parse().ok()).unwrap_or(0);
+    let exp: i32 = std::str::from_utf8(exp_txt)
+        .ok()
+        .and_then(|e| e.parse().ok())
+        .unwrap_or(0);
     let mut digits = [0u8; 20];
     let mut nd = 0;
     for &b in mant.iter().filter(|b| b.is_ascii_digit()) {
@@ -398,10 +422,27 @@ mod tests {
     #[test]
     fn headers_name_families_per_format() {
         let mut p = Vec::new();
-        write_header(&mut p, Format::Prometheus, "x_total", Kind::Counter, Some("x"), "h");
-        assert_eq!(String::from_utf8(p).unwrap(), "# HELP x_total h\n# TYPE x_total counter\n");
+        write_header(
+            &mut p,
+            Format::Prometheus,
+            "x_total",
+            Kind::Counter,
+            Some("x"),
+            "h",
+        );
+        assert_eq!(
+            String::from_utf8(p).unwrap(),
+            "# HELP x_total h\n# TYPE x_total counter\n"
+        );
         let mut o = Vec::new();
-        write_header(&mut o, Format::OpenMetrics, "t_seconds_total", Kind::Counter, Some("seconds"), "h");
+        write_header(
+            &mut o,
+            Format::OpenMetrics,
+            "t_seconds_total",
+            Kind::Counter,
+            Some("seconds"),
+            "h",
+        );
         assert_eq!(
             String::from_utf8(o).unwrap(),
             "# HELP t_seconds h\n# TYPE t_seconds counter\n# UNIT t_seconds seconds\n"
@@ -411,7 +452,10 @@ mod tests {
         assert_eq!(String::from_utf8(i).unwrap(), "# HELP b h\n# TYPE b info\n");
         let mut g = Vec::new();
         write_header(&mut g, Format::Prometheus, "b_info", Kind::Info, None, "h");
-        assert_eq!(String::from_utf8(g).unwrap(), "# HELP b_info h\n# TYPE b_info gauge\n");
+        assert_eq!(
+            String::from_utf8(g).unwrap(),
+            "# HELP b_info h\n# TYPE b_info gauge\n"
+        );
     }
 
     #[test]
@@ -423,14 +467,32 @@ mod tests {
         // What Prometheus 2.x sends when scraping.
         let prom = "application/openmetrics-text;version=1.0.0,application/openmetrics-text;version=0.0.1;q=0.75,text/plain;version=0.0.4;q=0.5,*/*;q=0.1";
         assert_eq!(negotiate(Some(prom)), Format::OpenMetrics);
-        assert_eq!(negotiate(Some("text/plain;q=0.5, application/json")), Format::Json);
-        assert_eq!(negotiate(Some("application/json;q=0, */*")), Format::Prometheus);
-        assert_eq!(negotiate(Some("*/*;q=0.9, application/json;q=0.9")), Format::Json);
-        assert_eq!(negotiate(Some("APPLICATION/JSON; charset=utf-8")), Format::Json);
+        assert_eq!(
+            negotiate(Some("text/plain;q=0.5, application/json")),
+            Format::Json
+        );
+        assert_eq!(
+            negotiate(Some("application/json;q=0, */*")),
+            Format::Prometheus
+        );
+        assert_eq!(
+            negotiate(Some("*/*;q=0.9, application/json;q=0.9")),
+            Format::Json
+        );
+        assert_eq!(
+            negotiate(Some("APPLICATION/JSON; charset=utf-8")),
+            Format::Json
+        );
         assert_eq!(negotiate(Some(";;,,q=,")), Format::Prometheus);
         assert_eq!(negotiate_stream(None), StreamFormat::Sse);
         assert_eq!(negotiate_stream(Some("*/*")), StreamFormat::Sse);
-        assert_eq!(negotiate_stream(Some("application/x-ndjson")), StreamFormat::Ndjson);
-        assert_eq!(negotiate_stream(Some("text/event-stream, application/x-ndjson;q=0.5")), StreamFormat::Sse);
+        assert_eq!(
+            negotiate_stream(Some("application/x-ndjson")),
+            StreamFormat::Ndjson
+        );
+        assert_eq!(
+            negotiate_stream(Some("text/event-stream, application/x-ndjson;q=0.5")),
+            StreamFormat::Sse
+        );
     }
 }

@@ -24,7 +24,10 @@ pub enum FinishStatus {
 impl FinishStatus {
     /// Whether the answer was delivered whole (counted in `llm_answer_length_chars`).
     pub fn is_success(self) -> bool {
-        matches!(self, FinishStatus::Done | FinishStatus::Length | FinishStatus::Stop)
+        matches!(
+            self,
+            FinishStatus::Done | FinishStatus::Length | FinishStatus::Stop
+        )
     }
 }
 

@@ -101,7 +101,10 @@ impl Metrics {
             out.extend_from_slice(&self.envelope_json(None));
             return;
         }
-        let mut o = Out { fmt: format, buf: out };
+        let mut o = Out {
+            fmt: format,
+            buf: out,
+        };
         self.render_seed003(&mut o);
         self.render_process(&mut o, stats);
         self.render_generation(&mut o);
@@ -130,23 +133,80 @@ impl Metrics {
             write_u64(o.buf, overflow);
             o.buf.push(b'\n');
         }
-        o.gauge("http_requests_in_flight", help::IN_FLIGHT, &self.http_requests_in_flight);
-        o.route_counter(self, "http_request_errors_total", help::ERRORS, &self.http_request_errors_total);
-        o.histogram("llm_time_to_first_token_seconds", Some("seconds"), help::TTFT, &self.llm_time_to_first_token_seconds);
-        o.histogram("llm_time_to_last_token_seconds", Some("seconds"), help::TTLT, &self.llm_time_to_last_token_seconds);
-        o.histogram("llm_question_length_chars", Some("chars"), help::QUESTION, &self.llm_question_length_chars);
-        o.histogram("llm_answer_length_chars", Some("chars"), help::ANSWER, &self.llm_answer_length_chars);
-        o.route_counter(self, "rejected_requests_total", help::REJECTED, &self.rejected_requests_total);
-        o.route_counter(self, "requests_per_ip_total", help::PER_IP, &self.requests_per_ip_total);
+        o.gauge(
+            "http_requests_in_flight",
+            help::IN_FLIGHT,
+            &self.http_requests_in_flight,
+        );
+        o.route_counter(
+            self,
+            "http_request_errors_total",
+            help::ERRORS,
+            &self.http_request_errors_total,
+        );
+        o.histogram(
+            "llm_time_to_first_token_seconds",
+            Some("seconds"),
+            help::TTFT,
+            &self.llm_time_to_first_token_seconds,
+        );
+        o.histogram(
+            "llm_time_to_last_token_seconds",
+            Some("seconds"),
+            help::TTLT,
+            &self.llm_time_to_last_token_seconds,
+        );
+        o.histogram(
+            "llm_question_length_chars",
+            Some("chars"),
+            help::QUESTION,
+            &self.llm_question_length_chars,
+        );
+        o.histogram(
+            "llm_answer_length_chars",
+            Some("chars"),
+            help::ANSWER,
+            &self.llm_answer_length_chars,
+        );
+        o.route_counter(
+            self,
+            "rejected_requests_total",
+            help::REJECTED,
+            &self.rejected_requests_total,
+        );
+        o.route_counter(
+            self,
+            "requests_per_ip_total",
+            help::PER_IP,
+            &self.requests_per_ip_total,
+        );
     }
 
     fn render_process(&self, o: &mut Out<'_>, s: &ProcessStats) {
-        o.gauge_f64("process_start_time_seconds", Kind::Gauge, Some("seconds"), help::START, s.start_time_seconds);
+        o.gauge_f64(
+            "process_start_time_seconds",
+            Kind::Gauge,
+            Some("seconds"),
+            help::START,
+            s.start_time_seconds,
+        );
         if let Some(rss) = s.resident_memory_bytes {
-            o.gauge_f64("process_resident_memory_bytes", Kind::Gauge, Some("bytes"), help::RSS, rss as f64);
+            o.gauge_f64(
+                "process_resident_memory_bytes",
+                Kind::Gauge,
+                Some("bytes"),
+                help::RSS,
+                rss as f64,
+            );
         }
         if let Some(cpu) = s.cpu_seconds {
-            o.gauge_f64("process_cpu_seconds_total", Kind::Counter, Some("seconds"), help::CPU, cpu);
+            o.gauge_f64(
+                "process_cpu_seconds_total",
+                Kind::Counter,
+                Some("seconds"),
+                help::CPU,
+                cpu,
+            );
         }
         if let Some(fds) = s.open_fds {
             o.gauge_f64("process_open_fds", Kind::Gauge, None, help::FDS, fds as f64);
@@ -158,12 +218,36 @@ impl Metrics {
     }
 
     fn render_generation(&self, o: &mut Out<'_>) {
-        o.counter("llm_prompt_tokens_total", help::PROMPT_TOKENS, &self.llm_prompt_tokens_total);
-        o.counter("llm_generation_tokens_total", help::GEN_TOKENS, &self.llm_generation_tokens_total);
-        o.gauge("llm_requests_running", help::RUNNING, &self.llm_requests_running);
-        o.gauge("llm_requests_waiting", help::WAITING, &self.llm_requests_waiting);
-        o.counter("llm_spec_decode_num_drafts_total", help::DRAFTS, &self.llm_spec_decode_num_drafts_total);
-        o.counter("llm_spec_decode_num_draft_tokens_total", help::DRAFT_TOKENS, &self.llm_spec_decode_num_draft_tokens_total);
+        o.counter(
+            "llm_prompt_tokens_total",
+            help::PROMPT_TOKENS,
+            &self.llm_prompt_tokens_total,
+        );
+        o.counter(
+            "llm_generation_tokens_total",
+            help::GEN_TOKENS,
+            &self.llm_generation_tokens_total,
+        );
+        o.gauge(
+            "llm_requests_running",
+            help::RUNNING,
+            &self.llm_requests_running,
+        );
+        o.gauge(
+            "llm_requests_waiting",
+            help::WAITING,
+            &self.llm_requests_waiting,
+        );
+        o.counter(
+            "llm_spec_decode_num_drafts_total",
+            help::DRAFTS,
+            &self.llm_spec_decode_num_drafts_total,
+        );
+        o.counter(
+            "llm_spec_decode_num_draft_tokens_total",
+            help::DRAFT_TOKENS,
+            &self.llm_spec_decode_num_draft_tokens_total,
+        );
         o.counter(
             "llm_spec_decode_num_accepted_tokens_total",
             help::ACCEPTED,
@@ -180,39 +264,61 @@ impl Metrics {
             write_u64(o.buf, pos.get(p));
             o.buf.push(b'\n');
         }
-        o.histogram("llm_decode_tokens_per_second", None, help::DECODE_TOK_S, &self.llm_decode_tokens_per_second);
-        o.histogram("llm_inter_token_latency_seconds", Some("seconds"), help::ITL, &self.llm_inter_token_latency_seconds);
-        o.counter("mtplx_metrics_stream_dropped_total", help::DROPPED, &self.requests.dropped);
+        o.histogram(
+            "llm_decode_tokens_per_second",
+            None,
+            help::DECODE_TOK_S,
+            &self.llm_decode_tokens_per_second,
+        );
+        o.histogram(
+            "llm_inter_token_latency_seconds",
+            Some("seconds"),
+            help::ITL,
+            &self.llm_inter_token_latency_seconds,
+        );
+        o.counter(
+            "mtplx_metrics_stream_dropped_total",
+            help::DROPPED,
+            &self.requests.dropped,
+        );
     }
 }
 
 /// HELP texts: the meanings of seed 003 for its series, the usual ones for the rest.
 pub mod help {
-    pub const HTTP_REQUESTS: &str = "Requests received, labelled by method, route, status; excludes /metrics itself.";
+    pub const HTTP_REQUESTS: &str =
+        "Requests received, labelled by method, route, status; excludes /metrics itself.";
     pub const IN_FLIGHT: &str = "Requests currently being handled.";
     pub const ERRORS: &str = "Requests that ended in a 5xx response or an unhandled exception.";
-    pub const TTFT: &str = "Time from the start of a generation to its first token reaching the client.";
+    pub const TTFT: &str =
+        "Time from the start of a generation to its first token reaching the client.";
     pub const TTLT: &str = "Time from the start of a generation to it reaching a terminal state (done, timed out, errored, or interrupted).";
     pub const QUESTION: &str = "Length of each accepted user message, in characters.";
-    pub const ANSWER: &str = "Length of each persisted (completed) assistant message, in characters.";
+    pub const ANSWER: &str =
+        "Length of each persisted (completed) assistant message, in characters.";
     pub const REJECTED: &str = "Requests rejected by rate limiting: every 429 the limiter raised.";
     pub const PER_IP: &str = "Requests seen by the rate limiter, labelled by route (not by client IP, to keep cardinality bounded).";
     pub const START: &str = "Start time of the process since unix epoch in seconds.";
     pub const RSS: &str = "Resident memory size in bytes.";
     pub const CPU: &str = "Total user and system CPU time spent in seconds.";
     pub const FDS: &str = "Number of open file descriptors.";
-    pub const BUILD: &str = "Build of the running server: version, compute backend and loaded model (always 1).";
-    pub const PROMPT_TOKENS: &str = "Prompt tokens of finished generations (cached plus newly prefilled).";
+    pub const BUILD: &str =
+        "Build of the running server: version, compute backend and loaded model (always 1).";
+    pub const PROMPT_TOKENS: &str =
+        "Prompt tokens of finished generations (cached plus newly prefilled).";
     pub const GEN_TOKENS: &str = "Tokens generated.";
     pub const RUNNING: &str = "Generations being decoded.";
     pub const WAITING: &str = "Generations queued for the decode thread.";
     pub const DRAFTS: &str = "Speculative decoding rounds (drafts verified by the target model).";
     pub const DRAFT_TOKENS: &str = "Tokens proposed by the draft (MTP) head.";
     pub const ACCEPTED: &str = "Draft tokens accepted by verification.";
-    pub const PER_POS: &str = "Draft tokens accepted, by position in the draft (0 is the first drafted token).";
-    pub const DECODE_TOK_S: &str = "Decode speed of each generation: tokens after the first over the time after the first.";
+    pub const PER_POS: &str =
+        "Draft tokens accepted, by position in the draft (0 is the first drafted token).";
+    pub const DECODE_TOK_S: &str =
+        "Decode speed of each generation: tokens after the first over the time after the first.";
     pub const ITL: &str = "Time between consecutive token deliveries of a generation.";
-    pub const DROPPED: &str = "Records dropped (oldest first) from the queues of slow live-stream subscribers.";
+    pub const DROPPED: &str =
+        "Records dropped (oldest first) from the queues of slow live-stream subscribers.";
 }
 
 #[cfg(test)]
@@ -233,13 +339,23 @@ mod tests {
         for v in [0.0005, 0.003, 0.2, 42.0, 1e9] {
             m.llm_time_to_first_token_seconds.observe(v);
         }
-        m.llm_spec_decode_num_accepted_tokens_per_pos_total.add(1, 3);
+        m.llm_spec_decode_num_accepted_tokens_per_pos_total
+            .add(1, 3);
         m
     }
 
     fn text(m: &Metrics, f: Format) -> String {
         let mut out = b"stale".to_vec();
-        m.render_with(f, &mut out, &ProcessStats { start_time_seconds: 1.5e9, resident_memory_bytes: Some(1 << 20), cpu_seconds: Some(0.25), open_fds: Some(9) });
+        m.render_with(
+            f,
+            &mut out,
+            &ProcessStats {
+                start_time_seconds: 1.5e9,
+                resident_memory_bytes: Some(1 << 20),
+                cpu_seconds: Some(0.25),
+                open_fds: Some(9),
+            },
+        );
         String::from_utf8(out).unwrap()
     }
 
@@ -250,9 +366,13 @@ mod tests {
             let mut seen: HashMap<String, (usize, usize)> = HashMap::new();
             for l in t.lines() {
                 if let Some(rest) = l.strip_prefix("# HELP ") {
-                    seen.entry(rest.split(' ').next().unwrap().into()).or_default().0 += 1;
+                    seen.entry(rest.split(' ').next().unwrap().into())
+                        .or_default()
+                        .0 += 1;
                 } else if let Some(rest) = l.strip_prefix("# TYPE ") {
-                    seen.entry(rest.split(' ').next().unwrap().into()).or_default().1 += 1;
+                    seen.entry(rest.split(' ').next().unwrap().into())
+                        .or_default()
+                        .1 += 1;
                 }
             }
             assert_eq!(seen.len(), 25, "{f:?}: one family per series");
@@ -269,17 +389,32 @@ mod tests {
             .filter_map(|l| l.strip_prefix("llm_time_to_first_token_seconds_bucket{le=\""))
             .map(|l| {
                 let (le, v) = l.split_once("\"} ").unwrap();
-                (if le == "+Inf" { f64::INFINITY } else { le.parse().unwrap() }, v.parse().unwrap())
+                (
+                    if le == "+Inf" {
+                        f64::INFINITY
+                    } else {
+                        le.parse().unwrap()
+                    },
+                    v.parse().unwrap(),
+                )
             })
             .collect();
-        assert_eq!(buckets.len(), crate::metrics::series::LATENCY_BUCKETS.len() + 1);
-        assert!(buckets.windows(2).all(|w| w[0].0 < w[1].0 && w[0].1 <= w[1].1));
+        assert_eq!(
+            buckets.len(),
+            crate::metrics::series::LATENCY_BUCKETS.len() + 1
+        );
+        assert!(buckets
+            .windows(2)
+            .all(|w| w[0].0 < w[1].0 && w[0].1 <= w[1].1));
         assert_eq!(buckets.last().unwrap(), &(f64::INFINITY, 5));
         assert!(t.contains("llm_time_to_first_token_seconds_count 5\n"));
         assert!(t.contains("llm_time_to_first_token_seconds_bucket{le=\"0.001\"} 1\n"));
         assert!(t.contains("llm_time_to_first_token_seconds_bucket{le=\"0.005\"} 2\n"));
         // 1e9 s is clamped to the hdr maximum (an hour).
-        assert!(t.contains("llm_time_to_first_token_seconds_sum 3642.2035\n"), "{t}");
+        assert!(
+            t.contains("llm_time_to_first_token_seconds_sum 3642.2035\n"),
+            "{t}"
+        );
     }
 
     #[test]
@@ -287,7 +422,10 @@ mod tests {
         let t = text(&populated(), Format::Prometheus);
         assert!(t.contains("http_requests_total{method=\"POST\",route=\"/v1/chat/completions\",status=\"200\"} 2\n"));
         assert!(t.contains("http_requests_total{method=\"GET\",route=\"/weird\\\"path\\\\x\\ny\",status=\"404\"} 1\n"));
-        assert!(!t.contains("route=\"/metrics\",status"), "/metrics is not counted in http_requests_total");
+        assert!(
+            !t.contains("route=\"/metrics\",status"),
+            "/metrics is not counted in http_requests_total"
+        );
         assert!(t.contains("http_request_errors_total{route=\"/v1/chat/completions\"} 1\n"));
         assert!(t.contains("rejected_requests_total{route=\"/v1/chat/completions\"} 1\n"));
         assert!(t.contains("requests_per_ip_total{route=\"/v1/chat/completions\"} 0\n"));
@@ -304,7 +442,9 @@ mod tests {
     fn openmetrics_names_counter_families_without_total_and_ends_with_eof() {
         let t = text(&populated(), Format::OpenMetrics);
         assert!(t.contains("# TYPE http_requests counter\n"));
-        assert!(t.contains("# TYPE process_cpu_seconds counter\n# UNIT process_cpu_seconds seconds\n"));
+        assert!(
+            t.contains("# TYPE process_cpu_seconds counter\n# UNIT process_cpu_seconds seconds\n")
+        );
         assert!(t.contains("# TYPE mtplx_build info\n"));
         assert!(t.contains("\nhttp_requests_total{method=\"POST\""));
         assert!(t.contains("# TYPE llm_time_to_first_token_seconds histogram\n# UNIT llm_time_to_first_token_seconds seconds\n"));
@@ -319,6 +459,9 @@ mod tests {
         let v: serde_json::Value = serde_json::from_str(&t).unwrap();
         assert!(v["latest"].is_null());
         assert_eq!(v["history"], serde_json::json!([]));
-        assert_eq!(v["quantiles"]["llm_time_to_first_token_seconds"]["count"], 5);
+        assert_eq!(
+            v["quantiles"]["llm_time_to_first_token_seconds"]["count"],
+            5
+        );
     }
 }

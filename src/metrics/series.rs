@@ -32,11 +32,21 @@ pub const TOKENS_PER_SECOND_BUCKETS: &[f64] = &[
 ];
 
 /// Seconds at 1 µs resolution, tracked up to an hour.
-const SECONDS: fn(&'static [f64]) -> HistogramSpec =
-    |bounds| HistogramSpec { bounds, scale: 1e6, hdr_max: 3_600_000_000 };
-const CHARS: HistogramSpec = HistogramSpec { bounds: LENGTH_BUCKETS, scale: 1.0, hdr_max: 1 << 26 };
-const TOK_S: HistogramSpec =
-    HistogramSpec { bounds: TOKENS_PER_SECOND_BUCKETS, scale: 1000.0, hdr_max: 100_000_000 };
+const SECONDS: fn(&'static [f64]) -> HistogramSpec = |bounds| HistogramSpec {
+    bounds,
+    scale: 1e6,
+    hdr_max: 3_600_000_000,
+};
+const CHARS: HistogramSpec = HistogramSpec {
+    bounds: LENGTH_BUCKETS,
+    scale: 1.0,
+    hdr_max: 1 << 26,
+};
+const TOK_S: HistogramSpec = HistogramSpec {
+    bounds: TOKENS_PER_SECOND_BUCKETS,
+    scale: 1000.0,
+    hdr_max: 100_000_000,
+};
 
 /// The route whose own requests `http_requests_total` leaves out (seed 003).
 pub const METRICS_ROUTE: &str = "/metrics";
@@ -52,7 +62,11 @@ pub struct BuildInfo {
 impl BuildInfo {
     /// This crate's version with the given backend and model.
     pub fn current(backend: &str, model: &str) -> BuildInfo {
-        BuildInfo { version: env!("CARGO_PKG_VERSION").into(), backend: backend.into(), model: model.into() }
+        BuildInfo {
+            version: env!("CARGO_PKG_VERSION").into(),
+            backend: backend.into(),
+            model: model.into(),
+        }
     }
 
     fn label_block(&self) -> String {
@@ -165,7 +179,8 @@ impl Metrics {
     /// 5xx, `http_request_errors_total`. Call once per response, including rejected requests.
     pub fn record_http(&self, method: &str, route: RouteId, status: u16) {
         if route != self.metrics_route {
-            self.http_requests_total.inc(route, method_index(method), status);
+            self.http_requests_total
+                .inc(route, method_index(method), status);
         }
         if status >= 500 {
             self.http_request_errors_total.inc(route);
