@@ -5,7 +5,7 @@
 //! - `series`: [`Metrics`], one typed field per exposed series, and the recording calls the api
 //!   layer makes; `generation`: [`Metrics::record_generation`] at the end of every generation.
 //! - `prometheus` and `render`: Prometheus text 0.0.4 and OpenMetrics 1.0, by hand, into a
-//!   reused buffer; content negotiation.
+//!   reused buffer; `negotiate`: which format (and stream framing) `Accept` asks for.
 //! - `records` and `requests`: the per-request JSON record, the ring buffer of the last
 //!   `--metrics-history` records and its fan-out to live SSE/NDJSON subscribers.
 //! - `process`: `process_*` from `/proc/self`.
@@ -14,6 +14,7 @@
 
 pub mod generation;
 pub mod histogram;
+pub mod negotiate;
 pub mod process;
 pub mod prometheus;
 pub mod records;
