@@ -1,0 +1,136 @@
+//! Content negotiation for the metrics routes: which exposition `GET /metrics` answers with,
+//! and how the live stream is framed, from the request's `Accept` header.
+
+use super::prometheus::{Format, NDJSON_CONTENT_TYPE, SSE_CONTENT_TYPE};
+
+/// Media ranges parsed from one `Accept` header before giving up (a header is bounded by the
+/// HTTP layer anyway; this bounds the work per request).
+pub const MAX_ACCEPT_RANGES: usize = 32;
+
+/// The acceptable media types of an `Accept` header (RFC 9110 §12.5.1), with their q-values.
+fn media_ranges(accept: &str) -> impl Iterator<Item = (&str, f32)> {
+    accept
+        .split(',')
+        .take(MAX_ACCEPT_RANGES)
+        .filter_map(|range| {
+            let mut parts = range.split(';');
+            let ty = parts.next()?.trim();
+            let mut q = 1.0f32;
+            for p in parts {
+                if let Some((k, v)) = p.split_once('=') {
+                    if k.trim().eq_ignore_ascii_case("q") {
+                        q = v
+                            .trim()
+                            .parse::<f32>()
+                            .ok()
+                            .filter(|q| (0.0..=1.0).contains(q))
+                            .unwrap_or(0.0);
+                    }
+                }
+            }
+            (!ty.is_empty() && q > 0.0).then_some((ty, q))
+        })
+}
+
+/// Choose the exposition for `GET /metrics` from its `Accept` header: the highest q-value among
+/// the types we serve wins; at equal q an exact type beats a wildcard and earlier beats later.
+/// No header, or nothing we serve, means Prometheus text (what scrapers without `Accept` expect).
+pub fn negotiate(accept: Option<&str>) -> Format {
+    let mut best: Option<(f32, u8, Format)> = None;
+    for (ty, q) in media_ranges(accept.unwrap_or("")) {
+        let (fmt, exact) = if ty.eq_ignore_ascii_case("application/openmetrics-text") {
+            (Format::OpenMetrics, 1)
+        } else if ty.eq_ignore_ascii_case("text/plain") {
+            (Format::Prometheus, 1)
+        } else if ty.eq_ignore_ascii_case("application/json") {
+            (Format::Json, 1)
+        } else if ty == "*/*" || ty.eq_ignore_ascii_case("text/*") {
+            (Format::Prometheus, 0)
+        } else {
+            continue;
+        };
+        if best.is_none_or(|(bq, be, _)| q > bq || (q == bq && exact > be)) {
+            best = Some((q, exact, fmt));
+        }
+    }
+    best.map_or(Format::Prometheus, |(_, _, f)| f)
+}
+
+/// How the live stream is framed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum StreamFormat {
+    Sse,
+    Ndjson,
+}
+
+impl StreamFormat {
+    pub fn content_type(self) -> &'static str {
+        match self {
+            StreamFormat::Sse => SSE_CONTENT_TYPE,
+            StreamFormat::Ndjson => NDJSON_CONTENT_TYPE,
+        }
+    }
+}
+
+/// SSE unless `Accept` prefers `application/x-ndjson` (or `application/jsonl`) over
+/// `text/event-stream`.
+pub fn negotiate_stream(accept: Option<&str>) -> StreamFormat {
+    let (mut sse, mut nd) = (0.0f32, 0.0f32);
+    for (ty, q) in media_ranges(accept.unwrap_or("")) {
+        if ty.eq_ignore_ascii_case(NDJSON_CONTENT_TYPE)
+            || ty.eq_ignore_ascii_case("application/jsonl")
+        {
+            nd = nd.max(q);
+        } else if ty.eq_ignore_ascii_case(SSE_CONTENT_TYPE) {
+            sse = sse.max(q);
+        }
+    }
+    if nd > sse {
+        StreamFormat::Ndjson
+    } else {
+        StreamFormat::Sse
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn accept_negotiation() {
+        assert_eq!(negotiate(None), Format::Prometheus);
+        assert_eq!(negotiate(Some("*/*")), Format::Prometheus);
+        assert_eq!(negotiate(Some("application/json")), Format::Json);
+        assert_eq!(negotiate(Some("image/png")), Format::Prometheus);
+        // What Prometheus 2.x sends when scraping.
+        let prom = "application/openmetrics-text;version=1.0.0,application/openmetrics-text;version=0.0.1;q=0.75,text/plain;version=0.0.4;q=0.5,*/*;q=0.1";
+        assert_eq!(negotiate(Some(prom)), Format::OpenMetrics);
+        assert_eq!(
+            negotiate(Some("text/plain;q=0.5, application/json")),
+            Format::Json
+        );
+        assert_eq!(
+            negotiate(Some("application/json;q=0, */*")),
+            Format::Prometheus
+        );
+        assert_eq!(
+            negotiate(Some("*/*;q=0.9, application/json;q=0.9")),
+            Format::Json
+        );
+        assert_eq!(
+            negotiate(Some("APPLICATION/JSON; charset=utf-8")),
+            Format::Json
+        );
+        assert_eq!(negotiate(Some(";;,,q=,")), Format::Prometheus);
+        assert_eq!(negotiate_stream(None), StreamFormat::Sse);
+        assert_eq!(negotiate_stream(Some("*/*")), StreamFormat::Sse);
+        assert_eq!(
+            negotiate_stream(Some("application/x-ndjson")),
+            StreamFormat::Ndjson
+        );
+        assert_eq!(
+            negotiate_stream(Some("text/event-stream, application/x-ndjson;q=0.5")),
+            StreamFormat::Sse
+        );
+    }
+}

@@ -1,0 +1,237 @@
+//! The series the server exposes, one typed field each, and the calls that record them.
+//!
+//! Names, labels and HELP meanings follow seed 003 (the user's contract); bucket bounds are
+//! listed here and in `docs/metrics.md`.
+
+use std::sync::{Arc, RwLock};
+
+use super::histogram::{Histogram, HistogramSpec};
+use super::registry::{method_index, Counter, Gauge, HttpCounter, PositionCounter, RouteCounter};
+use super::requests::{Entry, RequestLog};
+use super::routes::{RouteId, RouteTable};
+
+/// TTFT / TTLT bounds: 1 ms steps below 10 ms, then up to 10 minutes.
+pub const LATENCY_BUCKETS: &[f64] = &[
+    0.001, 0.0025, 0.005, 0.0075, 0.01, 0.025, 0.05, 0.075, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0,
+    7.5, 10.0, 20.0, 30.0, 60.0, 120.0, 300.0, 600.0,
+];
+/// Inter-token latency bounds: a decode step is 1-200 ms on a CPU.
+pub const INTER_TOKEN_BUCKETS: &[f64] = &[
+    0.001, 0.0025, 0.005, 0.0075, 0.01, 0.015, 0.02, 0.03, 0.04, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3,
+    0.5, 0.75, 1.0, 2.5, 5.0, 10.0,
+];
+/// Message length bounds (characters): powers of two up to the 4 MiB body limit.
+pub const LENGTH_BUCKETS: &[f64] = &[
+    16.0, 32.0, 64.0, 128.0, 256.0, 512.0, 1024.0, 2048.0, 4096.0, 8192.0, 16384.0, 32768.0,
+    65536.0, 131072.0, 262144.0, 524288.0, 1048576.0, 4194304.0,
+];
+/// Decode speed bounds (tokens/s).
+pub const TOKENS_PER_SECOND_BUCKETS: &[f64] = &[
+    1.0, 2.5, 5.0, 10.0, 15.0, 20.0, 25.0, 30.0, 40.0, 50.0, 75.0, 100.0, 150.0, 200.0, 300.0,
+    500.0, 750.0, 1000.0, 2000.0,
+];
+
+/// Seconds at 1 µs resolution, tracked up to an hour.
+const SECONDS: fn(&'static [f64]) -> HistogramSpec = |bounds| HistogramSpec {
+    bounds,
+    scale: 1e6,
+    hdr_max: 3_600_000_000,
+};
+const CHARS: HistogramSpec = HistogramSpec {
+    bounds: LENGTH_BUCKETS,
+    scale: 1.0,
+    hdr_max: 1 << 26,
+};
+const TOK_S: HistogramSpec = HistogramSpec {
+    bounds: TOKENS_PER_SECOND_BUCKETS,
+    scale: 1000.0,
+    hdr_max: 100_000_000,
+};
+
+/// The route whose own requests `http_requests_total` leaves out (seed 003).
+pub const METRICS_ROUTE: &str = "/metrics";
+
+/// Labels of `mtplx_build_info`.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct BuildInfo {
+    pub version: String,
+    pub backend: String,
+    pub model: String,
+}
+
+impl BuildInfo {
+    /// This crate's version with the given backend and model.
+    pub fn current(backend: &str, model: &str) -> BuildInfo {
+        BuildInfo {
+            version: env!("CARGO_PKG_VERSION").into(),
+            backend: backend.into(),
+            model: model.into(),
+        }
+    }
+
+    fn label_block(&self) -> String {
+        let mut s = String::from("{version=\"");
+        super::prometheus::escape_label_value(&self.version, &mut s);
+        s.push_str("\",backend=\"");
+        super::prometheus::escape_label_value(&self.backend, &mut s);
+        s.push_str("\",model=\"");
+        super::prometheus::escape_label_value(&self.model, &mut s);
+        s.push_str("\"}");
+        s
+    }
+}
+
+/// Every series of the server. Share it as `Arc<Metrics>`; every method takes `&self`.
+pub struct Metrics {
+    pub routes: RouteTable,
+    metrics_route: RouteId,
+
+    pub http_requests_total: HttpCounter,
+    pub http_requests_in_flight: Gauge,
+    pub http_request_errors_total: RouteCounter,
+    pub llm_time_to_first_token_seconds: Histogram,
+    pub llm_time_to_last_token_seconds: Histogram,
+    pub llm_question_length_chars: Histogram,
+    pub llm_answer_length_chars: Histogram,
+    pub rejected_requests_total: RouteCounter,
+    pub requests_per_ip_total: RouteCounter,
+
+    pub(crate) start_time_seconds: f64,
+    pub(crate) build_labels: RwLock<String>,
+    build: RwLock<BuildInfo>,
+
+    pub llm_prompt_tokens_total: Counter,
+    pub llm_generation_tokens_total: Counter,
+    pub llm_requests_running: Gauge,
+    pub llm_requests_waiting: Gauge,
+    pub llm_spec_decode_num_drafts_total: Counter,
+    pub llm_spec_decode_num_draft_tokens_total: Counter,
+    pub llm_spec_decode_num_accepted_tokens_total: Counter,
+    pub llm_spec_decode_num_accepted_tokens_per_pos_total: PositionCounter,
+    pub llm_decode_tokens_per_second: Histogram,
+    pub llm_inter_token_latency_seconds: Histogram,
+
+    /// The per-request records; its `dropped` is `mtplx_metrics_stream_dropped_total`.
+    pub requests: RequestLog,
+}
+
+/// Decrements `http_requests_in_flight` when dropped (also on panic or cancellation).
+pub struct InFlight<'a>(&'a Gauge);
+
+impl Drop for InFlight<'_> {
+    fn drop(&mut self) {
+        self.0.dec();
+    }
+}
+
+impl Metrics {
+    /// A registry keeping `history` per-request records (`--metrics-history`).
+    pub fn new(history: usize, build: BuildInfo) -> Metrics {
+        let routes = RouteTable::new();
+        let metrics_route = routes.template(METRICS_ROUTE);
+        let start = super::process::start_time().unwrap_or_else(super::process::unix_now);
+        Metrics {
+            routes,
+            metrics_route,
+            http_requests_total: HttpCounter::default(),
+            http_requests_in_flight: Gauge::default(),
+            http_request_errors_total: RouteCounter::default(),
+            llm_time_to_first_token_seconds: Histogram::new(SECONDS(LATENCY_BUCKETS)),
+            llm_time_to_last_token_seconds: Histogram::new(SECONDS(LATENCY_BUCKETS)),
+            llm_question_length_chars: Histogram::new(CHARS),
+            llm_answer_length_chars: Histogram::new(CHARS),
+            rejected_requests_total: RouteCounter::default(),
+            requests_per_ip_total: RouteCounter::default(),
+            start_time_seconds: start,
+            build_labels: RwLock::new(build.label_block()),
+            build: RwLock::new(build),
+            llm_prompt_tokens_total: Counter::default(),
+            llm_generation_tokens_total: Counter::default(),
+            llm_requests_running: Gauge::default(),
+            llm_requests_waiting: Gauge::default(),
+            llm_spec_decode_num_drafts_total: Counter::default(),
+            llm_spec_decode_num_draft_tokens_total: Counter::default(),
+            llm_spec_decode_num_accepted_tokens_total: Counter::default(),
+            llm_spec_decode_num_accepted_tokens_per_pos_total: PositionCounter::default(),
+            llm_decode_tokens_per_second: Histogram::new(TOK_S),
+            llm_inter_token_latency_seconds: Histogram::new(SECONDS(INTER_TOKEN_BUCKETS)),
+            requests: RequestLog::new(history),
+        }
+    }
+
+    /// Convenience for sharing.
+    pub fn shared(history: usize, build: BuildInfo) -> Arc<Metrics> {
+        Arc::new(Self::new(history, build))
+    }
+
+    /// Resolve a route template once (at router construction); record with the id.
+    pub fn route_id(&self, template: &str) -> RouteId {
+        self.routes.template(template)
+    }
+
+    /// The label for a raw path (a 404 or a request rejected before routing): its own value for
+    /// the first 64 distinct paths, `other` after that.
+    pub fn route_label(&self, raw_path: &str) -> RouteId {
+        self.routes.raw(raw_path)
+    }
+
+    /// Count a request as handled: `http_requests_total` (except `/metrics` itself) and, for a
+    /// 5xx, `http_request_errors_total`. Call once per response, including rejected requests.
+    pub fn record_http(&self, method: &str, route: RouteId, status: u16) {
+        if route != self.metrics_route {
+            self.http_requests_total
+                .inc(route, method_index(method), status);
+        }
+        if status >= 500 {
+            self.http_request_errors_total.inc(route);
+        }
+    }
+
+    /// Mark a request as being handled until the guard drops.
+    pub fn in_flight(&self) -> InFlight<'_> {
+        self.http_requests_in_flight.inc();
+        InFlight(&self.http_requests_in_flight)
+    }
+
+    /// The rate limiter saw a request on this route (`requests_per_ip_total`).
+    pub fn record_rate_limit_seen(&self, route: RouteId) {
+        self.requests_per_ip_total.inc(route);
+    }
+
+    /// The rate limiter answered 429 (`rejected_requests_total`).
+    pub fn record_rate_limited(&self, route: RouteId) {
+        self.rejected_requests_total.inc(route);
+    }
+
+    /// Replace the `model` label of `mtplx_build_info` (once the model is loaded).
+    pub fn set_model(&self, model: &str) {
+        let mut b = self.build.write().unwrap_or_else(|e| e.into_inner());
+        b.model = model.into();
+        *self.build_labels.write().unwrap_or_else(|e| e.into_inner()) = b.label_block();
+    }
+
+    pub fn build_info(&self) -> BuildInfo {
+        self.build.read().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    /// Records of finished requests; see [`RequestLog`].
+    pub fn latest(&self) -> Option<Arc<Entry>> {
+        self.requests.latest()
+    }
+
+    /// `{"latest": ..., "history": [...], "quantiles": {...}}` (newest last; `limit` caps the
+    /// history). `quantiles` holds hdrhistogram count/mean/p50/p90/p99/max per histogram.
+    pub fn envelope_json(&self, limit: Option<usize>) -> Vec<u8> {
+        let q = serde_json::json!({
+            "llm_time_to_first_token_seconds": self.llm_time_to_first_token_seconds.quantiles(),
+            "llm_time_to_last_token_seconds": self.llm_time_to_last_token_seconds.quantiles(),
+            "llm_inter_token_latency_seconds": self.llm_inter_token_latency_seconds.quantiles(),
+            "llm_decode_tokens_per_second": self.llm_decode_tokens_per_second.quantiles(),
+            "llm_question_length_chars": self.llm_question_length_chars.quantiles(),
+            "llm_answer_length_chars": self.llm_answer_length_chars.quantiles(),
+        });
+        let mut extra = b"\"quantiles\":".to_vec();
+        extra.extend_from_slice(&serde_json::to_vec(&q).unwrap_or_default());
+        self.requests.envelope_json(limit, Some(&extra))
+    }
+}
