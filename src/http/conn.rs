@@ -232,7 +232,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Conn<'_, '_, S> {
             }
 
             // The handler, with panics contained to this connection.
-            let keep_alive = head.keep_alive && !self.ctx.shutdown.is_triggered();
+            let client_keep_alive = head.keep_alive;
             let version = head.version;
             self.method.clear();
             self.method.push_str(&head.method);
@@ -257,7 +257,8 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Conn<'_, '_, S> {
                 }
             };
 
-            // The response.
+            // The response. A shutdown that began while the handler ran closes the connection.
+            let keep_alive = client_keep_alive && !self.ctx.shutdown.is_triggered();
             let has_body = response::status_allows_body(resp.status);
             let conn_header = match (keep_alive, version) {
                 (true, 0) => ConnHeader::KeepAlive,
