@@ -11,7 +11,7 @@ use smol::io::{AsyncRead, AsyncReadExt as _, AsyncWrite, AsyncWriteExt as _};
 use smol::Timer;
 
 use super::error::HttpError;
-use super::parse::{parse_head, ChunkedDecoder, Framing, MAX_HEAD_BYTES};
+use super::parse::{parse_head, ChunkedDecoder, Framing, MAX_HEAD_BYTES, MAX_TARGET_BYTES};
 use super::response::{self, ConnHeader, CONTINUE, LAST_CHUNK};
 use super::server::HttpConfig;
 use super::shutdown::Shutdown;
@@ -146,9 +146,14 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Conn<'_, '_, S> {
             let mut idle = !first && self.filled().is_empty();
             let now = Instant::now();
             let mut deadline = now + if idle { cfg.idle_timeout } else { cfg.header_timeout };
+            // Bytes of `filled()` already parsed as an incomplete head: a head can only complete
+            // with a new LF, so a client dripping bytes does not make us reparse on each one.
+            let mut checked = 0;
             let head = loop {
-                if !self.filled().is_empty() {
-                    match parse_head(self.filled()) {
+                let buf = self.filled();
+                if !buf.is_empty() && worth_parsing(buf, checked) {
+                    checked = buf.len();
+                    match parse_head(buf) {
                         Ok(Some((head, n))) => {
                             self.consume(n);
                             break head;
@@ -159,10 +164,10 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Conn<'_, '_, S> {
                             return ConnEnd::Linger;
                         }
                     }
-                    if idle {
-                        idle = false;
-                        deadline = Instant::now() + cfg.header_timeout;
-                    }
+                }
+                if idle && !self.filled().is_empty() {
+                    idle = false;
+                    deadline = Instant::now() + cfg.header_timeout;
                 }
                 let watch_stop = self.filled().is_empty();
                 match self.read_more(deadline, watch_stop).await {
@@ -371,6 +376,13 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Conn<'_, '_, S> {
         }
         self.write_out().await
     }
+}
+
+/// Whether `buf` may parse differently from its first `checked` bytes: first look, a new line
+/// end, or a size bound just crossed.
+fn worth_parsing(buf: &[u8], checked: usize) -> bool {
+    let crossed = |bound: usize| checked <= bound && buf.len() > bound;
+    checked == 0 || buf[checked..].contains(&b'\n') || crossed(MAX_TARGET_BYTES) || crossed(MAX_HEAD_BYTES)
 }
 
 /// Reads once into the spare end of `rbuf`, first moving unread bytes to the front.
