@@ -16,7 +16,10 @@ const BODY: &[u8] = br#"{"status":"ok","version":"0.1.0","uptime_s":1}"#;
 struct Health;
 
 impl Handler for Health {
-    fn handle(&self, req: Request) -> Pin<Box<dyn std::future::Future<Output = Response> + Send + '_>> {
+    fn handle(
+        &self,
+        req: Request,
+    ) -> Pin<Box<dyn std::future::Future<Output = Response> + Send + '_>> {
         Box::pin(async move {
             match req.path.as_str() {
                 "/health" => Response::new(200, "application/json", BODY),
@@ -43,7 +46,10 @@ fn start_hyper() -> SocketAddr {
     listener.set_nonblocking(true).unwrap();
     let addr = listener.local_addr().unwrap();
     std::thread::spawn(move || {
-        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
         rt.block_on(async move {
             let listener = tokio::net::TcpListener::from_std(listener).unwrap();
             loop {
@@ -58,7 +64,9 @@ fn start_hyper() -> SocketAddr {
                         Ok::<_, std::convert::Infallible>(resp)
                     });
                     let io = hyper_util::rt::TokioIo::new(stream);
-                    let _ = hyper::server::conn::http1::Builder::new().serve_connection(io, service).await;
+                    let _ = hyper::server::conn::http1::Builder::new()
+                        .serve_connection(io, service)
+                        .await;
                 });
             }
         });
@@ -107,7 +115,10 @@ fn parse_latency(v: &str) -> f64 {
 
 fn main() {
     // `cargo bench` passes `--bench`; nothing to filter here.
-    let secs: u32 = std::env::var("HTTP_BENCH_SECS").ok().and_then(|s| s.parse().ok()).unwrap_or(10);
+    let secs: u32 = std::env::var("HTTP_BENCH_SECS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(10);
     let (ours, shutdown) = start_ours();
     let hyper = start_hyper();
     // Warm both up, then measure alternately so that machine noise hits both alike.
@@ -117,13 +128,31 @@ fn main() {
     let b1 = wrk(hyper, secs);
     let b2 = wrk(hyper, secs);
     let a2 = wrk(ours, secs);
-    let ours_r = Result { rps: (a1.rps + a2.rps) / 2.0, p99_ms: (a1.p99_ms + a2.p99_ms) / 2.0 };
-    let hyper_r = Result { rps: (b1.rps + b2.rps) / 2.0, p99_ms: (b1.p99_ms + b2.p99_ms) / 2.0 };
+    let ours_r = Result {
+        rps: (a1.rps + a2.rps) / 2.0,
+        p99_ms: (a1.p99_ms + a2.p99_ms) / 2.0,
+    };
+    let hyper_r = Result {
+        rps: (b1.rps + b2.rps) / 2.0,
+        p99_ms: (b1.p99_ms + b2.p99_ms) / 2.0,
+    };
     println!("GET /health, wrk -t2 -c64 -d{secs}s x2 each, keep-alive");
     println!("{:<12} {:>12} {:>10}", "server", "requests/s", "p99 ms");
-    println!("{:<12} {:>12.0} {:>10.3}", "mtplx-lite", ours_r.rps, ours_r.p99_ms);
-    println!("{:<12} {:>12.0} {:>10.3}", "hyper", hyper_r.rps, hyper_r.p99_ms);
-    println!("throughput ratio (ours / hyper): {:.3}", ours_r.rps / hyper_r.rps);
-    println!("p99 ratio (ours / hyper, lower is better): {:.3}", ours_r.p99_ms / hyper_r.p99_ms);
+    println!(
+        "{:<12} {:>12.0} {:>10.3}",
+        "mtplx-lite", ours_r.rps, ours_r.p99_ms
+    );
+    println!(
+        "{:<12} {:>12.0} {:>10.3}",
+        "hyper", hyper_r.rps, hyper_r.p99_ms
+    );
+    println!(
+        "throughput ratio (ours / hyper): {:.3}",
+        ours_r.rps / hyper_r.rps
+    );
+    println!(
+        "p99 ratio (ours / hyper, lower is better): {:.3}",
+        ours_r.p99_ms / hyper_r.p99_ms
+    );
     shutdown.trigger();
 }

@@ -89,7 +89,9 @@ fn head_gets_headers_without_body() {
     let r = c.head_response();
     assert_eq!((r.status, r.header("Content-Length")), (200, Some("15")));
     // If a body had been sent, this next response would not parse.
-    c.send(b"HEAD /stream HTTP/1.1\r\n\r\nGET /nocontent HTTP/1.1\r\n\r\nGET /health HTTP/1.1\r\n\r\n");
+    c.send(
+        b"HEAD /stream HTTP/1.1\r\n\r\nGET /nocontent HTTP/1.1\r\n\r\nGET /health HTTP/1.1\r\n\r\n",
+    );
     let r = c.head_response();
     assert_eq!(r.header("Transfer-Encoding"), Some("chunked"));
     let r = c.response();
@@ -116,13 +118,23 @@ fn sse_stream_is_chunked_one_event_per_chunk() {
     assert_eq!(r.header("Content-Type"), Some("text/event-stream"));
     assert_eq!(r.header("Cache-Control"), Some("no-cache"));
     assert_eq!(r.header("X-Accel-Buffering"), Some("no"));
-    assert_eq!(r.chunks, vec![b"data: 0\n\n".to_vec(), b"data: 1\n\n".to_vec(), b"data: 2\n\n".to_vec()]);
+    assert_eq!(
+        r.chunks,
+        vec![
+            b"data: 0\n\n".to_vec(),
+            b"data: 1\n\n".to_vec(),
+            b"data: 2\n\n".to_vec()
+        ]
+    );
     // The connection is still usable after the terminating chunk.
     c.send(b"GET /health HTTP/1.1\r\n\r\n");
     assert_eq!(c.response().status, 200);
     // HTTP/1.0 gets the raw stream, ended by close.
     let raw = server.roundtrip(b"GET /stream?n=2 HTTP/1.0\r\n\r\n");
-    assert!(raw.contains("Connection: close\r\n") && !raw.contains("Transfer-Encoding"), "{raw}");
+    assert!(
+        raw.contains("Connection: close\r\n") && !raw.contains("Transfer-Encoding"),
+        "{raw}"
+    );
     assert!(raw.ends_with("\r\n\r\ndata: 0\n\ndata: 1\n\n"), "{raw:?}");
 }
 
@@ -139,10 +151,18 @@ fn expect_rejection(server: &TestServer, req: &[u8], status: u16, code: &str) {
 
 #[test]
 fn limits_answer_431_414_413() {
-    let cfg = HttpConfig { max_body_bytes: 1000, ..quick_cfg() };
+    let cfg = HttpConfig {
+        max_body_bytes: 1000,
+        ..quick_cfg()
+    };
     let server = TestServer::start(cfg);
     let big_header = format!("GET / HTTP/1.1\r\nX-Big: {}\r\n\r\n", "a".repeat(17 * 1024));
-    expect_rejection(&server, big_header.as_bytes(), 431, "header_section_too_large");
+    expect_rejection(
+        &server,
+        big_header.as_bytes(),
+        431,
+        "header_section_too_large",
+    );
     let mut many = String::from("GET / HTTP/1.1\r\n");
     for i in 0..65 {
         many.push_str(&format!("X-H{i}: v\r\n"));
@@ -150,19 +170,47 @@ fn limits_answer_431_414_413() {
     many.push_str("\r\n");
     expect_rejection(&server, many.as_bytes(), 431, "too_many_headers");
     let long_target = format!("GET /{} HTTP/1.1\r\n\r\n", "p".repeat(8 * 1024 + 1));
-    expect_rejection(&server, long_target.as_bytes(), 414, "request_target_too_long");
+    expect_rejection(
+        &server,
+        long_target.as_bytes(),
+        414,
+        "request_target_too_long",
+    );
     // Declared too large: refused from the head alone, the body is never sent.
-    expect_rejection(&server, b"POST /echo HTTP/1.1\r\nContent-Length: 1001\r\n\r\n", 413, "body_too_large");
+    expect_rejection(
+        &server,
+        b"POST /echo HTTP/1.1\r\nContent-Length: 1001\r\n\r\n",
+        413,
+        "body_too_large",
+    );
     let raw = server.roundtrip(b"POST /echo HTTP/1.1\r\nContent-Length: 1001\r\n\r\n");
-    assert!(error_body(&raw)["error"]["message"].as_str().unwrap().contains("1000"), "{raw}");
+    assert!(
+        error_body(&raw)["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("1000"),
+        "{raw}"
+    );
     // Chunked bodies are counted as they arrive.
-    let chunked = format!("POST /echo HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n3e9\r\n{}\r\n", "z".repeat(1001));
+    let chunked = format!(
+        "POST /echo HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n3e9\r\n{}\r\n",
+        "z".repeat(1001)
+    );
     expect_rejection(&server, chunked.as_bytes(), 413, "body_too_large");
     // At the bound exactly, accepted.
     let mut c = Client::new(&server);
-    c.send(format!("POST /echo HTTP/1.1\r\nContent-Length: 1000\r\n\r\n{}", "q".repeat(1000)).as_bytes());
+    c.send(
+        format!(
+            "POST /echo HTTP/1.1\r\nContent-Length: 1000\r\n\r\n{}",
+            "q".repeat(1000)
+        )
+        .as_bytes(),
+    );
     assert_eq!(c.response().body.len(), 1000);
-    assert!(server.rejected().iter().any(|r| r == &("POST".to_owned(), "/echo".to_owned(), 413)));
+    assert!(server
+        .rejected()
+        .iter()
+        .any(|r| r == &("POST".to_owned(), "/echo".to_owned(), 413)));
 }
 
 #[test]
@@ -193,8 +241,14 @@ fn smuggling_and_malformed_requests_are_refused() {
         expect_rejection(&server, req, *status, code);
     }
     let rejected = server.rejected();
-    assert!(rejected.contains(&("POST".to_owned(), "/echo".to_owned(), 501)), "{rejected:?}");
-    assert!(rejected.contains(&(String::new(), String::new(), 505)), "{rejected:?}");
+    assert!(
+        rejected.contains(&("POST".to_owned(), "/echo".to_owned(), 501)),
+        "{rejected:?}"
+    );
+    assert!(
+        rejected.contains(&(String::new(), String::new(), 505)),
+        "{rejected:?}"
+    );
 }
 
 #[test]
@@ -217,9 +271,15 @@ fn handler_panic_is_500_and_closes_only_that_connection() {
     assert_eq!(other.response().status, 200);
     let raw = server.roundtrip(b"GET /panic HTTP/1.1\r\n\r\nGET /health HTTP/1.1\r\n\r\n");
     assert_eq!(status_of(&raw), 500);
-    assert_eq!(raw.matches("HTTP/1.1 ").count(), 1, "closed after the 500: {raw}");
+    assert_eq!(
+        raw.matches("HTTP/1.1 ").count(),
+        1,
+        "closed after the 500: {raw}"
+    );
     assert_eq!(error_body(&raw)["error"]["code"], "internal_error");
-    assert!(server.rejected().contains(&("GET".to_owned(), "/panic".to_owned(), 500)));
+    assert!(server
+        .rejected()
+        .contains(&("GET".to_owned(), "/panic".to_owned(), 500)));
     other.send(b"GET /health HTTP/1.1\r\n\r\n");
     assert_eq!(other.response().status, 200);
     let mut fresh = Client::new(&server);

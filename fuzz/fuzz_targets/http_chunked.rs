@@ -27,7 +27,9 @@ fn decode(parts: &[&[u8]]) -> Result<(Vec<u8>, bool, usize), mtplx_lite::http::H
 }
 
 fuzz_target!(|data: &[u8]| {
-    let Some((&split, input)) = data.split_first() else { return };
+    let Some((&split, input)) = data.split_first() else {
+        return;
+    };
     let whole = decode(&[input]);
     let at = (split as usize * input.len()) / 255;
     let halves = decode(&[&input[..at], &input[at..]]);

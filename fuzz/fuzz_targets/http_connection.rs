@@ -17,7 +17,11 @@ struct Mem<'a> {
 }
 
 impl AsyncRead for Mem<'_> {
-    fn poll_read(mut self: Pin<&mut Self>, _: &mut Context<'_>, buf: &mut [u8]) -> Poll<std::io::Result<usize>> {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        _: &mut Context<'_>,
+        buf: &mut [u8],
+    ) -> Poll<std::io::Result<usize>> {
         let n = self.step.min(buf.len()).min(self.input.len());
         buf[..n].copy_from_slice(&self.input[..n]);
         self.input = &self.input[n..];
@@ -26,7 +30,11 @@ impl AsyncRead for Mem<'_> {
 }
 
 impl AsyncWrite for Mem<'_> {
-    fn poll_write(mut self: Pin<&mut Self>, _: &mut Context<'_>, buf: &[u8]) -> Poll<std::io::Result<usize>> {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        _: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<std::io::Result<usize>> {
         self.output.extend_from_slice(buf);
         Poll::Ready(Ok(buf.len()))
     }
@@ -42,7 +50,10 @@ impl AsyncWrite for Mem<'_> {
 struct Echo;
 
 impl Handler for Echo {
-    fn handle(&self, req: Request) -> Pin<Box<dyn std::future::Future<Output = Response> + Send + '_>> {
+    fn handle(
+        &self,
+        req: Request,
+    ) -> Pin<Box<dyn std::future::Future<Output = Response> + Send + '_>> {
         Box::pin(async move {
             match req.path.as_str() {
                 "/panic" => panic!("fuzz handler panic"),
@@ -75,11 +86,25 @@ fn quiet_handler_panics() {
 
 fuzz_target!(|data: &[u8]| {
     quiet_handler_panics();
-    let Some((&step, input)) = data.split_first() else { return };
-    let cfg = HttpConfig { max_body_bytes: 1024, ..HttpConfig::default() };
+    let Some((&step, input)) = data.split_first() else {
+        return;
+    };
+    let cfg = HttpConfig {
+        max_body_bytes: 1024,
+        ..HttpConfig::default()
+    };
     let shutdown = Shutdown::new();
-    let ctx = ConnCtx { handler: &Echo, cfg: &cfg, shutdown: &shutdown, peer: "127.0.0.1:9".parse().unwrap() };
-    let mut io = Mem { input, step: step as usize + 1, output: Vec::new() };
+    let ctx = ConnCtx {
+        handler: &Echo,
+        cfg: &cfg,
+        shutdown: &shutdown,
+        peer: "127.0.0.1:9".parse().unwrap(),
+    };
+    let mut io = Mem {
+        input,
+        step: step as usize + 1,
+        output: Vec::new(),
+    };
     smol::block_on(serve_connection(&mut io, &ctx));
     assert!(io.output.is_empty() || io.output.starts_with(b"HTTP/1.1 "));
 });

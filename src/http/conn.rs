@@ -70,7 +70,12 @@ pub async fn serve_connection<S>(io: &mut S, ctx: &ConnCtx<'_>) -> ConnEnd
 where
     S: AsyncRead + AsyncWrite + Unpin,
 {
-    let mut conn = Conn { io, ctx, rbuf: Vec::with_capacity(READ_CHUNK), rpos: 0, out: Vec::with_capacity(1024),
+    let mut conn = Conn {
+        io,
+        ctx,
+        rbuf: Vec::with_capacity(READ_CHUNK),
+        rpos: 0,
+        out: Vec::with_capacity(1024),
         method: String::new(),
         path: String::new(),
     };
@@ -134,7 +139,12 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Conn<'_, '_, S> {
     /// Answers a request the server refuses itself, and reports it to the handler.
     fn reject(&mut self, err: &HttpError, method: &str, path: &str, head_only: bool) {
         response::write_error(&mut self.out, err, head_only);
-        let rejected = Rejected { method, path, status: err.status(), peer: self.ctx.peer };
+        let rejected = Rejected {
+            method,
+            path,
+            status: err.status(),
+            peer: self.ctx.peer,
+        };
         self.ctx.handler.on_rejected(&rejected);
     }
 
@@ -145,7 +155,12 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Conn<'_, '_, S> {
             // The head: idle wait (keep-alive), then the header timeout from the first byte.
             let mut idle = !first && self.filled().is_empty();
             let now = Instant::now();
-            let mut deadline = now + if idle { cfg.idle_timeout } else { cfg.header_timeout };
+            let mut deadline = now
+                + if idle {
+                    cfg.idle_timeout
+                } else {
+                    cfg.header_timeout
+                };
             // Bytes of `filled()` already parsed as an incomplete head: a head can only complete
             // with a new LF, so a client dripping bytes does not make us reparse on each one.
             let mut checked = 0;
@@ -175,7 +190,9 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Conn<'_, '_, S> {
                     ReadOutcome::Eof | ReadOutcome::Stopped => return ConnEnd::Closed,
                     ReadOutcome::Timeout if idle => return ConnEnd::Closed,
                     ReadOutcome::Timeout => {
-                        let err = HttpError::HeadTimeout { millis: cfg.header_timeout.as_millis() };
+                        let err = HttpError::HeadTimeout {
+                            millis: cfg.header_timeout.as_millis(),
+                        };
                         self.reject(&err, "", "", false);
                         return ConnEnd::Linger;
                     }
@@ -192,7 +209,10 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Conn<'_, '_, S> {
                 Framing::None => {}
                 Framing::Length(len) => {
                     if len > cfg.max_body_bytes as u64 {
-                        let err = HttpError::BodyTooLarge { len, limit: cfg.max_body_bytes };
+                        let err = HttpError::BodyTooLarge {
+                            len,
+                            limit: cfg.max_body_bytes,
+                        };
                         self.reject(&err, &head.method, &head.path, head_only);
                         return ConnEnd::Linger;
                     }
@@ -208,7 +228,10 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Conn<'_, '_, S> {
                         if body.len() == len {
                             break;
                         }
-                        if let Some(end) = self.read_body_more(body_deadline, &head.method, &head.path).await {
+                        if let Some(end) = self
+                            .read_body_more(body_deadline, &head.method, &head.path)
+                            .await
+                        {
                             return end;
                         }
                     }
@@ -229,7 +252,10 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Conn<'_, '_, S> {
                         if decoder.is_done() {
                             break;
                         }
-                        if let Some(end) = self.read_body_more(body_deadline, &head.method, &head.path).await {
+                        if let Some(end) = self
+                            .read_body_more(body_deadline, &head.method, &head.path)
+                            .await
+                        {
                             return end;
                         }
                     }
@@ -253,10 +279,16 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Conn<'_, '_, S> {
                 peer: self.ctx.peer,
             };
             let handler = self.ctx.handler;
-            let resp = match AssertUnwindSafe(async move { handler.handle(req).await }).catch_unwind().await {
+            let resp = match AssertUnwindSafe(async move { handler.handle(req).await })
+                .catch_unwind()
+                .await
+            {
                 Ok(resp) => resp,
                 Err(_) => {
-                    let (method, path) = (std::mem::take(&mut self.method), std::mem::take(&mut self.path));
+                    let (method, path) = (
+                        std::mem::take(&mut self.method),
+                        std::mem::take(&mut self.path),
+                    );
                     self.reject(&HttpError::HandlerPanicked, &method, &path, head_only);
                     return ConnEnd::Linger;
                 }
@@ -272,9 +304,18 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Conn<'_, '_, S> {
             };
             match resp.body {
                 Body::Full(bytes) => {
-                    let framing =
-                        if has_body { response::Framing::Length(bytes.len()) } else { response::Framing::NoBody };
-                    response::write_head(&mut self.out, resp.status, &resp.headers, framing, conn_header);
+                    let framing = if has_body {
+                        response::Framing::Length(bytes.len())
+                    } else {
+                        response::Framing::NoBody
+                    };
+                    response::write_head(
+                        &mut self.out,
+                        resp.status,
+                        &resp.headers,
+                        framing,
+                        conn_header,
+                    );
                     if has_body && !head_only {
                         if bytes.len() > WRITE_BATCH_BYTES {
                             if !self.write_out().await || !write_timed(self.io, &bytes, cfg).await {
@@ -299,7 +340,13 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Conn<'_, '_, S> {
                         (true, true) => (response::Framing::Chunked, conn_header),
                         (true, false) => (response::Framing::UntilClose, ConnHeader::Close),
                     };
-                    response::write_head(&mut self.out, resp.status, &resp.headers, framing, conn_header);
+                    response::write_head(
+                        &mut self.out,
+                        resp.status,
+                        &resp.headers,
+                        framing,
+                        conn_header,
+                    );
                     if !has_body || head_only {
                         drop(rx);
                     } else if !self.stream(rx, chunked).await || !chunked {
@@ -314,12 +361,19 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Conn<'_, '_, S> {
     }
 
     /// Reads more of a body; `Some(end)` when the connection must end instead.
-    async fn read_body_more(&mut self, deadline: Instant, method: &str, path: &str) -> Option<ConnEnd> {
+    async fn read_body_more(
+        &mut self,
+        deadline: Instant,
+        method: &str,
+        path: &str,
+    ) -> Option<ConnEnd> {
         match self.read_more(deadline, false).await {
             ReadOutcome::Data => None,
             ReadOutcome::Eof | ReadOutcome::Stopped => Some(ConnEnd::Closed),
             ReadOutcome::Timeout => {
-                let err = HttpError::BodyTimeout { millis: self.ctx.cfg.body_timeout.as_millis() };
+                let err = HttpError::BodyTimeout {
+                    millis: self.ctx.cfg.body_timeout.as_millis(),
+                };
                 self.reject(&err, method, path, false);
                 Some(ConnEnd::Linger)
             }
@@ -382,11 +436,18 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Conn<'_, '_, S> {
 /// end, or a size bound just crossed.
 fn worth_parsing(buf: &[u8], checked: usize) -> bool {
     let crossed = |bound: usize| checked <= bound && buf.len() > bound;
-    checked == 0 || buf[checked..].contains(&b'\n') || crossed(MAX_TARGET_BYTES) || crossed(MAX_HEAD_BYTES)
+    checked == 0
+        || buf[checked..].contains(&b'\n')
+        || crossed(MAX_TARGET_BYTES)
+        || crossed(MAX_HEAD_BYTES)
 }
 
 /// Reads once into the spare end of `rbuf`, first moving unread bytes to the front.
-async fn read_into<S: AsyncRead + Unpin>(io: &mut S, rbuf: &mut Vec<u8>, rpos: &mut usize) -> std::io::Result<usize> {
+async fn read_into<S: AsyncRead + Unpin>(
+    io: &mut S,
+    rbuf: &mut Vec<u8>,
+    rpos: &mut usize,
+) -> std::io::Result<usize> {
     if *rpos > 0 {
         rbuf.drain(..*rpos);
         *rpos = 0;

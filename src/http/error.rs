@@ -2,7 +2,9 @@
 
 use std::fmt;
 
-use super::parse::{MAX_CHUNK_LINE_BYTES, MAX_HEADERS, MAX_HEAD_BYTES, MAX_TARGET_BYTES, MAX_TRAILER_BYTES};
+use super::parse::{
+    MAX_CHUNK_LINE_BYTES, MAX_HEADERS, MAX_HEAD_BYTES, MAX_TARGET_BYTES, MAX_TRAILER_BYTES,
+};
 
 /// A request the server answers itself, without calling the handler.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -46,7 +48,9 @@ pub enum HttpError {
 impl HttpError {
     pub fn status(&self) -> u16 {
         match self {
-            HttpError::HeadTooLarge | HttpError::TooManyHeaders | HttpError::TrailersTooLarge => 431,
+            HttpError::HeadTooLarge | HttpError::TooManyHeaders | HttpError::TrailersTooLarge => {
+                431
+            }
             HttpError::TargetTooLong { .. } => 414,
             HttpError::BodyTooLarge { .. } => 413,
             HttpError::HeadTimeout { .. } | HttpError::BodyTimeout { .. } => 408,
@@ -114,12 +118,20 @@ impl fmt::Display for HttpError {
             HttpError::HeadTooLarge => {
                 write!(f, "request header section exceeds {MAX_HEAD_BYTES} bytes")
             }
-            HttpError::TooManyHeaders => write!(f, "request has more than {MAX_HEADERS} header fields"),
+            HttpError::TooManyHeaders => {
+                write!(f, "request has more than {MAX_HEADERS} header fields")
+            }
             HttpError::TargetTooLong { len } => {
-                write!(f, "request target of {len} bytes exceeds {MAX_TARGET_BYTES} bytes")
+                write!(
+                    f,
+                    "request target of {len} bytes exceeds {MAX_TARGET_BYTES} bytes"
+                )
             }
             HttpError::BodyTooLarge { len, limit } => {
-                write!(f, "request body of {len} bytes exceeds the limit of {limit} bytes")
+                write!(
+                    f,
+                    "request body of {len} bytes exceeds the limit of {limit} bytes"
+                )
             }
             HttpError::HeadTimeout { millis } => {
                 write!(f, "request header not complete within {millis} ms")
@@ -135,16 +147,25 @@ impl fmt::Display for HttpError {
                 write!(f, "request has Content-Length values that differ")
             }
             HttpError::InvalidContentLength => {
-                write!(f, "Content-Length is not a decimal number of at most 19 digits")
+                write!(
+                    f,
+                    "Content-Length is not a decimal number of at most 19 digits"
+                )
             }
             HttpError::UnsupportedTransferEncoding => {
-                write!(f, "Transfer-Encoding other than a single 'chunked' is not implemented")
+                write!(
+                    f,
+                    "Transfer-Encoding other than a single 'chunked' is not implemented"
+                )
             }
             HttpError::TransferEncodingOnHttp10 => {
                 write!(f, "Transfer-Encoding is not allowed in an HTTP/1.0 request")
             }
             HttpError::UnsupportedVersion => {
-                write!(f, "HTTP version not supported; only HTTP/1.0 and HTTP/1.1 are")
+                write!(
+                    f,
+                    "HTTP version not supported; only HTTP/1.0 and HTTP/1.1 are"
+                )
             }
             HttpError::InvalidChunk => write!(
                 f,
@@ -152,10 +173,16 @@ impl fmt::Display for HttpError {
                  or chunk data not followed by CRLF"
             ),
             HttpError::TrailersTooLarge => {
-                write!(f, "chunked trailer section exceeds {MAX_TRAILER_BYTES} bytes")
+                write!(
+                    f,
+                    "chunked trailer section exceeds {MAX_TRAILER_BYTES} bytes"
+                )
             }
             HttpError::TooManyConnections { limit } => {
-                write!(f, "server has {limit} connections open, the maximum; retry later")
+                write!(
+                    f,
+                    "server has {limit} connections open, the maximum; retry later"
+                )
             }
             HttpError::HandlerPanicked => write!(f, "internal error while handling the request"),
         }
@@ -175,7 +202,10 @@ mod tests {
         assert_eq!(v["error"]["code"], "body_too_large");
         assert_eq!(v["error"]["type"], "invalid_request_error");
         assert!(v["error"]["param"].is_null());
-        assert!(v["error"]["message"].as_str().unwrap().contains("limit of 5 bytes"));
+        assert!(v["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("limit of 5 bytes"));
         assert_eq!(e.status(), 413);
         assert_eq!(HttpError::UnsupportedVersion.status(), 505);
         assert_eq!(HttpError::UnsupportedTransferEncoding.status(), 501);

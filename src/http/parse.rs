@@ -48,7 +48,11 @@ pub struct HeadError {
 
 impl HeadError {
     fn bare(error: HttpError) -> HeadError {
-        HeadError { error, method: String::new(), path: String::new() }
+        HeadError {
+            error,
+            method: String::new(),
+            path: String::new(),
+        }
     }
 }
 
@@ -82,15 +86,24 @@ pub fn parse_head(buf: &[u8]) -> Result<Option<(Head, usize)>, HeadError> {
     let method = req.method.unwrap_or("");
     let target = req.path.unwrap_or("");
     let version = req.version.unwrap_or(1);
-    let fail = |error| HeadError { error, method: method.to_owned(), path: target.to_owned() };
+    let fail = |error| HeadError {
+        error,
+        method: method.to_owned(),
+        path: target.to_owned(),
+    };
     if target.len() > MAX_TARGET_BYTES {
         return Err(fail(HttpError::TargetTooLong { len: target.len() }));
     }
     if n > MAX_HEAD_BYTES {
         return Err(fail(HttpError::HeadTooLarge));
     }
-    let (path, query) = split_target(target).ok_or_else(|| fail(HttpError::Malformed("request target")))?;
-    let fail = |error| HeadError { error, method: method.to_owned(), path: path.to_owned() };
+    let (path, query) =
+        split_target(target).ok_or_else(|| fail(HttpError::Malformed("request target")))?;
+    let fail = |error| HeadError {
+        error,
+        method: method.to_owned(),
+        path: path.to_owned(),
+    };
 
     let mut content_length: Option<u64> = None;
     let (mut te_seen, mut chunked_count, mut te_other) = (false, 0, false);
@@ -100,15 +113,23 @@ pub fn parse_head(buf: &[u8]) -> Result<Option<(Head, usize)>, HeadError> {
         let name = h.name;
         if name.eq_ignore_ascii_case("content-length") {
             for part in h.value.split(|&b| b == b',') {
-                let len = parse_decimal(trim(part)).ok_or_else(|| fail(HttpError::InvalidContentLength))?;
+                let len = parse_decimal(trim(part))
+                    .ok_or_else(|| fail(HttpError::InvalidContentLength))?;
                 match content_length {
-                    Some(prev) if prev != len => return Err(fail(HttpError::ConflictingContentLength)),
+                    Some(prev) if prev != len => {
+                        return Err(fail(HttpError::ConflictingContentLength))
+                    }
                     _ => content_length = Some(len),
                 }
             }
         } else if name.eq_ignore_ascii_case("transfer-encoding") {
             te_seen = true;
-            for token in h.value.split(|&b| b == b',').map(trim).filter(|t| !t.is_empty()) {
+            for token in h
+                .value
+                .split(|&b| b == b',')
+                .map(trim)
+                .filter(|t| !t.is_empty())
+            {
                 if token.eq_ignore_ascii_case(b"chunked") {
                     chunked_count += 1;
                 } else {
@@ -188,17 +209,29 @@ fn target_len_so_far(buf: &[u8]) -> Option<usize> {
     let line = &buf[start..];
     let sp = line.iter().position(|&b| b == b' ')?;
     let rest = &line[sp + 1..];
-    Some(rest.iter().position(|&b| b == b' ' || b == b'\r' || b == b'\n').unwrap_or(rest.len()))
+    Some(
+        rest.iter()
+            .position(|&b| b == b' ' || b == b'\r' || b == b'\n')
+            .unwrap_or(rest.len()),
+    )
 }
 
 /// Whether the request line ends in a syntactically valid `HTTP/x.y` (then the version is merely
 /// unsupported: 505) rather than garbage (400).
 fn version_is_well_formed(buf: &[u8]) -> bool {
-    let start = buf.iter().position(|&b| b != b'\r' && b != b'\n').unwrap_or(0);
+    let start = buf
+        .iter()
+        .position(|&b| b != b'\r' && b != b'\n')
+        .unwrap_or(0);
     let line = &buf[start..];
-    let end = line.iter().position(|&b| b == b'\r' || b == b'\n').unwrap_or(line.len());
+    let end = line
+        .iter()
+        .position(|&b| b == b'\r' || b == b'\n')
+        .unwrap_or(line.len());
     let mut parts = line[..end].split(|&b| b == b' ');
-    let (Some(_), Some(_), Some(version), None) = (parts.next(), parts.next(), parts.next(), parts.next()) else {
+    let (Some(_), Some(_), Some(version), None) =
+        (parts.next(), parts.next(), parts.next(), parts.next())
+    else {
         return false;
     };
     match version.strip_prefix(b"HTTP/") {
@@ -224,7 +257,10 @@ fn parse_decimal(s: &[u8]) -> Option<u64> {
     if s.is_empty() || s.len() > 19 || !s.iter().all(u8::is_ascii_digit) {
         return None;
     }
-    Some(s.iter().fold(0u64, |acc, &d| acc * 10 + u64::from(d - b'0')))
+    Some(
+        s.iter()
+            .fold(0u64, |acc, &d| acc * 10 + u64::from(d - b'0')),
+    )
 }
 
 fn trim(s: &[u8]) -> &[u8] {
@@ -255,7 +291,11 @@ pub struct ChunkedDecoder {
 impl ChunkedDecoder {
     /// A decoder that refuses bodies longer than `max_body` bytes (413).
     pub fn new(max_body: usize) -> ChunkedDecoder {
-        ChunkedDecoder { state: ChunkState::Size, trailer_bytes: 0, max_body }
+        ChunkedDecoder {
+            state: ChunkState::Size,
+            trailer_bytes: 0,
+            max_body,
+        }
     }
 
     pub fn is_done(&self) -> bool {
@@ -271,7 +311,9 @@ impl ChunkedDecoder {
             match self.state {
                 ChunkState::Done => return Ok(pos),
                 ChunkState::Size => {
-                    let Some(&first) = rest.first() else { return Ok(pos) };
+                    let Some(&first) = rest.first() else {
+                        return Ok(pos);
+                    };
                     if !first.is_ascii_hexdigit() {
                         return Err(HttpError::InvalidChunk);
                     }
@@ -286,7 +328,10 @@ impl ChunkedDecoder {
                             } else {
                                 let total = (out.len() as u64).saturating_add(size);
                                 if total > self.max_body as u64 {
-                                    return Err(HttpError::BodyTooLarge { len: total, limit: self.max_body });
+                                    return Err(HttpError::BodyTooLarge {
+                                        len: total,
+                                        limit: self.max_body,
+                                    });
                                 }
                                 self.state = ChunkState::Data(size);
                             }
@@ -343,13 +388,19 @@ impl ChunkedDecoder {
 
 /// A trailer line `name: value\r\n`: a token name, no obs-fold, no bare LF, no NUL.
 fn is_trailer_field(line: &[u8]) -> bool {
-    let Some(body) = line.strip_suffix(b"\r\n") else { return false };
-    let Some(colon) = body.iter().position(|&b| b == b':') else { return false };
+    let Some(body) = line.strip_suffix(b"\r\n") else {
+        return false;
+    };
+    let Some(colon) = body.iter().position(|&b| b == b':') else {
+        return false;
+    };
     let name = &body[..colon];
     let is_tchar = |b: &u8| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(b);
     !name.is_empty()
         && name.iter().all(is_tchar)
-        && body[colon + 1..].iter().all(|&b| b == b'\t' || (b >= 0x20 && b != 0x7f))
+        && body[colon + 1..]
+            .iter()
+            .all(|&b| b == b'\t' || (b >= 0x20 && b != 0x7f))
 }
 
 #[cfg(test)]

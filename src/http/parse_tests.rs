@@ -20,7 +20,13 @@ fn simple_get() {
     assert_eq!(h.path, "/v1/models");
     assert_eq!(h.query.as_deref(), Some("limit=3&x"));
     assert_eq!(h.version, 1);
-    assert_eq!(h.headers, vec![("Host".into(), b"a".to_vec()), ("X-Y".into(), b"z".to_vec())]);
+    assert_eq!(
+        h.headers,
+        vec![
+            ("Host".into(), b"a".to_vec()),
+            ("X-Y".into(), b"z".to_vec())
+        ]
+    );
     assert_eq!(h.framing, Framing::None);
     assert!(h.keep_alive);
     assert!(!h.expect_continue);
@@ -54,31 +60,50 @@ fn target_forms() {
     assert_eq!((h.path.as_str(), h.query.as_deref()), ("/x/y", Some("q=1")));
     assert_eq!(head("GET HTTPS://example.com HTTP/1.1\r\n\r\n").path, "/");
     assert_eq!(head("OPTIONS * HTTP/1.1\r\n\r\n").path, "*");
-    assert!(matches!(err(b"GET foo HTTP/1.1\r\n\r\n"), HttpError::Malformed(_)));
+    assert!(matches!(
+        err(b"GET foo HTTP/1.1\r\n\r\n"),
+        HttpError::Malformed(_)
+    ));
 }
 
 #[test]
 fn content_length_rules() {
-    assert_eq!(head("POST / HTTP/1.1\r\nContent-Length: 0\r\n\r\n").framing, Framing::None);
+    assert_eq!(
+        head("POST / HTTP/1.1\r\nContent-Length: 0\r\n\r\n").framing,
+        Framing::None
+    );
     assert_eq!(
         head("POST / HTTP/1.1\r\nContent-Length: 5\r\ncontent-length: 5\r\n\r\n").framing,
         Framing::Length(5)
     );
-    assert_eq!(head("POST / HTTP/1.1\r\nContent-Length: 7, 7\r\n\r\n").framing, Framing::Length(7));
+    assert_eq!(
+        head("POST / HTTP/1.1\r\nContent-Length: 7, 7\r\n\r\n").framing,
+        Framing::Length(7)
+    );
     assert_eq!(
         err(b"POST / HTTP/1.1\r\nContent-Length: 5\r\nContent-Length: 6\r\n\r\n"),
         HttpError::ConflictingContentLength
     );
-    assert_eq!(err(b"POST / HTTP/1.1\r\nContent-Length: 5, 6\r\n\r\n"), HttpError::ConflictingContentLength);
+    assert_eq!(
+        err(b"POST / HTTP/1.1\r\nContent-Length: 5, 6\r\n\r\n"),
+        HttpError::ConflictingContentLength
+    );
     for bad in ["+5", "-1", "0x10", "", "1 2", "99999999999999999999"] {
         let req = format!("POST / HTTP/1.1\r\nContent-Length: {bad}\r\n\r\n");
-        assert_eq!(err(req.as_bytes()), HttpError::InvalidContentLength, "{bad:?}");
+        assert_eq!(
+            err(req.as_bytes()),
+            HttpError::InvalidContentLength,
+            "{bad:?}"
+        );
     }
 }
 
 #[test]
 fn transfer_encoding_rules() {
-    assert_eq!(head("POST / HTTP/1.1\r\nTransfer-Encoding: Chunked\r\n\r\n").framing, Framing::Chunked);
+    assert_eq!(
+        head("POST / HTTP/1.1\r\nTransfer-Encoding: Chunked\r\n\r\n").framing,
+        Framing::Chunked
+    );
     assert_eq!(
         err(b"POST / HTTP/1.1\r\nContent-Length: 3\r\nTransfer-Encoding: chunked\r\n\r\n"),
         HttpError::LengthAndTransferEncoding
@@ -87,7 +112,10 @@ fn transfer_encoding_rules() {
         err(b"POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\nContent-Length: 3\r\n\r\n"),
         HttpError::LengthAndTransferEncoding
     );
-    assert_eq!(err(b"POST / HTTP/1.1\r\nTransfer-Encoding: gzip\r\n\r\n"), HttpError::UnsupportedTransferEncoding);
+    assert_eq!(
+        err(b"POST / HTTP/1.1\r\nTransfer-Encoding: gzip\r\n\r\n"),
+        HttpError::UnsupportedTransferEncoding
+    );
     assert_eq!(
         err(b"POST / HTTP/1.1\r\nTransfer-Encoding: gzip, chunked\r\n\r\n"),
         HttpError::UnsupportedTransferEncoding
@@ -96,28 +124,43 @@ fn transfer_encoding_rules() {
         err(b"POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\nTransfer-Encoding: chunked\r\n\r\n"),
         HttpError::UnsupportedTransferEncoding
     );
-    assert_eq!(err(b"POST / HTTP/1.0\r\nTransfer-Encoding: chunked\r\n\r\n"), HttpError::TransferEncodingOnHttp10);
+    assert_eq!(
+        err(b"POST / HTTP/1.0\r\nTransfer-Encoding: chunked\r\n\r\n"),
+        HttpError::TransferEncodingOnHttp10
+    );
 }
 
 #[test]
 fn version_errors() {
-    assert_eq!(err(b"GET / HTTP/2.0\r\n\r\n"), HttpError::UnsupportedVersion);
-    assert_eq!(err(b"GET / HTTP/1.2\r\n\r\n"), HttpError::UnsupportedVersion);
+    assert_eq!(
+        err(b"GET / HTTP/2.0\r\n\r\n"),
+        HttpError::UnsupportedVersion
+    );
+    assert_eq!(
+        err(b"GET / HTTP/1.2\r\n\r\n"),
+        HttpError::UnsupportedVersion
+    );
     assert_eq!(err(b"GET / HTTP/3\r\n\r\n"), HttpError::UnsupportedVersion);
-    assert!(matches!(err(b"GET / HTTQ/1.1\r\n\r\n"), HttpError::Malformed(_)));
-    assert!(matches!(err(b"GET / HTTP/1.1x\r\n\r\n"), HttpError::Malformed(_)));
+    assert!(matches!(
+        err(b"GET / HTTQ/1.1\r\n\r\n"),
+        HttpError::Malformed(_)
+    ));
+    assert!(matches!(
+        err(b"GET / HTTP/1.1x\r\n\r\n"),
+        HttpError::Malformed(_)
+    ));
 }
 
 #[test]
 fn malformed_heads() {
     let cases: &[&[u8]] = &[
-        b"GET / HTTP/1.1\r\nX: a\r\n b\r\n\r\n",      // obs-fold
-        b"GET / HTTP/1.1\r\nX : a\r\n\r\n",           // space before colon
-        b"GET  / HTTP/1.1\r\n\r\n",                   // double space
-        b"G\x01T / HTTP/1.1\r\n\r\n",                 // control char in method
-        b"GET / HTTP/1.1\r\nX: a\x00b\r\n\r\n",       // NUL in value
-        b"GET /a b HTTP/1.1\r\n\r\n",                 // space in target
-        b"GET / HTTP/1.1\r\n: novalue\r\n\r\n",       // empty name
+        b"GET / HTTP/1.1\r\nX: a\r\n b\r\n\r\n",         // obs-fold
+        b"GET / HTTP/1.1\r\nX : a\r\n\r\n",              // space before colon
+        b"GET  / HTTP/1.1\r\n\r\n",                      // double space
+        b"G\x01T / HTTP/1.1\r\n\r\n",                    // control char in method
+        b"GET / HTTP/1.1\r\nX: a\x00b\r\n\r\n",          // NUL in value
+        b"GET /a b HTTP/1.1\r\n\r\n",                    // space in target
+        b"GET / HTTP/1.1\r\n: novalue\r\n\r\n",          // empty name
         b"\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03", // TLS hello
     ];
     for c in cases {
@@ -136,12 +179,21 @@ fn header_limits() {
     many.push_str("X-last: v\r\n\r\n");
     assert_eq!(err(many.as_bytes()), HttpError::TooManyHeaders);
 
-    let big = format!("GET / HTTP/1.1\r\nX: {}\r\n\r\n", "a".repeat(MAX_HEAD_BYTES));
+    let big = format!(
+        "GET / HTTP/1.1\r\nX: {}\r\n\r\n",
+        "a".repeat(MAX_HEAD_BYTES)
+    );
     assert_eq!(err(big.as_bytes()), HttpError::HeadTooLarge);
     // Incomplete and already over the bound: refused without waiting for the end.
-    assert_eq!(err(&big.as_bytes()[..MAX_HEAD_BYTES + 1]), HttpError::HeadTooLarge);
+    assert_eq!(
+        err(&big.as_bytes()[..MAX_HEAD_BYTES + 1]),
+        HttpError::HeadTooLarge
+    );
     // Just under the bound is fine.
-    let ok = format!("GET / HTTP/1.1\r\nX: {}\r\n\r\n", "a".repeat(MAX_HEAD_BYTES - 40));
+    let ok = format!(
+        "GET / HTTP/1.1\r\nX: {}\r\n\r\n",
+        "a".repeat(MAX_HEAD_BYTES - 40)
+    );
     assert!(ok.len() <= MAX_HEAD_BYTES);
     head(&ok);
 }
@@ -152,12 +204,21 @@ fn target_limit() {
     assert_eq!(head(&at).path.len(), MAX_TARGET_BYTES);
     let over = format!("GET /{} HTTP/1.1\r\n\r\n", "a".repeat(MAX_TARGET_BYTES));
     let e = parse_head(over.as_bytes()).unwrap_err();
-    assert_eq!(e.error, HttpError::TargetTooLong { len: MAX_TARGET_BYTES + 1 });
+    assert_eq!(
+        e.error,
+        HttpError::TargetTooLong {
+            len: MAX_TARGET_BYTES + 1
+        }
+    );
     assert_eq!(e.method, "GET");
     // A target still arriving is refused once it passes the bound.
     let huge = format!("GET /{}", "a".repeat(MAX_TARGET_BYTES + 10));
     assert_eq!(err(huge.as_bytes()).status(), 414);
-    let short_then_big = format!("GET /{} HTTP/1.1\r\nX: {}", "a".repeat(10), "b".repeat(MAX_HEAD_BYTES));
+    let short_then_big = format!(
+        "GET /{} HTTP/1.1\r\nX: {}",
+        "a".repeat(10),
+        "b".repeat(MAX_HEAD_BYTES)
+    );
     assert_eq!(err(short_then_big.as_bytes()), HttpError::HeadTooLarge);
 }
 
@@ -207,7 +268,11 @@ fn decode_split(input: &[u8], max: usize) -> Result<Vec<u8>, HttpError> {
 
 #[test]
 fn chunked_decodes_whatever_the_split() {
-    let body = decode_split(b"5\r\nhello\r\n6;ext=1\r\n world\r\nA\r\n0123456789\r\n0\r\n\r\n", 100).unwrap();
+    let body = decode_split(
+        b"5\r\nhello\r\n6;ext=1\r\n world\r\nA\r\n0123456789\r\n0\r\n\r\n",
+        100,
+    )
+    .unwrap();
     assert_eq!(body, b"hello world0123456789");
     let body = decode_split(b"3\r\nabc\r\n0\r\nX-Trailer: yes\r\nY: \r\n\r\n", 100).unwrap();
     assert_eq!(body, b"abc");
@@ -225,15 +290,15 @@ fn chunked_stops_at_the_end_and_leaves_the_next_request() {
 #[test]
 fn chunked_errors() {
     let bad: &[&[u8]] = &[
-        b"x\r\n",                     // not hex
-        b"\r\n",                      // empty size
-        b";ext\r\n",                  // size missing
-        b"5\r\nhelloXX",              // data not followed by CRLF
-        b"5\nhello\r\n",              // bare LF
+        b"x\r\n",        // not hex
+        b"\r\n",         // empty size
+        b";ext\r\n",     // size missing
+        b"5\r\nhelloXX", // data not followed by CRLF
+        b"5\nhello\r\n", // bare LF
         b"2\r\nhi\r\n0\r\nbad trailer\r\n\r\n",
         b"2\r\nhi\r\n0\r\n folded: x\r\n\r\n",
         b"2\r\nhi\r\n0\r\nX: y\n\r\n",
-        b"12345678901234567\r\n",     // more than 16 hex digits
+        b"12345678901234567\r\n", // more than 16 hex digits
     ];
     for b in bad {
         let mut out = Vec::new();
@@ -255,11 +320,26 @@ fn chunked_limits() {
         Err(HttpError::BodyTooLarge { .. })
     ));
     let long_ext = format!("1;{}\r\n", "e".repeat(MAX_CHUNK_LINE_BYTES));
-    assert_eq!(ChunkedDecoder::new(10).decode(long_ext.as_bytes(), &mut out), Err(HttpError::InvalidChunk));
+    assert_eq!(
+        ChunkedDecoder::new(10).decode(long_ext.as_bytes(), &mut out),
+        Err(HttpError::InvalidChunk)
+    );
     let long_partial = format!("1;{}", "e".repeat(MAX_CHUNK_LINE_BYTES));
-    assert_eq!(ChunkedDecoder::new(10).decode(long_partial.as_bytes(), &mut out), Err(HttpError::InvalidChunk));
-    let trailers = format!("0\r\n{}", "X: yyyyyyyyyyyyyy\r\n".repeat(MAX_TRAILER_BYTES / 10));
-    assert_eq!(ChunkedDecoder::new(10).decode(trailers.as_bytes(), &mut out), Err(HttpError::TrailersTooLarge));
+    assert_eq!(
+        ChunkedDecoder::new(10).decode(long_partial.as_bytes(), &mut out),
+        Err(HttpError::InvalidChunk)
+    );
+    let trailers = format!(
+        "0\r\n{}",
+        "X: yyyyyyyyyyyyyy\r\n".repeat(MAX_TRAILER_BYTES / 10)
+    );
+    assert_eq!(
+        ChunkedDecoder::new(10).decode(trailers.as_bytes(), &mut out),
+        Err(HttpError::TrailersTooLarge)
+    );
     let endless = format!("0\r\nX: {}", "y".repeat(MAX_TRAILER_BYTES));
-    assert_eq!(ChunkedDecoder::new(10).decode(endless.as_bytes(), &mut out), Err(HttpError::TrailersTooLarge));
+    assert_eq!(
+        ChunkedDecoder::new(10).decode(endless.as_bytes(), &mut out),
+        Err(HttpError::TrailersTooLarge)
+    );
 }

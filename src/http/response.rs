@@ -40,7 +40,13 @@ pub fn status_allows_body(status: u16) -> bool {
 
 /// Appends a response head to `out`. Handler headers that the server owns (framing, `Date`,
 /// `Connection`) or that contain CR, LF or NUL (response splitting) are dropped.
-pub fn write_head(out: &mut Vec<u8>, status: u16, headers: &[(String, String)], framing: Framing, conn: ConnHeader) {
+pub fn write_head(
+    out: &mut Vec<u8>,
+    status: u16,
+    headers: &[(String, String)],
+    framing: Framing,
+    conn: ConnHeader,
+) {
     out.extend_from_slice(b"HTTP/1.1 ");
     let _ = write!(out, "{status:03} ");
     out.extend_from_slice(reason(status).as_bytes());
@@ -88,14 +94,22 @@ pub fn write_error(out: &mut Vec<u8>, err: &HttpError, head_only: bool) {
     if err.status() == 503 {
         headers.push(("Retry-After".to_owned(), "1".to_owned()));
     }
-    write_head(out, err.status(), &headers, Framing::Length(body.len()), ConnHeader::Close);
+    write_head(
+        out,
+        err.status(),
+        &headers,
+        Framing::Length(body.len()),
+        ConnHeader::Close,
+    );
     if !head_only {
         out.extend_from_slice(&body);
     }
 }
 
 fn is_server_owned(name: &str) -> bool {
-    ["content-length", "transfer-encoding", "connection", "date"].iter().any(|n| name.eq_ignore_ascii_case(n))
+    ["content-length", "transfer-encoding", "connection", "date"]
+        .iter()
+        .any(|n| name.eq_ignore_ascii_case(n))
 }
 
 fn is_safe(s: &str) -> bool {
@@ -161,11 +175,23 @@ mod tests {
             ("content-length".to_owned(), "999".to_owned()),
             ("X-Evil".to_owned(), "a\r\nSet-Cookie: x".to_owned()),
         ];
-        write_head(&mut out, 200, &headers, Framing::Length(12), ConnHeader::Omit);
+        write_head(
+            &mut out,
+            200,
+            &headers,
+            Framing::Length(12),
+            ConnHeader::Omit,
+        );
         let t = text(&out);
         assert!(t.starts_with("HTTP/1.1 200 OK\r\nDate: "), "{t}");
-        assert!(t.contains("\r\nContent-Type: application/json\r\nContent-Length: 12\r\n\r\n"), "{t}");
-        assert!(!t.contains("999") && !t.contains("X-Evil") && !t.contains("Connection"), "{t}");
+        assert!(
+            t.contains("\r\nContent-Type: application/json\r\nContent-Length: 12\r\n\r\n"),
+            "{t}"
+        );
+        assert!(
+            !t.contains("999") && !t.contains("X-Evil") && !t.contains("Connection"),
+            "{t}"
+        );
     }
 
     #[test]
@@ -173,11 +199,17 @@ mod tests {
         let mut out = Vec::new();
         write_head(&mut out, 200, &[], Framing::Chunked, ConnHeader::KeepAlive);
         let t = text(&out);
-        assert!(t.ends_with("Transfer-Encoding: chunked\r\nConnection: keep-alive\r\n\r\n"), "{t}");
+        assert!(
+            t.ends_with("Transfer-Encoding: chunked\r\nConnection: keep-alive\r\n\r\n"),
+            "{t}"
+        );
         out.clear();
         write_head(&mut out, 599, &[], Framing::UntilClose, ConnHeader::Close);
         let t = text(&out);
-        assert!(t.starts_with("HTTP/1.1 599 Unknown\r\n") && t.ends_with("\r\nConnection: close\r\n\r\n"));
+        assert!(
+            t.starts_with("HTTP/1.1 599 Unknown\r\n")
+                && t.ends_with("\r\nConnection: close\r\n\r\n")
+        );
         assert!(!t.contains("Content-Length") && !t.contains("Transfer-Encoding"));
     }
 
@@ -188,7 +220,10 @@ mod tests {
         write_chunk(&mut out, b"");
         write_chunk(&mut out, &[b'a'; 26]);
         out.extend_from_slice(LAST_CHUNK);
-        assert_eq!(text(&out), format!("9\r\ndata: x\n\n\r\n1a\r\n{}\r\n0\r\n\r\n", "a".repeat(26)));
+        assert_eq!(
+            text(&out),
+            format!("9\r\ndata: x\n\n\r\n1a\r\n{}\r\n0\r\n\r\n", "a".repeat(26))
+        );
     }
 
     #[test]
@@ -199,7 +234,15 @@ mod tests {
         assert!(t.starts_with("HTTP/1.1 503 Service Unavailable\r\n"));
         assert!(t.contains("Retry-After: 1\r\n") && t.contains("Connection: close\r\n"));
         let body = &t[t.find("\r\n\r\n").unwrap() + 4..];
-        let len: usize = t.split("Content-Length: ").nth(1).unwrap().split("\r\n").next().unwrap().parse().unwrap();
+        let len: usize = t
+            .split("Content-Length: ")
+            .nth(1)
+            .unwrap()
+            .split("\r\n")
+            .next()
+            .unwrap()
+            .parse()
+            .unwrap();
         assert_eq!(body.len(), len);
         assert!(body.contains("\"code\":\"too_many_connections\""));
         out.clear();

@@ -145,7 +145,8 @@ async fn accept_loop(
         let _ = stream.get_ref().set_nodelay(true);
         let (handler, cfg, shutdown) = (handler.clone(), cfg.clone(), shutdown.clone());
         if open.load(Ordering::SeqCst) >= cfg.max_connections {
-            ex.spawn(async move { refuse(stream, peer, &*handler, &cfg).await }).detach();
+            ex.spawn(async move { refuse(stream, peer, &*handler, &cfg).await })
+                .detach();
             continue;
         }
         open.fetch_add(1, Ordering::SeqCst);
@@ -178,7 +179,12 @@ async fn run_connection(
     cfg: &HttpConfig,
     shutdown: &Shutdown,
 ) {
-    let ctx = ConnCtx { handler, cfg, shutdown, peer };
+    let ctx = ConnCtx {
+        handler,
+        cfg,
+        shutdown,
+        peer,
+    };
     let end = serve_connection(&mut stream, &ctx).await;
     close(stream, end).await;
 }
@@ -204,12 +210,24 @@ async fn close(mut stream: Async<TcpStream>, end: ConnEnd) {
 }
 
 /// Answers 503 to a connection over the cap, without reading its request.
-async fn refuse(mut stream: Async<TcpStream>, peer: SocketAddr, handler: &dyn Handler, cfg: &HttpConfig) {
+async fn refuse(
+    mut stream: Async<TcpStream>,
+    peer: SocketAddr,
+    handler: &dyn Handler,
+    cfg: &HttpConfig,
+) {
     use smol::io::AsyncWriteExt as _;
-    let err = HttpError::TooManyConnections { limit: cfg.max_connections };
+    let err = HttpError::TooManyConnections {
+        limit: cfg.max_connections,
+    };
     let mut out = Vec::with_capacity(512);
     response::write_error(&mut out, &err, false);
-    handler.on_rejected(&Rejected { method: "", path: "", status: err.status(), peer });
+    handler.on_rejected(&Rejected {
+        method: "",
+        path: "",
+        status: err.status(),
+        peer,
+    });
     let write = async {
         let _ = stream.write_all(&out).await;
     };
