@@ -157,6 +157,27 @@ fn client_gone_mid_stream_drops_the_receiver() {
 }
 
 #[test]
+fn client_gone_during_a_quiet_stream_is_noticed_without_a_write() {
+    let (gone_tx, gone_rx) = mpsc::channel();
+    let handler = TestHandler {
+        gone_tx: std::sync::Mutex::new(Some(gone_tx)),
+        ..TestHandler::default()
+    };
+    let server = TestServer::start_with(quick_cfg(), handler);
+    let mut c = Client::new(&server);
+    c.send(b"GET /quiet HTTP/1.1\r\n\r\n");
+    let (status, _) = read_head(&mut c.reader);
+    assert_eq!(status, 200);
+    let mut line = String::new();
+    std::io::BufRead::read_line(&mut c.reader, &mut line).unwrap();
+    assert_eq!(line, "c\r\n", "the one chunk");
+    drop(c);
+    gone_rx
+        .recv_timeout(CLIENT_TIMEOUT)
+        .expect("receiver dropped although nothing more was written");
+}
+
+#[test]
 fn graceful_shutdown_lets_an_in_flight_response_finish() {
     let (started_tx, started_rx) = mpsc::channel();
     let handler = TestHandler {

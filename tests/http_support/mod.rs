@@ -67,6 +67,21 @@ impl Handler for TestHandler {
                     });
                     Response::sse(rx)
                 }
+                "/quiet" => {
+                    // One event, then silence: only watching the socket can tell the client left.
+                    let (tx, rx) = async_channel::bounded(1);
+                    tx.try_send(b"data: only\n\n".to_vec()).unwrap();
+                    let gone = self.gone_tx.lock().unwrap().clone();
+                    std::thread::spawn(move || {
+                        while !tx.is_closed() {
+                            std::thread::sleep(Duration::from_millis(20));
+                        }
+                        if let Some(g) = gone {
+                            let _ = g.send(());
+                        }
+                    });
+                    Response::sse(rx)
+                }
                 "/slow" => {
                     if let Some(tx) = self.started_tx.lock().unwrap().as_ref() {
                         let _ = tx.send(());
