@@ -17,8 +17,10 @@ use super::server::HttpConfig;
 use super::shutdown::Shutdown;
 use super::{Body, Handler, Rejected, Request};
 
-/// Bytes asked of the socket per read.
+/// Initial size of a connection's read buffer, and how much it grows by at least.
 const READ_CHUNK: usize = 16 * 1024;
+/// The read buffer grows when less than this is free at its end.
+const MIN_READ: usize = 4 * 1024;
 /// Pending output is written out once it grows past this, even while pipelined requests remain.
 const WRITE_BATCH_BYTES: usize = 64 * 1024;
 
@@ -57,8 +59,7 @@ enum StreamEvent {
 struct Conn<'a, 'c, S> {
     io: &'a mut S,
     ctx: &'a ConnCtx<'c>,
-    rbuf: Vec<u8>,
-    rpos: usize,
+    input: ReadBuf,
     out: Vec<u8>,
     /// Method and path of the request in the handler, kept (in reused buffers) to report a panic.
     method: String,
@@ -73,8 +74,7 @@ where
     let mut conn = Conn {
         io,
         ctx,
-        rbuf: Vec::with_capacity(READ_CHUNK),
-        rpos: 0,
+        input: ReadBuf::default(),
         out: Vec::with_capacity(1024),
         method: String::new(),
         path: String::new(),
@@ -89,15 +89,11 @@ where
 
 impl<S: AsyncRead + AsyncWrite + Unpin> Conn<'_, '_, S> {
     fn filled(&self) -> &[u8] {
-        &self.rbuf[self.rpos..]
+        self.input.filled()
     }
 
     fn consume(&mut self, n: usize) {
-        self.rpos += n;
-        if self.rpos == self.rbuf.len() {
-            self.rbuf.clear();
-            self.rpos = 0;
-        }
+        self.input.consume(n);
     }
 
     /// Writes pending output; false if the client is gone or too slow to take it.
@@ -114,7 +110,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Conn<'_, '_, S> {
             return ReadOutcome::Eof;
         }
         let shutdown = self.ctx.shutdown;
-        let read = async { read_into(self.io, &mut self.rbuf, &mut self.rpos).await };
+        let read = async { self.input.read_from(self.io).await };
         let read = async {
             match read.await {
                 Ok(0) | Err(_) => ReadOutcome::Eof,
@@ -391,13 +387,13 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Conn<'_, '_, S> {
         loop {
             let event = {
                 let item = async { StreamEvent::Item(rx.recv().await.ok()) };
-                let (io, rbuf, rpos) = (&mut *self.io, &mut self.rbuf, &mut self.rpos);
+                let (io, input) = (&mut *self.io, &mut self.input);
                 let watch = async {
                     // Bytes of a pipelined next request are kept, within the head bound.
-                    if rbuf.len() - *rpos > MAX_HEAD_BYTES {
+                    if input.filled().len() > MAX_HEAD_BYTES {
                         future::pending::<()>().await;
                     }
-                    match read_into(io, rbuf, rpos).await {
+                    match input.read_from(io).await {
                         Ok(0) | Err(_) => StreamEvent::ClientGone,
                         Ok(_) => StreamEvent::ClientSent,
                     }
@@ -442,21 +438,43 @@ fn worth_parsing(buf: &[u8], checked: usize) -> bool {
         || crossed(MAX_HEAD_BYTES)
 }
 
-/// Reads once into the spare end of `rbuf`, first moving unread bytes to the front.
-async fn read_into<S: AsyncRead + Unpin>(
-    io: &mut S,
-    rbuf: &mut Vec<u8>,
-    rpos: &mut usize,
-) -> std::io::Result<usize> {
-    if *rpos > 0 {
-        rbuf.drain(..*rpos);
-        *rpos = 0;
+/// Input read but not yet consumed. The vector stays initialised to its full length, so reads go
+/// straight into its spare end without zeroing it again for every read.
+#[derive(Default)]
+struct ReadBuf {
+    buf: Vec<u8>,
+    start: usize,
+    end: usize,
+}
+
+impl ReadBuf {
+    fn filled(&self) -> &[u8] {
+        &self.buf[self.start..self.end]
     }
-    let len = rbuf.len();
-    rbuf.resize(len + READ_CHUNK, 0);
-    let result = io.read(&mut rbuf[len..]).await;
-    rbuf.truncate(len + *result.as_ref().unwrap_or(&0));
-    result
+
+    fn consume(&mut self, n: usize) {
+        self.start += n;
+        if self.start == self.end {
+            self.start = 0;
+            self.end = 0;
+        }
+    }
+
+    /// Reads once into the spare end, first moving unread bytes to the front.
+    async fn read_from<S: AsyncRead + Unpin>(&mut self, io: &mut S) -> std::io::Result<usize> {
+        if self.start > 0 {
+            self.buf.copy_within(self.start..self.end, 0);
+            self.end -= self.start;
+            self.start = 0;
+        }
+        if self.buf.len() - self.end < MIN_READ {
+            let grown = (self.buf.len() * 2).max(self.end + READ_CHUNK);
+            self.buf.resize(grown, 0);
+        }
+        let n = io.read(&mut self.buf[self.end..]).await?;
+        self.end += n;
+        Ok(n)
+    }
 }
 
 /// Writes all of `buf` within the write timeout; false if the client is gone or too slow.
