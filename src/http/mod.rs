@@ -5,6 +5,18 @@
 //! Requests the server rejects itself (limits, smuggling, timeouts) never reach `handle`; the
 //! handler hears of them through [`Handler::on_rejected`] so that they can still be counted.
 
+pub mod conn;
+pub mod date;
+pub mod error;
+pub mod parse;
+pub mod response;
+pub mod server;
+pub mod shutdown;
+
+pub use error::HttpError;
+pub use server::{serve, HttpConfig};
+pub use shutdown::{shutdown_on_signals, Shutdown};
+
 use std::future::Future;
 use std::net::SocketAddr;
 use std::pin::Pin;

@@ -1,0 +1,240 @@
+//! The accept loop: a smol executor on `io_threads` threads, one task per connection, the
+//! connection cap, and graceful shutdown.
+
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use smol::future::FutureExt as _;
+use smol::io::AsyncReadExt as _;
+use smol::{Async, Executor, Timer};
+
+use super::conn::{serve_connection, ConnCtx, ConnEnd};
+use super::error::HttpError;
+use super::response;
+use super::shutdown::Shutdown;
+use super::{Handler, Rejected};
+use crate::config::ServeConfig;
+
+/// Time allowed for a request head to arrive once it has begun (slowloris guard); then 408.
+pub const DEFAULT_HEADER_TIMEOUT: Duration = Duration::from_secs(10);
+/// An idle keep-alive connection is closed after this long without a new request.
+pub const DEFAULT_IDLE_TIMEOUT: Duration = Duration::from_secs(60);
+/// Time allowed for a whole request body to arrive; then 408.
+pub const DEFAULT_BODY_TIMEOUT: Duration = Duration::from_secs(30);
+/// Time allowed for one write to be taken by the client before the connection is dropped.
+pub const DEFAULT_WRITE_TIMEOUT: Duration = Duration::from_secs(30);
+/// After an error response: how long to drain what the client still sends before closing.
+const LINGER_TIMEOUT: Duration = Duration::from_secs(1);
+/// After an error response: how much of what the client still sends is drained at most.
+const LINGER_MAX_BYTES: usize = 256 * 1024;
+/// Pause after a failed accept (e.g. out of file descriptors), so the loop does not spin.
+const ACCEPT_ERROR_BACKOFF: Duration = Duration::from_millis(50);
+/// How often shutdown checks whether the last connection has closed.
+const SHUTDOWN_POLL: Duration = Duration::from_millis(10);
+/// After the grace period, how long streams get to write their terminating chunk.
+const FORCED_CLOSE_WAIT: Duration = Duration::from_secs(1);
+
+/// Every setting of the HTTP layer; `HttpConfig::from_serve` fills it from the `ServeConfig`.
+#[derive(Debug, Clone)]
+pub struct HttpConfig {
+    /// Executor threads for all connections (`--io-threads`); at least 1.
+    pub io_threads: usize,
+    /// Connections open at once beyond which new ones get 503 (`--max-connections`).
+    pub max_connections: usize,
+    /// Largest request body accepted; larger ones get 413 unread (`--max-body-bytes`).
+    pub max_body_bytes: usize,
+    pub header_timeout: Duration,
+    pub idle_timeout: Duration,
+    pub body_timeout: Duration,
+    pub write_timeout: Duration,
+    /// How long in-flight responses may continue after shutdown starts (`--shutdown-grace`).
+    pub shutdown_grace: Duration,
+}
+
+impl Default for HttpConfig {
+    fn default() -> Self {
+        HttpConfig {
+            io_threads: 1,
+            max_connections: crate::config::DEFAULT_MAX_CONNECTIONS,
+            max_body_bytes: crate::config::DEFAULT_MAX_BODY_BYTES,
+            header_timeout: DEFAULT_HEADER_TIMEOUT,
+            idle_timeout: DEFAULT_IDLE_TIMEOUT,
+            body_timeout: DEFAULT_BODY_TIMEOUT,
+            write_timeout: DEFAULT_WRITE_TIMEOUT,
+            shutdown_grace: crate::config::DEFAULT_SHUTDOWN_GRACE,
+        }
+    }
+}
+
+impl HttpConfig {
+    pub fn from_serve(c: &ServeConfig) -> HttpConfig {
+        HttpConfig {
+            io_threads: c.io_threads,
+            max_connections: c.max_connections,
+            max_body_bytes: c.max_body_bytes,
+            shutdown_grace: c.shutdown_grace,
+            ..HttpConfig::default()
+        }
+    }
+}
+
+/// Decrements the open-connection count when a connection task ends, however it ends.
+struct OpenGuard(Arc<AtomicUsize>);
+
+impl Drop for OpenGuard {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+/// Serves HTTP on `listener` until `shutdown` is triggered and in-flight responses are done (or
+/// the grace period is over). Blocks the calling thread, which becomes one of the I/O threads.
+pub fn serve(
+    listener: TcpListener,
+    handler: Arc<dyn Handler>,
+    cfg: HttpConfig,
+    shutdown: Shutdown,
+) -> std::io::Result<()> {
+    let listener = Async::new(listener)?;
+    let ex = Arc::new(Executor::new());
+    let cfg = Arc::new(cfg);
+    let (done_tx, done_rx) = async_channel::bounded::<()>(1);
+    let mut threads = Vec::new();
+    for i in 1..cfg.io_threads.max(1) {
+        let (ex, done_rx) = (ex.clone(), done_rx.clone());
+        let t = std::thread::Builder::new()
+            .name(format!("mtplx-io-{i}"))
+            .spawn(move || smol::block_on(ex.run(async { done_rx.recv().await.ok() })))?;
+        threads.push(t);
+    }
+    let result = smol::block_on(ex.run(accept_loop(&ex, listener, handler, cfg, shutdown)));
+    drop(done_tx);
+    for t in threads {
+        let _ = t.join();
+    }
+    result
+}
+
+async fn accept_loop(
+    ex: &Arc<Executor<'static>>,
+    listener: Async<TcpListener>,
+    handler: Arc<dyn Handler>,
+    cfg: Arc<HttpConfig>,
+    shutdown: Shutdown,
+) -> std::io::Result<()> {
+    let open = Arc::new(AtomicUsize::new(0));
+    loop {
+        let accepted = async { Some(listener.accept().await) }
+            .or(async {
+                shutdown.triggered().await;
+                None
+            })
+            .await;
+        let (stream, peer) = match accepted {
+            None => break,
+            Some(Ok(pair)) => pair,
+            Some(Err(e)) => {
+                eprintln!("mtplx-lite: accept failed: {e}");
+                Timer::after(ACCEPT_ERROR_BACKOFF).await;
+                continue;
+            }
+        };
+        // Responses go out in one write each; Nagle would only delay them.
+        let _ = stream.get_ref().set_nodelay(true);
+        let (handler, cfg, shutdown) = (handler.clone(), cfg.clone(), shutdown.clone());
+        if open.load(Ordering::SeqCst) >= cfg.max_connections {
+            ex.spawn(async move { refuse(stream, peer, &*handler, &cfg).await })
+                .detach();
+            continue;
+        }
+        open.fetch_add(1, Ordering::SeqCst);
+        let guard = OpenGuard(open.clone());
+        ex.spawn(async move {
+            let _guard = guard;
+            run_connection(stream, peer, &*handler, &cfg, &shutdown).await;
+        })
+        .detach();
+    }
+    drop(listener);
+
+    // Stop accepting, then give in-flight responses the grace period, then end streams.
+    let grace_end = Instant::now() + cfg.shutdown_grace;
+    while open.load(Ordering::SeqCst) > 0 && Instant::now() < grace_end {
+        Timer::after(SHUTDOWN_POLL).await;
+    }
+    shutdown.force();
+    let hard_end = Instant::now() + FORCED_CLOSE_WAIT;
+    while open.load(Ordering::SeqCst) > 0 && Instant::now() < hard_end {
+        Timer::after(SHUTDOWN_POLL).await;
+    }
+    Ok(())
+}
+
+async fn run_connection(
+    mut stream: Async<TcpStream>,
+    peer: SocketAddr,
+    handler: &dyn Handler,
+    cfg: &HttpConfig,
+    shutdown: &Shutdown,
+) {
+    let ctx = ConnCtx {
+        handler,
+        cfg,
+        shutdown,
+        peer,
+    };
+    let end = serve_connection(&mut stream, &ctx).await;
+    close(stream, end).await;
+}
+
+/// Half-closes so the client sees the end of the response, and after an error drains briefly
+/// what it still sends: closing with unread input would reset the connection and could destroy
+/// the response before the client reads it.
+async fn close(mut stream: Async<TcpStream>, end: ConnEnd) {
+    let _ = stream.get_ref().shutdown(std::net::Shutdown::Write);
+    if end == ConnEnd::Linger {
+        let drain = async {
+            let mut scratch = [0u8; 4096];
+            let mut drained = 0;
+            while drained < LINGER_MAX_BYTES {
+                match stream.read(&mut scratch).await {
+                    Ok(0) | Err(_) => break,
+                    Ok(n) => drained += n,
+                }
+            }
+        };
+        drain.or(sleep(LINGER_TIMEOUT)).await;
+    }
+}
+
+/// Answers 503 to a connection over the cap, without reading its request.
+async fn refuse(
+    mut stream: Async<TcpStream>,
+    peer: SocketAddr,
+    handler: &dyn Handler,
+    cfg: &HttpConfig,
+) {
+    use smol::io::AsyncWriteExt as _;
+    let err = HttpError::TooManyConnections {
+        limit: cfg.max_connections,
+    };
+    let mut out = Vec::with_capacity(512);
+    response::write_error(&mut out, &err, false);
+    handler.on_rejected(&Rejected {
+        method: "",
+        path: "",
+        status: err.status(),
+        peer,
+    });
+    let write = async {
+        let _ = stream.write_all(&out).await;
+    };
+    write.or(sleep(LINGER_TIMEOUT)).await;
+    close(stream, ConnEnd::Linger).await;
+}
+
+async fn sleep(d: Duration) {
+    Timer::after(d).await;
+}
