@@ -37,6 +37,11 @@ impl GenerationClock {
         }
     }
 
+    /// The instant the clock started.
+    pub fn start_instant(&self) -> Instant {
+        self.start
+    }
+
     /// The decode thread picked the job up (the end of `queue_s`).
     pub fn admitted_at(&mut self, at: Instant) {
         self.admitted.get_or_insert(at.max(self.start));
