@@ -141,16 +141,22 @@ impl Sampler {
 
     /// Steps 1 to 7 of the module comment.
     fn choose(&mut self, logits: &[f32]) -> u32 {
+        let p = &self.params;
+        let greedy = p.temperature.is_nan() || p.temperature <= 0.0;
+        let penalised = p.presence_penalty != 0.0 || p.frequency_penalty != 0.0;
+        if greedy && !penalised {
+            return argmax_raw(logits);
+        }
         self.fill_raw(logits);
         let p = &self.params;
-        if p.presence_penalty != 0.0 || p.frequency_penalty != 0.0 {
+        if penalised {
             for &(id, c) in &self.counts {
                 if let Some(e) = self.scratch.get_mut(id as usize) {
                     e.1 -= c as f32 * p.frequency_penalty + p.presence_penalty;
                 }
             }
         }
-        if !(p.temperature > 0.0) {
+        if greedy {
             return argmax(&self.scratch);
         }
         let inv_t = 1.0 / p.temperature;
@@ -173,7 +179,7 @@ impl Sampler {
             s.retain(|e| e.1 >= cut);
         }
         let total: f64 = s.iter().map(|e| e.1 as f64).sum();
-        if !(total > 0.0) || !total.is_finite() {
+        if !total.is_finite() || total <= 0.0 {
             return argmax(s);
         }
         let mut u = self.rng.next_f64() * total;
@@ -222,6 +228,16 @@ fn keep_nucleus(s: &mut Vec<(u32, f32)>, top_p: f64) {
         }
         window = (window * 2).min(s.len());
     }
+}
+
+fn argmax_raw(logits: &[f32]) -> u32 {
+    let mut best = 0;
+    for (i, &l) in logits.iter().enumerate() {
+        if l > logits[best] {
+            best = i;
+        }
+    }
+    best as u32
 }
 
 fn argmax(s: &[(u32, f32)]) -> u32 {
@@ -305,6 +321,34 @@ mod tests {
         let logits = vec![0.0f32; 300];
         let mut s = Sampler::new(&params(|p| p.top_p = 0.5));
         assert_eq!(s.kept_after_cuts(&logits).len(), 150);
+    }
+
+    #[test]
+    fn cuts_on_a_large_vocabulary_match_a_full_sort() {
+        let mut rng = Rng::new(3);
+        let logits: Vec<f32> = (0..5000).map(|_| (rng.next_f64() * 12.0 - 6.0) as f32).collect();
+        let mut order: Vec<u32> = (0..5000).collect();
+        order.sort_by(|&a, &b| logits[b as usize].total_cmp(&logits[a as usize]));
+        let sorted = |mut v: Vec<u32>| {
+            v.sort_unstable();
+            v
+        };
+        let mut s = Sampler::new(&params(|p| p.top_k = 50));
+        assert_eq!(s.kept_after_cuts(&logits), sorted(order[..50].to_vec()));
+        // Top-p by a naive cumulative sum over the fully sorted probabilities.
+        let total: f64 = logits.iter().map(|&l| (l as f64).exp()).sum();
+        let mut acc = 0.0;
+        let n = order
+            .iter()
+            .position(|&i| {
+                acc += (logits[i as usize] as f64).exp() / total;
+                acc >= 0.6
+            })
+            .unwrap()
+            + 1;
+        assert!(n > TOP_P_FIRST_WINDOW, "the nucleus must outgrow the first window ({n})");
+        let mut s = Sampler::new(&params(|p| p.top_p = 0.6));
+        assert_eq!(s.kept_after_cuts(&logits), sorted(order[..n].to_vec()));
     }
 
     #[test]

@@ -246,10 +246,11 @@ impl Scheduler {
                 return;
             }
         };
-        let fed: Vec<Vec<u32>> = tokens.iter().map(|t| t.to_vec()).collect();
+        for (&id, t) in ids.iter().zip(&tokens) {
+            self.caches.record(id, t);
+        }
         let width = plan.len();
-        for ((&(i, n), row), fed) in plan.iter().zip(logits).zip(fed) {
-            self.caches.record(self.active[i].id, &fed);
+        for (&(i, n), row) in plan.iter().zip(logits) {
             let s = &mut self.active[i];
             s.max_batch = s.max_batch.max(width);
             let prefilling = s.fed < s.job.prompt.len();
