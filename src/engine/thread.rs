@@ -16,7 +16,8 @@ pub const DEFAULT_KV_CACHE_BYTES: usize = 1 << 30;
 
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct EngineConfig {
-    /// Jobs that may wait for the decode thread; one more is full.
+    /// Jobs that may wait in the queue (at least 1); the decode thread may hold one more that
+    /// waits for cache room, so `waiting()` can reach `queue_depth + 1`.
     pub queue_depth: usize,
     /// Context length: the most positions a sequence may have.
     pub ctx: usize,
@@ -68,7 +69,8 @@ pub struct Engine {
 impl Engine {
     /// Starts the decode thread, which owns `model` and every KV cache from now on.
     pub fn start(model: Arc<dyn Model>, decoder: Arc<dyn TokenDecoder>, cfg: EngineConfig) -> Engine {
-        let (jobs, jobs_rx) = crossbeam_channel::bounded(cfg.queue_depth);
+        // A zero-capacity channel would refuse every job the thread is not blocked waiting for.
+        let (jobs, jobs_rx) = crossbeam_channel::bounded(cfg.queue_depth.max(1));
         let (stop, stop_rx) = crossbeam_channel::bounded(1);
         let shared = Arc::new(Shared::default());
         let per_position = model.new_cache(0).bytes_per_position();
