@@ -62,6 +62,8 @@ pub(crate) struct ToyModel {
     pub gate: Gate,
     /// Tokens fed per sequence, per forward pass.
     pub log: Mutex<Vec<Vec<usize>>>,
+    /// While set, every forward pass panics (a model bug the engine must survive).
+    pub poison: std::sync::atomic::AtomicBool,
 }
 
 impl ToyModel {
@@ -82,6 +84,7 @@ impl ToyModel {
             },
             gate,
             log: Mutex::new(Vec::new()),
+            poison: Default::default(),
         }
     }
 
@@ -120,6 +123,7 @@ impl Model for ToyModel {
 
     fn forward(&self, batch: &mut [SeqBatch<'_>]) -> Result<Vec<Vec<f32>>, ForwardError> {
         self.gate.pass();
+        assert!(!self.poison.load(std::sync::atomic::Ordering::Relaxed), "poisoned toy model");
         self.log.lock().unwrap().push(batch.iter().map(|b| b.tokens.len()).collect());
         for b in batch.iter() {
             if b.cache.len() + b.tokens.len() > b.cache.capacity() {

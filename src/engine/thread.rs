@@ -374,6 +374,25 @@ mod tests {
     }
 
     #[test]
+    fn a_failing_model_ends_its_sequences_with_an_error_and_the_engine_goes_on() {
+        fn shared_across_threads<T: Send + Sync>() {}
+        shared_across_threads::<Engine>();
+        let model = Arc::new(ToyModel::new(Gate::open_gate()));
+        let e = engine(&model, 8, 1024, 1 << 24);
+        model.poison.store(true, Ordering::Relaxed);
+        let (j, rx) = greedy(vec![3, 1, 4], 5);
+        e.submit(j).unwrap();
+        let o = collect(&rx);
+        assert!(matches!(&o.finish, FinishReason::Error(m) if m.contains("panicked")), "{:?}", o.finish);
+        assert_eq!(o.stats.kv_after.sequences, 0, "the failed sequence's cache is freed");
+        model.poison.store(false, Ordering::Relaxed);
+        let (j, rx) = greedy(vec![3, 1, 4], 5);
+        e.submit(j).unwrap();
+        let o = collect(&rx);
+        assert_eq!((o.finish, o.tokens), (FinishReason::Length, greedy_alone(&[3, 1, 4], 5, &[])));
+    }
+
+    #[test]
     fn seeded_sampling_repeats_itself() {
         let model = Arc::new(ToyModel::new(Gate::open_gate()));
         let e = engine(&model, 8, 1024, 1 << 24);
