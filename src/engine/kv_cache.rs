@@ -22,9 +22,15 @@ pub struct SeqId(u64);
 pub enum AdmitError {
     EmptyPrompt,
     /// The prompt leaves no position to generate into.
-    PromptTooLong { prompt: usize, ctx: usize },
+    PromptTooLong {
+        prompt: usize,
+        ctx: usize,
+    },
     /// Even alone, the sequence's worst case exceeds the whole budget.
-    OverBudget { needed: usize, budget: usize },
+    OverBudget {
+        needed: usize,
+        budget: usize,
+    },
 }
 
 impl std::fmt::Display for AdmitError {
@@ -35,10 +41,9 @@ impl std::fmt::Display for AdmitError {
                 f,
                 "the prompt has {prompt} tokens but the context holds {ctx}, leaving no room to generate"
             ),
-            AdmitError::OverBudget { needed, budget } => write!(
-                f,
-                "the sequence may need {needed} bytes of KV cache but the budget is {budget} bytes"
-            ),
+            AdmitError::OverBudget { needed, budget } => {
+                write!(f, "the sequence may need {needed} bytes of KV cache but the budget is {budget} bytes")
+            }
         }
     }
 }
@@ -76,7 +81,14 @@ impl KvCacheManager {
     /// `bytes_per_position` is what one position costs across layers, keys and values
     /// (`KvCache::bytes_per_position`).
     pub fn new(ctx: usize, budget_bytes: usize, bytes_per_position: usize) -> KvCacheManager {
-        KvCacheManager { ctx, budget: budget_bytes, bytes_per_position, slots: Vec::new(), next_id: 0, clock: 0 }
+        KvCacheManager {
+            ctx,
+            budget: budget_bytes,
+            bytes_per_position,
+            slots: Vec::new(),
+            next_id: 0,
+            clock: 0,
+        }
     }
 
     pub fn ctx(&self) -> usize {
@@ -167,7 +179,13 @@ impl KvCacheManager {
                 let id = SeqId(self.next_id);
                 self.next_id += 1;
                 let cache = new_cache(self.ctx);
-                self.slots.push(Slot { id, tokens: Vec::new(), cache, reserved: Some(positions), last_used: 0 });
+                self.slots.push(Slot {
+                    id,
+                    tokens: Vec::new(),
+                    cache,
+                    reserved: Some(positions),
+                    last_used: 0,
+                });
                 (id, 0)
             }
         };

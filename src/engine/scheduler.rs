@@ -237,7 +237,9 @@ impl Scheduler {
             failed => {
                 let msg = match failed {
                     Ok(Err(e)) => format!("the model failed: {e}"),
-                    Ok(Ok(l)) => format!("the model returned {} logits rows for {} sequences", l.len(), plan.len()),
+                    Ok(Ok(l)) => {
+                        format!("the model returned {} logits rows for {} sequences", l.len(), plan.len())
+                    }
                     Err(_) => "the model panicked during a forward pass".to_string(),
                 };
                 for &(i, _) in &plan {

@@ -127,7 +127,10 @@ impl Model for ToyModel {
         self.log.lock().unwrap().push(batch.iter().map(|b| b.tokens.len()).collect());
         for b in batch.iter() {
             if b.cache.len() + b.tokens.len() > b.cache.capacity() {
-                return Err(ForwardError::ContextFull { needed: b.cache.len() + b.tokens.len(), capacity: b.cache.capacity() });
+                return Err(ForwardError::ContextFull {
+                    needed: b.cache.len() + b.tokens.len(),
+                    capacity: b.cache.capacity(),
+                });
             }
             if let Some(&t) = b.tokens.iter().find(|&&t| t as usize >= TOY_VOCAB) {
                 return Err(ForwardError::BadToken { token: t, vocab_size: TOY_VOCAB });

@@ -28,7 +28,12 @@ pub struct EngineConfig {
 impl EngineConfig {
     /// Fills the defaults from the model: its own context length, and
     /// [`DEFAULT_KV_CACHE_BYTES`] (at least one full context) for the cache budget.
-    pub fn for_model(model: &dyn Model, queue_depth: usize, ctx: Option<usize>, kv_cache_bytes: Option<usize>) -> EngineConfig {
+    pub fn for_model(
+        model: &dyn Model,
+        queue_depth: usize,
+        ctx: Option<usize>,
+        kv_cache_bytes: Option<usize>,
+    ) -> EngineConfig {
         let ctx = ctx.unwrap_or(model.info().context_length).max(1);
         let per_position = model.new_cache(0).bytes_per_position();
         let kv_cache_bytes = kv_cache_bytes.unwrap_or_else(|| DEFAULT_KV_CACHE_BYTES.max(ctx * per_position));
@@ -307,7 +312,10 @@ mod tests {
             collect(&rx)
         };
         let o = run(prompt.clone(), 3);
-        assert_eq!((o.finish.clone(), o.tokens.clone()), (FinishReason::Length, greedy_alone(&prompt, 3, &[])));
+        assert_eq!(
+            (o.finish.clone(), o.tokens.clone()),
+            (FinishReason::Length, greedy_alone(&prompt, 3, &[]))
+        );
         assert_eq!(o.stats.completion_tokens, 3);
         let o = run(prompt.clone(), 100);
         assert_eq!((o.finish.clone(), o.tokens.len()), (FinishReason::Length, 6));
@@ -393,12 +401,26 @@ mod tests {
     }
 
     #[test]
+    fn config_defaults_come_from_the_model() {
+        let model = ToyModel::new(Gate::open_gate());
+        let per_position = model.new_cache(0).bytes_per_position();
+        let cfg = EngineConfig::for_model(&model, 64, None, None);
+        assert_eq!(cfg, EngineConfig { queue_depth: 64, ctx: 1024, kv_cache_bytes: DEFAULT_KV_CACHE_BYTES });
+        let cfg = EngineConfig::for_model(&model, 2, Some(100), Some(5000));
+        assert_eq!(cfg, EngineConfig { queue_depth: 2, ctx: 100, kv_cache_bytes: 5000 });
+        // A budget never defaults below one full context.
+        let huge = EngineConfig::for_model(&model, 2, Some(DEFAULT_KV_CACHE_BYTES), None);
+        assert_eq!(huge.kv_cache_bytes, DEFAULT_KV_CACHE_BYTES * per_position);
+    }
+
+    #[test]
     fn seeded_sampling_repeats_itself() {
         let model = Arc::new(ToyModel::new(Gate::open_gate()));
         let e = engine(&model, 8, 1024, 1 << 24);
         let _open = OpenOnDrop(model.clone());
         let run = |seed| {
-            let params = SamplingParams { temperature: 0.9, top_p: 0.95, seed: Some(seed), ..Default::default() };
+            let params =
+                SamplingParams { temperature: 0.9, top_p: 0.95, seed: Some(seed), ..Default::default() };
             let (j, rx) = Job::new(vec![9, 8, 7], params, 24);
             e.submit(j).unwrap();
             collect(&rx).tokens
