@@ -1,0 +1,358 @@
+//! The decode loop: admit jobs between steps, run every active sequence in one batched forward
+//! pass per step, sample, stream, and end sequences (stop, length, cancel, error).
+//!
+//! Each step feeds every decoding sequence its last token and, beside them, at most
+//! [`PREFILL_CHUNK_TOKENS`] prompt tokens of sequences still prefilling (oldest first), so a long
+//! prompt costs the others a few slower steps instead of one long stall. Speculative decoding
+//! will slot in at `plan`: a sequence then feeds its draft with `LogitsWanted::All` and rolls its
+//! cache back with `KvCache::truncate`.
+
+use super::detok::{StreamDecoder, TokenDecoder};
+use super::job::{Event, FinishReason, GenStats, Job, KvSnapshot};
+use super::kv_cache::{KvCacheManager, SeqId};
+use super::sampler::Sampler;
+use crate::model::{LogitsWanted, Model, SeqBatch};
+use crossbeam_channel::{Receiver, TryRecvError};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+
+/// Prompt tokens one step may prefill, summed over sequences.
+pub const PREFILL_CHUNK_TOKENS: usize = 256;
+/// Most sequences decoding together; more wait in the queue.
+pub const MAX_ACTIVE_SEQUENCES: usize = 64;
+
+/// What the decode thread publishes for the other threads (gauges, tests).
+#[derive(Default)]
+pub(crate) struct Shared {
+    pub running: AtomicUsize,
+    /// 1 while a job taken off the queue waits for room, else 0.
+    pub held: AtomicUsize,
+    pub kv: Mutex<KvSnapshot>,
+}
+
+struct Seq {
+    job: Job,
+    id: SeqId,
+    sampler: Sampler,
+    detok: StreamDecoder,
+    /// Next prompt index to feed; prefill is over when it reaches the prompt's length.
+    fed: usize,
+    /// The last sampled token, fed at the next step.
+    pending: u32,
+    generated: usize,
+    /// `max_tokens`, capped by what the context leaves.
+    max_new: usize,
+    cached: usize,
+    admitted: Instant,
+    first_token: Option<Instant>,
+    last_token: Option<Instant>,
+    max_batch: usize,
+    /// Set when the sequence ends; it is removed after the step.
+    done: Option<(FinishReason, bool)>,
+}
+
+pub(crate) struct Scheduler {
+    pub model: Arc<dyn Model>,
+    pub decoder: Arc<dyn TokenDecoder>,
+    pub caches: KvCacheManager,
+    pub jobs: Receiver<Job>,
+    pub stop: Receiver<()>,
+    pub shared: Arc<Shared>,
+    active: Vec<Seq>,
+    /// A job taken off the queue that waits for cache room.
+    held: Option<Job>,
+}
+
+impl Scheduler {
+    pub fn new(
+        model: Arc<dyn Model>,
+        decoder: Arc<dyn TokenDecoder>,
+        caches: KvCacheManager,
+        jobs: Receiver<Job>,
+        stop: Receiver<()>,
+        shared: Arc<Shared>,
+    ) -> Scheduler {
+        Scheduler { model, decoder, caches, jobs, stop, shared, active: Vec::new(), held: None }
+    }
+
+    /// The decode thread's body; returns at shutdown, after ending every job it knows of.
+    pub fn run(mut self) {
+        self.publish();
+        while self.intake() {
+            self.publish();
+            self.reap_cancelled();
+            if !self.active.is_empty() {
+                self.step();
+            }
+            self.retire();
+            self.publish();
+        }
+        let reason = FinishReason::Error("the engine shut down".into());
+        for s in self.active.iter_mut() {
+            s.done = Some((reason.clone(), false));
+        }
+        self.retire();
+        for job in self.held.take().into_iter().chain(self.jobs.try_iter()) {
+            refuse(job, reason.clone(), self.caches.snapshot());
+        }
+        self.publish();
+    }
+
+    /// Admits waiting jobs while there is room; blocks only when nothing is active. Returns
+    /// false at shutdown.
+    fn intake(&mut self) -> bool {
+        if !matches!(self.stop.try_recv(), Err(TryRecvError::Empty)) {
+            return false;
+        }
+        if self.active.is_empty() && self.held.is_none() {
+            crossbeam_channel::select! {
+                recv(self.jobs) -> j => match j {
+                    Ok(j) => self.held = Some(j),
+                    Err(_) => return false,
+                },
+                recv(self.stop) -> _ => return false,
+            }
+        }
+        while self.active.len() < MAX_ACTIVE_SEQUENCES {
+            let job = match self.held.take() {
+                Some(j) => j,
+                None => match self.jobs.try_recv() {
+                    Ok(j) => j,
+                    Err(TryRecvError::Empty) => break,
+                    Err(TryRecvError::Disconnected) => return false,
+                },
+            };
+            if let Some(job) = self.admit(job) {
+                self.held = Some(job);
+                break;
+            }
+        }
+        true
+    }
+
+    /// Starts `job`, or ends it at once (cancelled, invalid, nothing to do), or hands it back
+    /// when the caches have no room yet.
+    fn admit(&mut self, job: Job) -> Option<Job> {
+        if cancelled(&job) {
+            refuse(job, FinishReason::Cancelled, self.caches.snapshot());
+            return None;
+        }
+        let vocab = self.model.info().vocab_size;
+        if let Some(&t) = job.prompt.iter().find(|&&t| t as usize >= vocab) {
+            let msg = format!("prompt token id {t} is outside the vocabulary (size {vocab})");
+            refuse(job, FinishReason::Error(msg), self.caches.snapshot());
+            return None;
+        }
+        if job.max_tokens == 0 {
+            refuse(job, FinishReason::Length, self.caches.snapshot());
+            return None;
+        }
+        let model = &self.model;
+        let admission = match self.caches.admit(&job.prompt, job.max_tokens, &|cap| model.new_cache(cap)) {
+            Ok(Some(a)) => a,
+            Ok(None) => return Some(job),
+            Err(e) => {
+                refuse(job, FinishReason::Error(e.to_string()), self.caches.snapshot());
+                return None;
+            }
+        };
+        let max_new = job.max_tokens.min(self.caches.ctx() - job.prompt.len());
+        self.active.push(Seq {
+            sampler: Sampler::new(&job.params),
+            detok: StreamDecoder::new(),
+            id: admission.id,
+            fed: admission.cached_tokens,
+            pending: 0,
+            generated: 0,
+            max_new,
+            cached: admission.cached_tokens,
+            admitted: Instant::now(),
+            first_token: None,
+            last_token: None,
+            max_batch: 0,
+            done: None,
+            job,
+        });
+        None
+    }
+
+    /// A set cancel flag or a dropped receiver ends the sequence before the next forward pass.
+    fn reap_cancelled(&mut self) {
+        for s in self.active.iter_mut().filter(|s| s.done.is_none() && cancelled(&s.job)) {
+            s.done = Some((FinishReason::Cancelled, false));
+        }
+    }
+
+    /// Which sequences take part in this step and how many tokens each feeds.
+    fn plan(&self) -> Vec<(usize, usize)> {
+        let mut plan = Vec::with_capacity(self.active.len());
+        let mut prefill_left = PREFILL_CHUNK_TOKENS;
+        for (i, s) in self.active.iter().enumerate().filter(|(_, s)| s.done.is_none()) {
+            let prompt_left = s.job.prompt.len() - s.fed;
+            if prompt_left == 0 {
+                plan.push((i, 1));
+            } else if prefill_left > 0 {
+                let n = prompt_left.min(prefill_left);
+                prefill_left -= n;
+                plan.push((i, n));
+            }
+        }
+        plan
+    }
+
+    /// One batched forward pass, then sampling for every sequence that got its logits.
+    fn step(&mut self) {
+        let plan = self.plan();
+        if plan.is_empty() {
+            return;
+        }
+        let ids: Vec<SeqId> = plan.iter().map(|&(i, _)| self.active[i].id).collect();
+        for (&(_, n), &id) in plan.iter().zip(&ids) {
+            self.caches.prepare(id, n);
+        }
+        let active = &self.active;
+        let tokens: Vec<&[u32]> = plan
+            .iter()
+            .map(|&(i, n)| {
+                let s = &active[i];
+                match s.job.prompt.len() - s.fed {
+                    0 => std::slice::from_ref(&s.pending),
+                    _ => &s.job.prompt[s.fed..s.fed + n],
+                }
+            })
+            .collect();
+        let mut batch: Vec<SeqBatch<'_>> = self
+            .caches
+            .caches_mut(&ids)
+            .into_iter()
+            .zip(&tokens)
+            .map(|(cache, t)| SeqBatch { tokens: t, cache, logits: LogitsWanted::Last })
+            .collect();
+        let model = &self.model;
+        let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| model.forward(&mut batch)));
+        drop(batch);
+        let logits = match result {
+            Ok(Ok(l)) if l.len() == plan.len() => l,
+            failed => {
+                let msg = match failed {
+                    Ok(Err(e)) => format!("the model failed: {e}"),
+                    Ok(Ok(l)) => {
+                        format!("the model returned {} logits rows for {} sequences", l.len(), plan.len())
+                    }
+                    Err(_) => "the model panicked during a forward pass".to_string(),
+                };
+                for &(i, _) in &plan {
+                    self.active[i].done = Some((FinishReason::Error(msg.clone()), false));
+                }
+                return;
+            }
+        };
+        for (&id, t) in ids.iter().zip(&tokens) {
+            self.caches.record(id, t);
+        }
+        let width = plan.len();
+        for (&(i, n), row) in plan.iter().zip(logits) {
+            let s = &mut self.active[i];
+            s.max_batch = s.max_batch.max(width);
+            let prefilling = s.fed < s.job.prompt.len();
+            if prefilling {
+                s.fed += n;
+                if s.fed < s.job.prompt.len() {
+                    continue;
+                }
+            }
+            let vocab = self.model.info().vocab_size;
+            if row.len() < vocab {
+                let msg = format!("the model returned {} logits for a vocabulary of {vocab}", row.len());
+                s.done = Some((FinishReason::Error(msg), false));
+                continue;
+            }
+            let eos = &self.model.info().eos_tokens;
+            emit(s, &row[row.len() - vocab..], eos, &*self.decoder);
+        }
+    }
+
+    /// Removes ended sequences: frees or keeps their cache, then sends their final event.
+    fn retire(&mut self) {
+        let mut i = 0;
+        while i < self.active.len() {
+            if self.active[i].done.is_none() {
+                i += 1;
+                continue;
+            }
+            let mut s = self.active.remove(i);
+            let (finish, keep) = s.done.take().expect("checked above");
+            self.caches.finish(s.id, keep);
+            self.publish();
+            let now = Instant::now();
+            let job = &s.job;
+            let stats = GenStats {
+                prompt_tokens: job.prompt.len(),
+                cached_tokens: s.cached,
+                prefilled_tokens: s.fed - s.cached,
+                completion_tokens: s.generated,
+                queue_time: s.admitted - job.submitted,
+                prefill_time: s.first_token.unwrap_or(now) - s.admitted,
+                decode_time: s.last_token.zip(s.first_token).map(|(l, f)| l - f).unwrap_or_default(),
+                ttft: s.first_token.map(|f| f - job.submitted),
+                total_time: now - job.submitted,
+                max_batch: s.max_batch,
+                kv_after: self.caches.snapshot(),
+                ..Default::default()
+            };
+            let text = s.detok.flush(&*self.decoder);
+            let _ = job.reply.try_send(Event::Done { finish, text, stats });
+        }
+    }
+
+    fn publish(&self) {
+        self.shared.running.store(self.active.len(), Ordering::Relaxed);
+        self.shared.held.store(self.held.is_some() as usize, Ordering::Relaxed);
+        *self.shared.kv.lock().unwrap_or_else(|e| e.into_inner()) = self.caches.snapshot();
+    }
+}
+
+/// Samples the next token of `s` from its logits row, streams it, and decides whether the
+/// sequence goes on.
+fn emit(s: &mut Seq, row: &[f32], eos: &[u32], decoder: &dyn TokenDecoder) {
+    let picked = s.sampler.sample(row, s.job.logprobs, s.job.top_logprobs);
+    let now = Instant::now();
+    s.first_token.get_or_insert(now);
+    s.last_token = Some(now);
+    s.generated += 1;
+    if eos.contains(&picked.id) || s.job.stop_tokens.contains(&picked.id) {
+        s.done = Some((FinishReason::Stop, true));
+        return;
+    }
+    let ev = Event::Token {
+        id: picked.id,
+        text: s.detok.push(decoder, picked.id),
+        logprob: s.job.logprobs.then_some(picked.logprob),
+        top_logprobs: picked.top,
+    };
+    if s.job.reply.try_send(ev).is_err() {
+        s.done = Some((FinishReason::Cancelled, false));
+    } else if s.generated >= s.max_new {
+        s.done = Some((FinishReason::Length, true));
+    } else {
+        s.pending = picked.id;
+    }
+}
+
+fn cancelled(job: &Job) -> bool {
+    job.cancel.load(Ordering::Relaxed) || job.reply.is_closed()
+}
+
+/// Ends a job that never became a sequence.
+fn refuse(job: Job, finish: FinishReason, kv_after: KvSnapshot) {
+    let waited = job.submitted.elapsed();
+    let stats = GenStats {
+        prompt_tokens: job.prompt.len(),
+        queue_time: waited,
+        total_time: waited,
+        kv_after,
+        ..Default::default()
+    };
+    let _ = job.reply.try_send(Event::Done { finish, text: String::new(), stats });
+}
