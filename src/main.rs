@@ -140,6 +140,54 @@ fn config_from(cli: &Cli) -> Result<ServeConfig, String> {
     })
 }
 
+fn serve(cfg: ServeConfig) -> Result<(), String> {
+    use mtplx_lite::api::{app::App, openai::Llm};
+    use mtplx_lite::engine::{Engine, EngineConfig};
+    use mtplx_lite::http::{serve, shutdown_on_signals, HttpConfig, Shutdown};
+    use mtplx_lite::metrics::{BuildInfo, Metrics};
+    use std::sync::Arc;
+
+    let path = match &cfg.model {
+        Some(p) => p.clone(),
+        None => mtplx_lite::model::demo::ensure_demo_model(&mut |line| eprintln!("mtplx-lite: {line}")).map_err(|e| e.to_string())?,
+    };
+    eprintln!("mtplx-lite: loading {}", path.display());
+    let loaded = mtplx_lite::model::load::load(&path, cfg.threads).map_err(|e| e.to_string())?;
+    let info = loaded.model.info().clone();
+    let engine_cfg = EngineConfig::for_model(&*loaded.model, cfg.queue_depth, cfg.ctx, cfg.kv_cache_bytes);
+    let ctx = engine_cfg.ctx;
+    let engine = Engine::start(loaded.model.clone(), loaded.tokenizer.clone(), engine_cfg);
+    let metrics = Metrics::shared(cfg.metrics_history, BuildInfo::current("cpu", &loaded.name));
+    let llm = Llm {
+        engine,
+        tokenizer: loaded.tokenizer,
+        template: loaded.template,
+        info,
+        model_id: loaded.name,
+        created: mtplx_lite::api::openai::unix_now(),
+        ctx,
+    };
+    let listener = std::net::TcpListener::bind(cfg.listen).map_err(|e| format!("cannot listen on {}: {e}", cfg.listen))?;
+    let addr = listener.local_addr().map_err(|e| e.to_string())?;
+    let shutdown = Shutdown::new();
+    shutdown_on_signals(shutdown.clone()).map_err(|e| format!("cannot install signal handlers: {e}"))?;
+    let http_cfg = HttpConfig::from_serve(&cfg);
+    let app = Arc::new(App::new(cfg, metrics.clone(), Some(Arc::new(llm))));
+    // Metrics streams end cleanly as soon as shutdown starts, not at the end of the grace.
+    let (m, s) = (metrics.clone(), shutdown.clone());
+    std::thread::spawn(move || smol::block_on(async move {
+        s.triggered().await;
+        m.requests.close_subscribers();
+    }));
+    eprintln!("mtplx-lite: serving {} on http://{addr} (OpenAI API under /v1, metrics on /metrics)", app.model_id().unwrap_or("no model"));
+    println!("listening on http://{addr}");
+    use std::io::Write;
+    let _ = std::io::stdout().flush();
+    serve(listener, app, http_cfg, shutdown).map_err(|e| format!("server error: {e}"))?;
+    eprintln!("mtplx-lite: stopped");
+    Ok(())
+}
+
 fn main() {
     let cli: Cli = argh::from_env();
     let cfg = match config_from(&cli) {
@@ -149,7 +197,13 @@ fn main() {
             std::process::exit(2);
         }
     };
-    let _ = (cfg, cli.command);
-    eprintln!("mtplx-lite: serving is not wired yet");
-    std::process::exit(1);
+    let result = match &cli.command {
+        None => serve(cfg),
+        Some(Command::Bench(b)) => mtplx_lite::engine::bench::run(&cfg, b.prompt, b.generate, b.sequences),
+        Some(Command::Generate(g)) => mtplx_lite::engine::bench::generate(&cfg, &g.prompt, g.max_tokens, g.temperature, g.seed, g.chat),
+    };
+    if let Err(e) = result {
+        eprintln!("mtplx-lite: {e}");
+        std::process::exit(1);
+    }
 }

@@ -82,6 +82,10 @@ impl App {
         &self.metrics
     }
 
+    pub fn model_id(&self) -> Option<&str> {
+        self.llm.as_ref().map(|l| l.model_id.as_str())
+    }
+
     fn not_found(&self, path: &str) -> (RouteId, Response) {
         let msg = format!("no route for '{}'", truncate(path, 200));
         (self.metrics.route_label(path), ApiError::new(404, "invalid_request_error", msg).code("not_found").into_response())
@@ -118,7 +122,14 @@ impl App {
         }
         let resp = match route {
             Route::Health => Ok(health::health(self.started, self.llm.as_ref().map(|l| l.model_id.as_str()))),
-            Route::Metrics => Ok(metrics_routes::prometheus(&req, &self.metrics)),
+            Route::Metrics => {
+                // The engine's gauges are sampled at scrape time.
+                if let Some(llm) = &self.llm {
+                    self.metrics.llm_requests_running.set(llm.engine.running() as i64);
+                    self.metrics.llm_requests_waiting.set(llm.engine.waiting() as i64);
+                }
+                Ok(metrics_routes::prometheus(&req, &self.metrics))
+            }
             Route::MtplxMetrics => metrics_routes::snapshot(&req, &self.metrics),
             Route::MtplxMetricsStream => metrics_routes::stream(&req, &self.metrics, &spawn_detached),
             Route::Models | Route::ChatCompletions | Route::Completions => match &self.llm {
@@ -128,6 +139,13 @@ impl App {
         };
         (rid, resp.unwrap_or_else(ApiError::into_response))
     }
+}
+
+/// Methods outside RFC 9110's registry are counted as `other`, so that invented methods cannot
+/// grow the label set.
+fn method_label(m: &str) -> &'static str {
+    const KNOWN: [&str; 9] = ["GET", "HEAD", "POST", "PUT", "DELETE", "PATCH", "OPTIONS", "CONNECT", "TRACE"];
+    KNOWN.iter().find(|k| **k == m).copied().unwrap_or("other")
 }
 
 fn truncate(s: &str, max: usize) -> &str {
@@ -142,15 +160,15 @@ impl Handler for App {
     fn handle(&self, req: Request) -> Pin<Box<dyn Future<Output = Response> + Send + '_>> {
         Box::pin(async move {
             let guard = InFlightGuard::new(&self.metrics);
-            let method = req.method.clone();
+            let method = method_label(&req.method);
             let (rid, resp) = self.route(req, guard).await;
-            self.metrics.record_http(&method, rid, resp.status);
+            self.metrics.record_http(method, rid, resp.status);
             resp
         })
     }
 
     fn on_rejected(&self, r: &Rejected<'_>) {
-        let method = if r.method.is_empty() { "other" } else { r.method };
+        let method = method_label(r.method);
         let rid = if r.path.is_empty() { RouteId::OTHER } else { self.metrics.route_label(r.path) };
         self.metrics.record_http(method, rid, r.status);
     }

@@ -170,3 +170,10 @@ pub(crate) mod tests {
         assert!(sd.ids.len() <= 2, "window grew to {}", sd.ids.len());
     }
 }
+
+/// The model's tokenizer decodes for the streaming detokenizer.
+impl TokenDecoder for crate::model::Tokenizer {
+    fn decode(&self, ids: &[u32]) -> String {
+        crate::model::Tokenizer::decode(self, ids)
+    }
+}

@@ -4,6 +4,7 @@
 //! The API layer builds a [`Job`] (with [`Job::new`] for the reply channel), submits it with
 //! [`Engine::submit`], and reads [`Event`]s until `Event::Done`.
 
+pub mod bench;
 pub mod detok;
 pub mod job;
 pub mod kv_cache;

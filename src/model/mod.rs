@@ -11,6 +11,7 @@ pub mod gguf;
 pub mod gguf_write;
 pub mod kv;
 pub mod llama;
+pub mod load;
 pub mod metadata;
 pub mod demo;
 pub mod safetensors;

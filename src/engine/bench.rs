@@ -1,0 +1,142 @@
+//! `mtplx-lite bench` (prefill and decode tokens/s, like llama.cpp's llama-bench) and
+//! `mtplx-lite generate` (stream one completion to the terminal).
+
+use super::{Engine, EngineConfig, Event, Job, SamplingParams};
+use crate::config::ServeConfig;
+use crate::model::llama::Llama;
+use crate::model::{ChatMessage, LogitsWanted, Model, ModelFiles, SeqBatch};
+use std::io::Write;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Instant;
+
+fn model_path(cfg: &ServeConfig) -> Result<PathBuf, String> {
+    match &cfg.model {
+        Some(p) => Ok(p.clone()),
+        None => crate::model::demo::ensure_demo_model(&mut |l| eprintln!("mtplx-lite: {l}")).map_err(|e| e.to_string()),
+    }
+}
+
+fn argmax(xs: &[f32]) -> u32 {
+    xs.iter().enumerate().fold((0, f32::NEG_INFINITY), |b, (i, &x)| if x > b.1 { (i, x) } else { b }).0 as u32
+}
+
+/// Deterministic prompt tokens spread over the vocabulary (what llama-bench does with random
+/// tokens: the content does not change the cost).
+fn bench_tokens(n: usize, vocab: usize) -> Vec<u32> {
+    (0..n).map(|i| ((i * 7919 + 13) % vocab.max(1)) as u32).collect()
+}
+
+/// Prefill `prompt` tokens, best of `reps`; tokens per second.
+pub fn prefill_tok_s(model: &dyn Model, prompt: usize, reps: usize) -> f64 {
+    let toks = bench_tokens(prompt, model.info().vocab_size);
+    (0..reps)
+        .map(|_| {
+            let mut cache = model.new_cache(prompt + 1);
+            let t = Instant::now();
+            model.forward(&mut [SeqBatch { tokens: &toks, cache: &mut cache, logits: LogitsWanted::Last }]).expect("prefill");
+            prompt as f64 / t.elapsed().as_secs_f64()
+        })
+        .fold(0.0, f64::max)
+}
+
+/// Decode `n` tokens one at a time from an empty context (llama-bench's tg); tokens per second.
+pub fn decode_tok_s(model: &dyn Model, n: usize) -> f64 {
+    let mut cache = model.new_cache(n + 1);
+    let mut tok = model.info().bos_token.unwrap_or(0);
+    let t = Instant::now();
+    for _ in 0..n {
+        let logits = model.forward(&mut [SeqBatch { tokens: &[tok], cache: &mut cache, logits: LogitsWanted::Last }]).expect("decode");
+        tok = argmax(&logits[0]);
+    }
+    n as f64 / t.elapsed().as_secs_f64()
+}
+
+/// `sequences` greedy generations of `n` tokens each through the engine (continuous batching);
+/// aggregate completion tokens per second over the wall time.
+pub fn concurrent_tok_s(model: Arc<dyn Model>, decoder: Arc<dyn super::TokenDecoder>, sequences: usize, n: usize) -> f64 {
+    let cfg = EngineConfig::for_model(&*model, sequences.max(1), Some(n + 64), None);
+    let vocab = model.info().vocab_size;
+    let engine = Engine::start(model, decoder, cfg);
+    let t = Instant::now();
+    let mut rxs = Vec::new();
+    for s in 0..sequences {
+        let prompt = bench_tokens(16 + s, vocab);
+        let (job, rx) = Job::new(prompt, SamplingParams::greedy(), n);
+        engine.submit(job).expect("queue has room for every sequence");
+        rxs.push(rx);
+    }
+    let mut total = 0;
+    for rx in rxs {
+        while let Ok(ev) = rx.recv_blocking() {
+            if let Event::Done { stats, .. } = ev {
+                total += stats.completion_tokens;
+                break;
+            }
+        }
+    }
+    total as f64 / t.elapsed().as_secs_f64()
+}
+
+pub fn run(cfg: &ServeConfig, prompt: usize, generate: usize, sequences: usize) -> Result<(), String> {
+    let path = model_path(cfg)?;
+    let files = ModelFiles::open(&path).map_err(|e| e.to_string())?;
+    let tokenizer = Arc::new(crate::model::Tokenizer::from_model_files(&files).map_err(|e| e.to_string())?);
+    let cores = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1);
+    let mut thread_counts = vec![1, if cfg.threads == 0 { cores } else { cfg.threads }];
+    thread_counts.dedup();
+    println!("| model | threads | test | t/s |");
+    println!("| --- | ---: | --- | ---: |");
+    for &threads in &thread_counts {
+        let model: Arc<dyn Model> = Arc::new(Llama::load(&files, threads).map_err(|e| e.to_string())?);
+        decode_tok_s(&*model, 8); // warm-up: page in the weights
+        println!("| {} | {threads} | pp{prompt} | {:.2} |", files.name, prefill_tok_s(&*model, prompt, 3));
+        println!("| {} | {threads} | tg{generate} | {:.2} |", files.name, decode_tok_s(&*model, generate));
+        if threads == *thread_counts.last().unwrap() && sequences > 1 {
+            println!("| {} | {threads} | tg{generate} x{sequences} (aggregate) | {:.2} |", files.name, concurrent_tok_s(model.clone(), tokenizer.clone(), sequences, generate));
+        }
+    }
+    Ok(())
+}
+
+pub fn generate(cfg: &ServeConfig, prompt: &str, max_tokens: usize, temperature: f32, seed: Option<u64>, chat: bool) -> Result<(), String> {
+    let path = model_path(cfg)?;
+    let loaded = crate::model::load::load(&path, cfg.threads).map_err(|e| e.to_string())?;
+    let text = if chat {
+        loaded.template.render(&[ChatMessage { role: "user".into(), content: prompt.into() }], true).map_err(|e| e.to_string())?
+    } else {
+        prompt.to_string()
+    };
+    let tokens = loaded.tokenizer.encode(&text, !chat && loaded.tokenizer.adds_bos()).map_err(|e| e.to_string())?;
+    let ecfg = EngineConfig::for_model(&*loaded.model, 1, cfg.ctx, cfg.kv_cache_bytes);
+    let max_tokens = max_tokens.min(ecfg.ctx.saturating_sub(tokens.len()));
+    let engine = Engine::start(loaded.model.clone(), loaded.tokenizer.clone(), ecfg);
+    let params = SamplingParams { temperature, seed, ..SamplingParams::greedy() };
+    let (mut job, rx) = Job::new(tokens, params, max_tokens);
+    job.stop_tokens = loaded.tokenizer.eos_tokens().to_vec();
+    engine.submit(job).map_err(|e| e.to_string())?;
+    let mut out = std::io::stdout();
+    while let Ok(ev) = rx.recv_blocking() {
+        match ev {
+            Event::Token { text, .. } => {
+                let _ = out.write_all(text.as_bytes());
+                let _ = out.flush();
+            }
+            Event::Done { finish, text, stats } => {
+                let _ = writeln!(out, "{text}");
+                let decode = stats.decode_time.as_secs_f64();
+                eprintln!(
+                    "[{} | prompt {} tokens, {} cached | {} tokens | prefill {:.1} ms | decode {:.1} tok/s]",
+                    finish.as_str(),
+                    stats.prompt_tokens,
+                    stats.cached_tokens,
+                    stats.completion_tokens,
+                    stats.prefill_time.as_secs_f64() * 1e3,
+                    if decode > 0.0 { stats.completion_tokens as f64 / decode } else { 0.0 }
+                );
+                break;
+            }
+        }
+    }
+    Ok(())
+}

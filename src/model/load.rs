@@ -1,0 +1,44 @@
+//! From a path to everything needed to serve it: the model on its backend, its tokenizer and
+//! its chat template. Errors name the file and the problem.
+
+use super::llama::Llama;
+use super::{ChatTemplate, Model, ModelFiles, Tokenizer};
+use std::path::Path;
+use std::sync::Arc;
+
+pub struct Loaded {
+    pub model: Arc<dyn Model>,
+    pub tokenizer: Arc<Tokenizer>,
+    pub template: ChatTemplate,
+    /// The id clients see: the file name without `.gguf`, or the directory name.
+    pub name: String,
+}
+
+#[derive(Debug)]
+pub struct LoadError {
+    pub path: std::path::PathBuf,
+    pub message: String,
+}
+
+impl std::fmt::Display for LoadError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "cannot load the model {}: {}", self.path.display(), self.message)
+    }
+}
+
+impl std::error::Error for LoadError {}
+
+/// Loads a GGUF file or a Hugging Face directory onto the CPU backend with `threads` kernel
+/// threads (0: every core).
+pub fn load(path: &Path, threads: usize) -> Result<Loaded, LoadError> {
+    let err = |message: String| LoadError { path: path.to_path_buf(), message };
+    let files = ModelFiles::open(path).map_err(|e| err(e.to_string()))?;
+    let tokenizer = Tokenizer::from_model_files(&files).map_err(|e| err(e.to_string()))?;
+    let template = ChatTemplate::from_tokenizer(&tokenizer).map_err(|e| err(e.to_string()))?;
+    let model = Llama::load(&files, threads).map_err(|e| err(e.to_string()))?;
+    let name = match path.file_name().and_then(|n| n.to_str()) {
+        Some(n) => n.strip_suffix(".gguf").unwrap_or(n).to_string(),
+        None => files.name.clone(),
+    };
+    Ok(Loaded { model: Arc::new(model), tokenizer: Arc::new(tokenizer), template, name })
+}
