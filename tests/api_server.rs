@@ -1,0 +1,160 @@
+//! The server's own contracts over real sockets, against the real binary: routing (404 / 405),
+//! the metrics routes and their formats, `--no-metrics`, the metrics token, rate limiting,
+//! the cap on raw-path route labels, and graceful shutdown.
+
+mod common;
+
+use common::{get, request, Server};
+
+fn start(extra: &[&str]) -> Server {
+    let model = common::demo_model();
+    let mut args = vec!["--model", model.to_str().unwrap(), "--threads", "1"];
+    args.extend_from_slice(extra);
+    Server::start(&args)
+}
+
+/// The value of one unlabelled or exactly-labelled sample in Prometheus text.
+fn sample(text: &str, series: &str) -> Option<f64> {
+    text.lines().find_map(|l| l.strip_prefix(series).and_then(|rest| rest.strip_prefix(' ')).and_then(|v| v.trim().parse().ok()))
+}
+
+#[test]
+fn routing_health_and_metrics_formats() {
+    let s = start(&[]);
+    let h = get(s.addr, "/health");
+    assert_eq!(h.status, 200);
+    let hj = h.json();
+    assert_eq!(hj["status"], "ok");
+    assert_eq!(hj["model"], "SmolLM2-135M-Instruct.Q4_1");
+    assert!(hj["uptime_s"].as_f64().unwrap() >= 0.0);
+
+    let nf = get(s.addr, "/nope/123");
+    assert_eq!(nf.status, 404);
+    assert_eq!(nf.json()["error"]["code"], "not_found");
+    assert!(nf.json()["error"]["message"].as_str().unwrap().contains("/nope/123"));
+
+    let na = request(s.addr, "DELETE", "/v1/models", &[], b"");
+    assert_eq!(na.status, 405);
+    assert_eq!(na.header("allow"), Some("GET, HEAD"));
+
+    let prom = get(s.addr, "/metrics");
+    assert_eq!(prom.status, 200);
+    assert_eq!(prom.header("content-type"), Some("text/plain; version=0.0.4; charset=utf-8"));
+    let text = prom.text();
+    assert!(text.contains("# TYPE http_requests_total counter"));
+    assert_eq!(sample(&text, r#"http_requests_total{method="GET",route="/health",status="200"}"#), Some(1.0), "{text}");
+    assert_eq!(sample(&text, r#"http_requests_total{method="GET",route="/nope/123",status="404"}"#), Some(1.0));
+    assert_eq!(sample(&text, r#"http_requests_total{method="DELETE",route="/v1/models",status="405"}"#), Some(1.0));
+    assert!(!text.contains(r#"route="/metrics""#), "/metrics must not count itself");
+    assert!(text.contains(r#"mtplx_build_info{version="0.1.0",backend="cpu",model="SmolLM2-135M-Instruct.Q4_1"} 1"#));
+
+    let om = request(s.addr, "GET", "/metrics", &[("Accept", "application/openmetrics-text; version=1.0.0")], b"");
+    assert!(om.header("content-type").unwrap().starts_with("application/openmetrics-text"));
+    assert!(om.text().trim_end().ends_with("# EOF"));
+
+    let js = request(s.addr, "GET", "/metrics", &[("Accept", "application/json")], b"");
+    assert_eq!(js.status, 200);
+    let v = js.json();
+    assert!(v["latest"].is_null() && v["history"].as_array().unwrap().is_empty(), "{v}");
+
+    let snap = get(s.addr, "/v1/mtplx/metrics?limit=5");
+    assert_eq!(snap.status, 200);
+    assert!(snap.json()["history"].is_array());
+    let bad = get(s.addr, "/v1/mtplx/metrics?limit=x");
+    assert_eq!((bad.status, bad.json()["error"]["param"].as_str()), (400, Some("limit")));
+
+    let head = request(s.addr, "HEAD", "/health", &[], b"");
+    assert_eq!(head.status, 200);
+    assert!(head.body.is_empty());
+}
+
+#[test]
+fn raw_path_labels_are_capped() {
+    let s = start(&[]);
+    for i in 0..100 {
+        assert_eq!(get(s.addr, &format!("/scan/{i}")).status, 404);
+    }
+    let text = get(s.addr, "/metrics").text();
+    let raw_routes = text.lines().filter(|l| l.starts_with("http_requests_total{") && l.contains("route=\"/scan/")).count();
+    assert!(raw_routes <= mtplx_lite::metrics::MAX_RAW_ROUTES, "{raw_routes} raw routes");
+    let other = text.lines().find(|l| l.starts_with("http_requests_total{") && l.contains(r#"route="other""#) && l.contains("404")).expect("an 'other' series");
+    let counted: f64 = other.rsplit(' ').next().unwrap().parse().unwrap();
+    assert_eq!(raw_routes as f64 + counted, 100.0, "every request is counted once: {other}");
+}
+
+#[test]
+fn no_metrics_withholds_all_three_routes() {
+    let s = start(&["--no-metrics"]);
+    for path in ["/metrics", "/v1/mtplx/metrics", "/v1/mtplx/metrics/stream"] {
+        let r = get(s.addr, path);
+        assert_eq!(r.status, 404, "{path}");
+        assert!(!r.text().contains("http_requests_total"));
+    }
+    assert_eq!(get(s.addr, "/health").status, 200);
+}
+
+#[test]
+fn metrics_token_guards_the_metrics_routes() {
+    let dir = std::env::temp_dir().join(format!("mtplx-token-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("token");
+    std::fs::write(&file, "s3cret-token\n").unwrap();
+    let s = start(&["--metrics-token-file", file.to_str().unwrap()]);
+    for path in ["/metrics", "/v1/mtplx/metrics", "/v1/mtplx/metrics/stream"] {
+        let r = get(s.addr, path);
+        assert_eq!(r.status, 401, "{path}");
+        assert!(r.header("www-authenticate").unwrap().starts_with("Bearer"));
+        assert!(!r.text().contains("http_requests_total"));
+        let wrong = request(s.addr, "GET", path, &[("Authorization", "Bearer s3cret-tokeN")], b"");
+        assert_eq!(wrong.status, 401, "{path}");
+    }
+    let ok = request(s.addr, "GET", "/metrics", &[("Authorization", "Bearer s3cret-token")], b"");
+    assert_eq!(ok.status, 200);
+    assert!(ok.text().contains("http_requests_total"));
+    // Other routes are not guarded.
+    assert_eq!(get(s.addr, "/health").status, 200);
+
+    let env = Server::start_with_env(&["--model", common::demo_model().to_str().unwrap(), "--threads", "1"], &[("MTPLX_METRICS_TOKEN", "from-env")]);
+    assert_eq!(get(env.addr, "/metrics").status, 401);
+    assert_eq!(request(env.addr, "GET", "/metrics", &[("Authorization", "Bearer from-env")], b"").status, 200);
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+#[test]
+fn rate_limit_answers_429_and_counts() {
+    // Behind a trusted proxy, each X-Forwarded-For client has its own bucket; the scrape below
+    // comes from the proxy itself (127.0.0.1), a client of its own.
+    let s = start(&["--rate-limit-per-minute", "3", "--trusted-proxy", "127.0.0.1/32"]);
+    let as_client = |ip: &str| request(s.addr, "GET", "/health", &[("X-Forwarded-For", ip)], b"");
+    let statuses: Vec<u16> = (0..5).map(|_| as_client("198.51.100.7").status).collect();
+    assert_eq!(statuses, [200, 200, 200, 429, 429]);
+    let limited = as_client("198.51.100.7");
+    assert_eq!(limited.status, 429);
+    assert_eq!(limited.json()["error"]["type"], "rate_limit_error");
+    let retry: u64 = limited.header("retry-after").unwrap().parse().unwrap();
+    assert!((1..=20).contains(&retry), "{retry}");
+    assert_eq!(as_client("198.51.100.8").status, 200, "another client has its own bucket");
+    let text = get(s.addr, "/metrics").text();
+    assert_eq!(sample(&text, r#"requests_per_ip_total{route="/health"}"#), Some(7.0), "{text}");
+    assert_eq!(sample(&text, r#"rejected_requests_total{route="/health"}"#), Some(3.0), "{text}");
+    assert_eq!(sample(&text, r#"http_requests_total{method="GET",route="/health",status="429"}"#), Some(3.0));
+}
+
+#[test]
+fn counters_read_zero_while_limiting_is_off() {
+    let s = start(&[]);
+    for _ in 0..3 {
+        get(s.addr, "/health");
+    }
+    let text = get(s.addr, "/metrics").text();
+    assert!(text.contains("# TYPE requests_per_ip_total counter"));
+    assert!(!text.lines().any(|l| l.starts_with("requests_per_ip_total{") && !l.ends_with(" 0")), "{text}");
+}
+
+#[test]
+fn sigterm_shuts_down_cleanly() {
+    let s = start(&[]);
+    assert_eq!(get(s.addr, "/health").status, 200);
+    let status = s.terminate();
+    assert!(status.success(), "exit status {status:?}");
+}
