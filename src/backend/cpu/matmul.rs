@@ -21,6 +21,9 @@ const ACT_CHUNK: usize = 64;
 /// costs more than it saves.
 const PARALLEL_MIN_MACS: usize = 32 * 1024;
 
+/// Fewest weight rows a thread claims at a time: below this the claim costs more than the rows.
+const MIN_ROWS_PER_CHUNK: usize = 16;
+
 /// The integer-dot weight types.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum QKind {
@@ -91,7 +94,7 @@ pub fn matmul(pool: &Pool, isa: Isa, w: WeightRef<'_>, x: &[f32], n: usize, out:
     if n * w.rows * w.cols < PARALLEL_MIN_MACS || pool.threads() == 1 {
         work(0..w.rows);
     } else {
-        pool.split(w.rows, &work);
+        pool.split(w.rows, MIN_ROWS_PER_CHUNK, &work);
     }
 }
 

@@ -9,6 +9,8 @@ use std::cell::RefCell;
 
 /// Below this many multiply-adds attention runs on the calling thread alone.
 const ATTN_PARALLEL_MIN_MACS: usize = 64 * 1024;
+/// Chunks of (query row, head) tasks per thread.
+const ATTN_CHUNKS_PER_THREAD: usize = 16;
 
 /// Each row of `x` (rows of `weight.len()` values) times `weight / rms(row)`, as ggml's
 /// `rms_norm` followed by `mul` (sum of squares in f64, like ggml).
@@ -139,8 +141,9 @@ pub fn attention(
     if tasks * ctx * hd * 2 < ATTN_PARALLEL_MIN_MACS || pool.threads() == 1 {
         (0..tasks).for_each(task);
     } else {
-        // Later rows see more positions: interleave tasks so each worker gets a fair share.
-        pool.run(&|i, n| (i..tasks).step_by(n).for_each(task));
+        // Small chunks: later rows see more positions, and claiming balances the load.
+        let chunks = tasks.min(ATTN_CHUNKS_PER_THREAD * pool.threads());
+        pool.run(chunks, &|c| super::pool::chunk(tasks, c, chunks).for_each(task));
     }
 }
 
