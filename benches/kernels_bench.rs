@@ -81,8 +81,10 @@ fn model(seed: &mut u64) -> (Vec<Vec<Mat>>, Mat) {
 
 /// Best of `reps` timings of `f`, in seconds.
 fn best(reps: usize, mut f: impl FnMut()) -> f64 {
-    f();
-    (0..reps)
+    if reps > 0 {
+        f();
+    }
+    (0..reps.max(1))
         .map(|_| {
             let t = Instant::now();
             f();
@@ -117,14 +119,23 @@ fn stream_read(buf: &[u64], threads: usize) -> f64 {
     (buf.len() * 8) as f64 / secs
 }
 
-/// One decode pass of `n` rows over every matrix: seconds.
-fn pass(be: &CpuBackend, layers: &[Vec<Mat>], out_head: &Mat, n: usize, x: &[f32], y: &mut [f32]) {
-    for l in layers {
-        for m in l {
+/// Seconds of one decode pass of `n` rows over every matrix (211 matmuls, in model order).
+///
+/// The machine this runs on may be shared, and a pass (milliseconds) is often preempted, so
+/// each call is timed on its own and the pass time is the sum over calls of each call's best
+/// time across `reps` passes: every call still streams its weights from memory as in a real
+/// pass, but a preemption only spoils the one call it hits.
+fn pass(be: &CpuBackend, layers: &[Vec<Mat>], out_head: &Mat, n: usize, x: &[f32], y: &mut [f32], reps: usize) -> f64 {
+    let mats: Vec<&Mat> = layers.iter().flatten().chain(std::iter::once(out_head)).collect();
+    let mut best = vec![f64::INFINITY; mats.len()];
+    for _ in 0..reps + 1 {
+        for (b, m) in best.iter_mut().zip(&mats) {
+            let t = Instant::now();
             be.matmul(m.w(), &x[..n * m.cols], n, &mut y[..n * m.rows]);
+            *b = b.min(t.elapsed().as_secs_f64());
         }
     }
-    be.matmul(out_head.w(), &x[..n * HIDDEN], n, &mut y[..n * VOCAB]);
+    best.iter().sum()
 }
 
 fn main() {
@@ -150,12 +161,15 @@ fn main() {
         // (a) per shape: every layer's copy in turn, so each call streams from memory.
         for k in 0..layers[0].len() {
             let bytes: usize = layers.iter().map(|l| l[k].bytes.len()).sum();
-            let secs = best(5, || {
-                for l in &layers {
+            // Per call best over 10 rounds through the 30 copies (see `pass` on why).
+            let mut per = vec![f64::INFINITY; LAYERS];
+            for _ in 0..11 {
+                for (b, l) in per.iter_mut().zip(&layers) {
                     let m = &l[k];
-                    be.matmul(m.w(), &x[..m.cols], 1, &mut y[..m.rows]);
+                    *b = b.min(best(0, || be.matmul(m.w(), &x[..m.cols], 1, &mut y[..m.rows])));
                 }
-            });
+            }
+            let secs: f64 = per.iter().sum();
             let per_call_us = secs / LAYERS as f64 * 1e6;
             println!(
                 "  {:<24} {:>6.1} GB/s ({:>4.0}% of STREAM), {:>6.1} us/call",
@@ -173,7 +187,7 @@ fn main() {
             head.bytes.len() as f64 / secs / stream * 100.0,
             secs * 1e6
         );
-        let one = best(5, || pass(&be, &layers, &head, 1, &x, &mut y));
+        let one = pass(&be, &layers, &head, 1, &x, &mut y, 10);
         println!(
             "  decode pass (211 matvecs): {:.2} ms = {:.1} GB/s ({:.0}% of STREAM), matmul-only bound {:.0} tok/s",
             one * 1e3,
@@ -182,18 +196,29 @@ fn main() {
             1.0 / one
         );
         // (b) batched rows
-        let four = best(5, || pass(&be, &layers, &head, 4, &x, &mut y));
+        let four = pass(&be, &layers, &head, 4, &x, &mut y, 10);
         println!("  4-row pass {:.2} ms vs 4 x 1-row {:.2} ms: ratio {:.2}", four * 1e3, 4.0 * one * 1e3, four / (4.0 * one));
-        let eight = best(3, || pass(&be, &layers, &head, 8, &x, &mut y));
+        let eight = pass(&be, &layers, &head, 8, &x, &mut y, 10);
         println!("  8-row pass {:.2} ms vs 8 x 1-row {:.2} ms: ratio {:.2}", eight * 1e3, 8.0 * one * 1e3, eight / (8.0 * one));
+    }
+
+    println!("\n== compute throughput in cache (one ffn_gate matrix, 1.3 MB, repeated), 1 thread ==");
+    for &isa in &isas {
+        let be = CpuBackend::with_isa(1, isa);
+        let m = &layers[0][4];
+        for n in [1, 4] {
+            let reps = if isa == Isa::Scalar { 5 } else { 100 };
+            let secs = best(reps, || be.matmul(m.w(), &x[..n * m.cols], n, &mut y[..n * m.rows]));
+            println!("  {:<7} n={n}: {:>7.1} us/call, {:>6.1} GB/s of weights", isa.name(), secs * 1e6, m.bytes.len() as f64 / secs / 1e9);
+        }
     }
 
     println!("\n== instruction sets, decode pass, 2 threads ==");
     for &isa in &isas {
         let be = CpuBackend::with_isa(2, isa);
-        let reps = if isa == Isa::Scalar { 1 } else { 5 };
-        let one = best(reps, || pass(&be, &layers, &head, 1, &x, &mut y));
-        let four = best(reps, || pass(&be, &layers, &head, 4, &x, &mut y));
+        let reps = if isa == Isa::Scalar { 2 } else { 10 };
+        let one = pass(&be, &layers, &head, 1, &x, &mut y, reps);
+        let four = pass(&be, &layers, &head, 4, &x, &mut y, reps);
         println!("  {:<7} 1-row {:>7.2} ms ({:>5.1} GB/s)   4-row {:>7.2} ms", isa.name(), one * 1e3, total_bytes as f64 / one / 1e9, four * 1e3);
     }
 }

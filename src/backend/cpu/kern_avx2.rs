@@ -93,41 +93,40 @@ unsafe fn tile<const K: u8, const NR: usize>(w: *const u8, nb: usize, x: &QuantR
     let block_bytes = [18, 20, 34][K as usize];
     let ones = _mm256_set1_epi16(1);
     let mut acc = [_mm256_setzero_ps(); NR];
-    let mut off = [0f32; NR];
     let mut xq = [std::ptr::null::<i8>(); NR];
     let mut xd = [std::ptr::null::<f32>(); NR];
     let mut xs = [std::ptr::null::<f32>(); NR];
     for j in 0..NR {
         xq[j] = x.qs(i0 + j).as_ptr();
-        xd[j] = x.d(i0 + j).as_ptr();
-        xs[j] = x.s(i0 + j).as_ptr();
+        xd[j] = x.d8(i0 + j).as_ptr();
+        xs[j] = x.s8(i0 + j).as_ptr();
     }
     for b in 0..nb {
         let blk = w.add(b * block_bytes);
         let dw = f16_load(blk);
         let (wv, mw) = match K {
-            0 => (nibbles(blk.add(2)), 0.0),
+            0 => (nibbles(blk.add(2)), -8.0 * dw),
             1 => (nibbles(blk.add(4)), f16_load(blk.add(2))),
             _ => (_mm256_loadu_si256(blk.add(2) as *const __m256i), 0.0),
         };
+        let (dwv, mwv) = (_mm256_set1_ps(dw), _mm256_set1_ps(mw));
         // maddubs wants unsigned weights: for Q8_0 move the weight's sign onto the activation.
         let wu = if K == 2 { _mm256_sign_epi8(wv, wv) } else { wv };
         for j in 0..NR {
             let xv = _mm256_loadu_si256(xq[j].add(b * 32) as *const __m256i);
             let xv = if K == 2 { _mm256_sign_epi8(xv, wv) } else { xv };
             let p = _mm256_madd_epi16(_mm256_maddubs_epi16(wu, xv), ones);
-            let scale = _mm256_set1_ps(dw * *xd[j].add(b));
+            let scale = _mm256_mul_ps(dwv, _mm256_loadu_ps(xd[j].add(b * 8)));
             acc[j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), scale, acc[j]);
-            match K {
-                0 => off[j] -= 8.0 * dw * *xs[j].add(b),
-                1 => off[j] += mw * *xs[j].add(b),
-                _ => {}
+            if K != 2 {
+                // Q4_1's `+ m` and Q4_0's `- 8 d`, times the block's activation sum.
+                acc[j] = _mm256_fmadd_ps(mwv, _mm256_loadu_ps(xs[j].add(b * 8)), acc[j]);
             }
         }
     }
     let mut res = [0f32; NR];
     for j in 0..NR {
-        res[j] = hsum(acc[j]) + off[j];
+        res[j] = hsum(acc[j]);
     }
     res
 }

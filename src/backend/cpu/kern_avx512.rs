@@ -71,6 +71,13 @@ unsafe fn weights<const K: u8>(blk: *const u8) -> __m256i {
     }
 }
 
+/// Two blocks' 8-lane values side by side: `a` in lanes 0..8, `b` in lanes 8..16.
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
+#[inline]
+unsafe fn pair(a: f32, b: f32) -> __m512 {
+    _mm512_mask_mov_ps(_mm512_set1_ps(a), 0xff00, _mm512_set1_ps(b))
+}
+
 /// Dots of one weight row (`nb` blocks at `w`) with activation rows `i0..i0 + NR`.
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
 #[inline]
@@ -78,14 +85,13 @@ unsafe fn tile<const K: u8, const NR: usize>(w: *const u8, nb: usize, x: &QuantR
     let block_bytes = [18, 20, 34][K as usize];
     let zero = _mm512_setzero_si512();
     let mut acc = [_mm512_setzero_ps(); NR];
-    let mut off = [0f32; NR];
     let mut xq = [std::ptr::null::<i8>(); NR];
     let mut xd = [std::ptr::null::<f32>(); NR];
     let mut xs = [std::ptr::null::<f32>(); NR];
     for j in 0..NR {
         xq[j] = x.qs(i0 + j).as_ptr();
-        xd[j] = x.d(i0 + j).as_ptr();
-        xs[j] = x.s(i0 + j).as_ptr();
+        xd[j] = x.d8(i0 + j).as_ptr();
+        xs[j] = x.s8(i0 + j).as_ptr();
     }
     let mut b = 0;
     while b + 2 <= nb {
@@ -94,26 +100,28 @@ unsafe fn tile<const K: u8, const NR: usize>(w: *const u8, nb: usize, x: &QuantR
         let wv = _mm512_inserti64x4(_mm512_castsi256_si512(weights::<K>(blk0)), weights::<K>(blk1), 1);
         // vpdpbusd wants unsigned weights: for Q8_0 move the weight's sign onto the activation.
         let (wu, neg) = if K == 2 { (_mm512_abs_epi8(wv), _mm512_movepi8_mask(wv)) } else { (wv, 0) };
-        let (m0, m1) = if K == 1 { (f16_load(blk0.add(2)), f16_load(blk1.add(2))) } else { (0.0, 0.0) };
+        let dwv = pair(d0, d1);
+        let mwv = match K {
+            0 => _mm512_mul_ps(_mm512_set1_ps(-8.0), dwv),
+            1 => pair(f16_load(blk0.add(2)), f16_load(blk1.add(2))),
+            _ => _mm512_setzero_ps(),
+        };
         for j in 0..NR {
             let xv = _mm512_loadu_si512(xq[j].add(b * 32) as *const _);
             let xv = if K == 2 { _mm512_mask_sub_epi8(xv, neg, zero, xv) } else { xv };
             let p = _mm512_dpbusd_epi32(zero, wu, xv);
-            let (x0, x1) = (*xd[j].add(b), *xd[j].add(b + 1));
-            let scale = _mm512_mask_mov_ps(_mm512_set1_ps(d0 * x0), 0xff00, _mm512_set1_ps(d1 * x1));
+            let scale = _mm512_mul_ps(dwv, _mm512_loadu_ps(xd[j].add(b * 8)));
             acc[j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(p), scale, acc[j]);
-            let (s0, s1) = (*xs[j].add(b), *xs[j].add(b + 1));
-            match K {
-                0 => off[j] -= 8.0 * (d0 * s0 + d1 * s1),
-                1 => off[j] += m0 * s0 + m1 * s1,
-                _ => {}
+            if K != 2 {
+                // Q4_1's `+ m` and Q4_0's `- 8 d`, times the blocks' activation sums.
+                acc[j] = _mm512_fmadd_ps(mwv, _mm512_loadu_ps(xs[j].add(b * 8)), acc[j]);
             }
         }
         b += 2;
     }
     let mut res = [0f32; NR];
     for j in 0..NR {
-        res[j] = _mm512_reduce_add_ps(acc[j]) + off[j];
+        res[j] = _mm512_reduce_add_ps(acc[j]);
     }
     if b < nb {
         // An odd last block: 256-bit VNNI.
@@ -121,18 +129,21 @@ unsafe fn tile<const K: u8, const NR: usize>(w: *const u8, nb: usize, x: &QuantR
         let dw = f16_load(blk);
         let wv = weights::<K>(blk);
         let wu = if K == 2 { _mm256_sign_epi8(wv, wv) } else { wv };
-        let mw = if K == 1 { f16_load(blk.add(2)) } else { 0.0 };
+        let mw = match K {
+            0 => -8.0 * dw,
+            1 => f16_load(blk.add(2)),
+            _ => 0.0,
+        };
         for j in 0..NR {
             let xv = _mm256_loadu_si256(xq[j].add(b * 32) as *const __m256i);
             let xv = if K == 2 { _mm256_sign_epi8(xv, wv) } else { xv };
             let p = _mm256_dpbusd_epi32(_mm256_setzero_si256(), wu, xv);
-            let (xdb, xsb) = (*xd[j].add(b), *xs[j].add(b));
-            res[j] += hsum(_mm256_cvtepi32_ps(p)) * (dw * xdb);
-            match K {
-                0 => res[j] -= 8.0 * dw * xsb,
-                1 => res[j] += mw * xsb,
-                _ => {}
+            let scale = _mm256_mul_ps(_mm256_set1_ps(dw), _mm256_loadu_ps(xd[j].add(b * 8)));
+            let mut v = _mm256_mul_ps(_mm256_cvtepi32_ps(p), scale);
+            if K != 2 {
+                v = _mm256_fmadd_ps(_mm256_set1_ps(mw), _mm256_loadu_ps(xs[j].add(b * 8)), v);
             }
+            res[j] += hsum(v);
         }
     }
     res

@@ -3,10 +3,14 @@
 //!
 //! Layout is structure-of-arrays: the int8 values of a row are contiguous (two blocks fill one
 //! 512-bit register), and per block we keep the scale `d` and `s = d * sum(q)`, which the
-//! offset terms of Q4_0 (`-8`) and Q4_1 (`+m`) need.
+//! offset terms of Q4_0 (`-8`) and Q4_1 (`+m`) need. The SIMD kernels also get both repeated
+//! over the 8 lanes a block's integer dot occupies (`s` pre-divided by 8, so that the 8 lanes
+//! sum to it): a plain vector load then replaces a broadcast and blend per block and row.
 
 use super::dequant::QK;
 
+/// f32 lanes one block's integer dot fills in the SIMD kernels.
+const LANES: usize = 8;
 /// Largest magnitude of a quantized activation (symmetric int8, as ggml's Q8_0).
 const Q8_MAX: f32 = 127.0;
 
@@ -15,6 +19,8 @@ pub struct QuantRows {
     qs: Vec<i8>,
     d: Vec<f32>,
     s: Vec<f32>,
+    d8: Vec<f32>,
+    s8: Vec<f32>,
     cols: usize,
     n: usize,
 }
@@ -36,6 +42,12 @@ impl QuantRows {
         let blocks = x.chunks_exact(QK).zip(self.qs.chunks_exact_mut(QK));
         for ((xb, qb), (d, s)) in blocks.zip(self.d.iter_mut().zip(self.s.iter_mut())) {
             (*d, *s) = quantize_block(xb, qb);
+        }
+        self.d8.clear();
+        self.s8.clear();
+        for (&d, &s) in self.d.iter().zip(&self.s) {
+            self.d8.extend_from_slice(&[d; LANES]);
+            self.s8.extend_from_slice(&[s / LANES as f32; LANES]);
         }
     }
 
@@ -61,6 +73,21 @@ impl QuantRows {
     pub fn s(&self, i: usize) -> &[f32] {
         let nb = self.cols / QK;
         &self.s[i * nb..(i + 1) * nb]
+    }
+}
+
+impl QuantRows {
+    /// Row `i`'s block scales, each repeated 8 times.
+    #[inline]
+    pub fn d8(&self, i: usize) -> &[f32] {
+        let n = self.cols / QK * LANES;
+        &self.d8[i * n..(i + 1) * n]
+    }
+    /// Row `i`'s `d * sum(q) / 8` per block, each repeated 8 times.
+    #[inline]
+    pub fn s8(&self, i: usize) -> &[f32] {
+        let n = self.cols / QK * LANES;
+        &self.s8[i * n..(i + 1) * n]
     }
 }
 
