@@ -109,6 +109,16 @@ pub trait Backend: Send {
     /// `out[i * w.rows + r] = dot(row r of w, x[i * w.cols..])` for the `n` rows of `x`.
     fn matmul(&self, w: WeightRef<'_>, x: &[f32], n: usize, out: &mut [f32]);
 
+    /// `matmul` of several matrices with the same `cols` on the same `x` (fused Q/K/V, or
+    /// gate/up): `outs[m]` gets `n` rows of `ws[m].rows`. Cheaper than separate calls (one
+    /// activation quantization, one dispatch of the worker pool).
+    fn matmul_many(&self, ws: &[WeightRef<'_>], x: &[f32], n: usize, outs: &mut [&mut [f32]]) {
+        assert_eq!(ws.len(), outs.len(), "matmul_many: {} matrices but {} outputs", ws.len(), outs.len());
+        for (w, out) in ws.iter().zip(outs.iter_mut()) {
+            self.matmul(*w, x, n, out);
+        }
+    }
+
     /// Each row of `x` (rows of `weight.len()` values) scaled to unit RMS, times `weight`.
     fn rms_norm(&self, x: &mut [f32], weight: &[f32], eps: f32);
 

@@ -177,3 +177,46 @@ pub unsafe fn f16_row(src: &[u8], out: &mut [f32]) {
         out[j] = super::float16::f16_to_f32(u16::from_le_bytes([src[2 * j], src[2 * j + 1]]));
     }
 }
+
+/// Quantizes one block of 32 activations to int8 with scale `amax / 127`; returns
+/// `(d, d * sum(q))`. Bit-identical to `q8act::quantize_block` (same max, same products, the
+/// same half-away-from-zero rounding).
+///
+/// # Safety
+/// The CPU must support AVX2; `x` and `q` hold at least 32 values.
+#[target_feature(enable = "avx2,fma,f16c")]
+pub unsafe fn quantize_block(x: &[f32], q: &mut [i8]) -> (f32, f32) {
+    assert!(x.len() >= 32 && q.len() >= 32);
+    let p = x.as_ptr();
+    let v = [_mm256_loadu_ps(p), _mm256_loadu_ps(p.add(8)), _mm256_loadu_ps(p.add(16)), _mm256_loadu_ps(p.add(24))];
+    let abs = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fff_ffff));
+    let m = _mm256_max_ps(
+        _mm256_max_ps(_mm256_and_ps(v[0], abs), _mm256_and_ps(v[1], abs)),
+        _mm256_max_ps(_mm256_and_ps(v[2], abs), _mm256_and_ps(v[3], abs)),
+    );
+    let m = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps(m, 1));
+    let m = _mm_max_ps(m, _mm_movehl_ps(m, m));
+    let amax = _mm_cvtss_f32(_mm_max_ss(m, _mm_shuffle_ps(m, m, 1)));
+    let d = amax / 127.0;
+    let id = _mm256_set1_ps(if d != 0.0 { 1.0 / d } else { 0.0 });
+    let (half, neg_half) = (_mm256_set1_ps(0.5), _mm256_set1_ps(-0.5));
+    let mut t = [_mm256_setzero_si256(); 4];
+    for k in 0..4 {
+        let s = _mm256_mul_ps(v[k], id);
+        let tr = _mm256_cvttps_epi32(s);
+        let diff = _mm256_sub_ps(s, _mm256_cvtepi32_ps(tr));
+        // Compare masks are -1 where true: subtracting the "up" mask adds one.
+        let up = _mm256_castps_si256(_mm256_cmp_ps(diff, half, _CMP_GE_OQ));
+        let down = _mm256_castps_si256(_mm256_cmp_ps(diff, neg_half, _CMP_LE_OQ));
+        t[k] = _mm256_add_epi32(_mm256_sub_epi32(tr, up), down);
+    }
+    let sum = _mm256_add_epi32(_mm256_add_epi32(t[0], t[1]), _mm256_add_epi32(t[2], t[3]));
+    let sum = _mm_add_epi32(_mm256_castsi256_si128(sum), _mm256_extracti128_si256(sum, 1));
+    let sum = _mm_add_epi32(sum, _mm_shuffle_epi32(sum, 0b01_00_11_10));
+    let sum = _mm_cvtsi128_si32(_mm_add_epi32(sum, _mm_shuffle_epi32(sum, 0b10_11_00_01)));
+    // The packs interleave 128-bit lanes; the permute puts the 32 bytes back in order.
+    let p16 = _mm256_packs_epi16(_mm256_packs_epi32(t[0], t[1]), _mm256_packs_epi32(t[2], t[3]));
+    let ordered = _mm256_permutevar8x32_epi32(p16, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+    _mm256_storeu_si256(q.as_mut_ptr() as *mut __m256i, ordered);
+    (d, d * sum as f32)
+}

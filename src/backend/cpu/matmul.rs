@@ -7,7 +7,7 @@
 //! memory once per call, which is what makes a 4-row pass cheaper than four 1-row passes.
 
 use super::dequant::dequantize_row;
-use super::pool::Pool;
+use super::pool::{self, Pool};
 use super::q8act::QuantRows;
 use super::{kern_scalar, Isa};
 use crate::backend::{DType, WeightRef};
@@ -23,6 +23,9 @@ const PARALLEL_MIN_MACS: usize = 32 * 1024;
 
 /// Fewest weight rows a thread claims at a time: below this the claim costs more than the rows.
 const MIN_ROWS_PER_CHUNK: usize = 16;
+/// Pieces per thread a parallel matmul is cut into: enough to rebalance when a thread starts
+/// late (the machine may be shared), few enough that claiming stays cheap.
+const CHUNKS_PER_THREAD: usize = 4;
 
 /// The integer-dot weight types.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -65,36 +68,71 @@ thread_local! {
 /// # Panics
 /// When `x` is not `n * w.cols` values or `out` not `n * w.rows`.
 pub fn matmul(pool: &Pool, isa: Isa, w: WeightRef<'_>, x: &[f32], n: usize, out: &mut [f32], xq: &mut QuantRows) {
-    assert_eq!(x.len(), n * w.cols, "matmul: x has {} values, want {n} x {}", x.len(), w.cols);
-    assert_eq!(out.len(), n * w.rows, "matmul: out has {} values, want {n} x {}", out.len(), w.rows);
-    assert_eq!(w.bytes.len(), w.rows * w.row_bytes(), "matmul: weight bytes do not match its shape");
-    if n == 0 || w.rows == 0 {
+    matmul_many(pool, isa, &[w], x, n, &mut [out], xq)
+}
+
+/// [`matmul`] of several matrices with the same `cols` on the same `x` (Q/K/V, gate/up): one
+/// activation quantization and one pool dispatch for all of them.
+///
+/// # Panics
+/// When the matrices differ in `cols`, `ws` and `outs` in length, or a slice in its shape.
+pub fn matmul_many(
+    pool: &Pool,
+    isa: Isa,
+    ws: &[WeightRef<'_>],
+    x: &[f32],
+    n: usize,
+    outs: &mut [&mut [f32]],
+    xq: &mut QuantRows,
+) {
+    assert_eq!(ws.len(), outs.len(), "matmul: {} matrices but {} outputs", ws.len(), outs.len());
+    let Some(cols) = ws.first().map(|w| w.cols) else { return };
+    for (w, out) in ws.iter().zip(outs.iter()) {
+        assert_eq!(w.cols, cols, "matmul: fused matrices differ in columns ({} vs {cols})", w.cols);
+        assert_eq!(x.len(), n * w.cols, "matmul: x has {} values, want {n} x {}", x.len(), w.cols);
+        assert_eq!(out.len(), n * w.rows, "matmul: out has {} values, want {n} x {}", out.len(), w.rows);
+        assert_eq!(w.bytes.len(), w.rows * w.row_bytes(), "matmul: weight bytes do not match its shape");
+    }
+    if n == 0 {
         return;
     }
-    let kind = match w.dtype {
+    if ws.iter().any(|w| q_kind(w.dtype).is_some()) {
+        xq.quantize(isa, x, n, cols);
+    }
+    let outps: Vec<OutRows> = outs.iter_mut().map(|o| OutRows { ptr: o.as_mut_ptr(), stride: o.len() / n, len: o.len() }).collect();
+    let xq = &*xq;
+    let work = |m: usize, rows: Range<usize>| {
+        let w = ws[m];
+        for a in (0..n).step_by(ACT_CHUNK) {
+            let acts = a..(a + ACT_CHUNK).min(n);
+            match q_kind(w.dtype) {
+                Some(k) => matmul_q(isa, k, w, rows.clone(), xq, acts, &outps[m]),
+                None => matmul_float(isa, w, rows.clone(), x, acts, &outps[m]),
+            }
+        }
+    };
+    let total_rows: usize = ws.iter().map(|w| w.rows).sum();
+    if n * total_rows * cols < PARALLEL_MIN_MACS || pool.threads() == 1 {
+        (0..ws.len()).for_each(|m| work(m, 0..ws[m].rows));
+        return;
+    }
+    // Cut each matrix into pieces of at least MIN_ROWS_PER_CHUNK rows, about
+    // CHUNKS_PER_THREAD per thread over all of them, for the workers to claim.
+    let target = CHUNKS_PER_THREAD * pool.threads();
+    let mut tasks: Vec<(usize, Range<usize>)> = Vec::with_capacity(target + ws.len());
+    for (m, w) in ws.iter().enumerate() {
+        let pieces = (w.rows * target).div_ceil(total_rows).min(w.rows / MIN_ROWS_PER_CHUNK).max(1);
+        tasks.extend((0..pieces).map(|p| (m, pool::chunk(w.rows, p, pieces))));
+    }
+    pool.run(tasks.len(), &|t| work(tasks[t].0, tasks[t].1.clone()));
+}
+
+fn q_kind(dtype: DType) -> Option<QKind> {
+    match dtype {
         DType::Q4_0 => Some(QKind::Q4_0),
         DType::Q4_1 => Some(QKind::Q4_1),
         DType::Q8_0 => Some(QKind::Q8_0),
         _ => None,
-    };
-    if kind.is_some() {
-        xq.quantize(x, n, w.cols);
-    }
-    let outp = OutRows { ptr: out.as_mut_ptr(), stride: w.rows, len: out.len() };
-    let xq = &*xq;
-    let work = |rows: Range<usize>| {
-        for a in (0..n).step_by(ACT_CHUNK) {
-            let acts = a..(a + ACT_CHUNK).min(n);
-            match kind {
-                Some(k) => matmul_q(isa, k, w, rows.clone(), xq, acts, &outp),
-                None => matmul_float(isa, w, rows.clone(), x, acts, &outp),
-            }
-        }
-    };
-    if n * w.rows * w.cols < PARALLEL_MIN_MACS || pool.threads() == 1 {
-        work(0..w.rows);
-    } else {
-        pool.split(w.rows, MIN_ROWS_PER_CHUNK, &work);
     }
 }
 
@@ -281,6 +319,26 @@ pub(crate) mod tests {
                 for i in [0, 3, n - 1] {
                     let single = run(&p1, isa, w, &x[i * cols..(i + 1) * cols], 1);
                     assert_eq!(&batched[i * rows..(i + 1) * rows], &single[..], "{dtype} {} row {i}", isa.name());
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn fused_matrices_equal_separate_calls() {
+        let pool = Pool::new(2);
+        let cols = 768;
+        let shapes = [(DType::Q4_1, 576), (DType::Q8_0, 192), (DType::F16, 64), (DType::Q4K, 200)];
+        let bytes: Vec<Vec<u8>> = shapes.iter().map(|&(t, r)| weight(t, r, cols, r as u64)).collect();
+        let ws: Vec<WeightRef<'_>> = shapes.iter().zip(&bytes).map(|(&(t, r), b)| WeightRef::new(t, b, r, cols).unwrap()).collect();
+        for n in [1, 5] {
+            let x = noise(n * cols, 8);
+            for isa in Isa::available() {
+                let mut outs: Vec<Vec<f32>> = ws.iter().map(|w| vec![f32::NAN; n * w.rows]).collect();
+                let mut refs: Vec<&mut [f32]> = outs.iter_mut().map(|o| o.as_mut_slice()).collect();
+                matmul_many(&pool, isa, &ws, &x, n, &mut refs, &mut QuantRows::new());
+                for (w, o) in ws.iter().zip(&outs) {
+                    assert_eq!(o, &run(&pool, isa, *w, &x, n), "{} {} n={n}", w.dtype, isa.name());
                 }
             }
         }

@@ -106,6 +106,11 @@ impl Backend for CpuBackend {
         matmul::matmul(&self.pool, self.isa, w, x, n, out, &mut xq);
     }
 
+    fn matmul_many(&self, ws: &[WeightRef<'_>], x: &[f32], n: usize, outs: &mut [&mut [f32]]) {
+        let mut xq = self.xq.lock().unwrap_or_else(|e| e.into_inner());
+        matmul::matmul_many(&self.pool, self.isa, ws, x, n, outs, &mut xq);
+    }
+
     fn rms_norm(&self, x: &mut [f32], weight: &[f32], eps: f32) {
         ops::rms_norm(x, weight, eps);
     }
