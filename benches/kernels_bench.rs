@@ -154,6 +154,33 @@ fn main() {
     println!("STREAM-like read of {} MB: 1 thread {:.1} GB/s, 2 threads {:.1} GB/s", total_bytes / 1_000_000, s1 / 1e9, s2 / 1e9);
     drop(stream_buf);
 
+    {
+        // Is the second thread really there? Chunks of ~20 us each, counted per thread.
+        let be = CpuBackend::with_isa(2, best_isa);
+        let caller = std::thread::current().id();
+        let by_worker = std::sync::atomic::AtomicUsize::new(0);
+        let t = Instant::now();
+        be.pool().run(1000, &|_| {
+            let s = Instant::now();
+            while s.elapsed().as_micros() < 20 {
+                std::hint::spin_loop();
+            }
+            if std::thread::current().id() != caller {
+                by_worker.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            }
+        });
+        println!(
+            "pool check: 1000 chunks of 20 us on 2 threads took {:.1} ms; the worker ran {}",
+            t.elapsed().as_secs_f64() * 1e3,
+            by_worker.into_inner()
+        );
+        let t = Instant::now();
+        for _ in 0..10000 {
+            be.pool().run(2, &|_| {});
+        }
+        println!("pool dispatch: {:.2} us per empty 2-chunk job", t.elapsed().as_secs_f64() * 1e6 / 10000.0);
+    }
+
     for threads in [1, 2] {
         let be = CpuBackend::with_isa(threads, best_isa);
         let stream = if threads == 1 { s1 } else { s2 };
