@@ -89,9 +89,9 @@ unsafe fn pair_scales<const K: u8>(blk0: *const u8, blk1: *const u8) -> (__m512,
     (_mm512_permutexvar_ps(lo, _mm512_castps128_ps512(f)), m)
 }
 
-/// Blocks whose offsets (`m` per block) are gathered before being dotted with the activation
-/// sums in one go, 16 at a time, instead of one FMA per block pair and activation row.
-const OFFSET_SEGMENT: usize = 64;
+/// Blocks whose offsets (`m` per block) are gathered in a register before being dotted with
+/// the activation sums in one go, instead of one FMA per block pair and activation row.
+const OFFSET_SEGMENT: usize = 16;
 
 /// Two blocks' 64 weight bytes in value order: nibbles expanded (Q4) or Q8_0's int8s.
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
@@ -126,12 +126,14 @@ unsafe fn tile<const K: u8, const NR: usize>(w: *const u8, nb: usize, x: &QuantR
         xs8[j] = x.s8(i0 + j).as_ptr();
     }
     let mut off = [_mm512_setzero_ps(); NR];
-    let mut mbuf = [0f32; OFFSET_SEGMENT];
     let pairs_end = nb & !1;
     let mut b = 0;
     while b < pairs_end {
+        // Up to 16 blocks: their offsets fill one register, lane by lane, and are then dotted
+        // with the 16 activation sums at once.
         let seg_start = b;
         let seg_end = (b + OFFSET_SEGMENT).min(pairs_end);
+        let mut mreg = _mm512_setzero_pd();
         while b < seg_end {
             let (blk0, blk1) = (w.add(b * block_bytes), w.add((b + 1) * block_bytes));
             let wv = pair_weights::<K>(blk0, blk1);
@@ -139,7 +141,7 @@ unsafe fn tile<const K: u8, const NR: usize>(w: *const u8, nb: usize, x: &QuantR
             let (wu, neg) = if K == 2 { (_mm512_abs_epi8(wv), _mm512_movepi8_mask(wv)) } else { (wv, 0) };
             let (dwv, m2) = pair_scales::<K>(blk0, blk1);
             if K != 2 {
-                _mm_storel_pd(mbuf.as_mut_ptr().add(b - seg_start) as *mut f64, _mm_castps_pd(m2));
+                mreg = _mm512_mask_broadcastsd_pd(mreg, 1 << ((b - seg_start) / 2), _mm_castps_pd(m2));
             }
             for j in 0..NR {
                 let xv = _mm512_loadu_si512(xq[j].add(b * 32) as *const _);
@@ -152,14 +154,10 @@ unsafe fn tile<const K: u8, const NR: usize>(w: *const u8, nb: usize, x: &QuantR
         }
         if K != 2 {
             // Q4_1's `+ m` and Q4_0's `- 8 d`, times the blocks' activation sums.
-            let mut k = seg_start;
-            while k < seg_end {
-                let mask: __mmask16 = if seg_end - k >= 16 { 0xffff } else { (1u16 << (seg_end - k)) - 1 };
-                let m = _mm512_maskz_loadu_ps(mask, mbuf.as_ptr().add(k - seg_start));
-                for j in 0..NR {
-                    off[j] = _mm512_fmadd_ps(m, _mm512_maskz_loadu_ps(mask, xs[j].add(k)), off[j]);
-                }
-                k += 16;
+            let mask: __mmask16 = ((1u32 << (seg_end - seg_start)) - 1) as __mmask16;
+            let m = _mm512_castpd_ps(mreg);
+            for j in 0..NR {
+                off[j] = _mm512_fmadd_ps(m, _mm512_maskz_loadu_ps(mask, xs[j].add(seg_start)), off[j]);
             }
         }
     }
