@@ -1,6 +1,9 @@
 //! The matmul driver: instruction-set dispatch, activation quantization, and the split of the
 //! weight rows across the worker pool.
 //!
+//! The functions taking an [`Isa`] are crate-private: calling a SIMD level the CPU lacks is
+//! undefined behaviour, and `CpuBackend` (which checks the level once) is the public way in.
+//!
 //! Loop order: each thread takes a contiguous range of weight rows; for each chunk of activation
 //! rows (sized to stay in cache), each weight row is read once and dotted with the chunk's
 //! activation rows in tiles of four. So with `n` rows up to `ACT_CHUNK` the weights stream from
@@ -67,7 +70,7 @@ thread_local! {
 ///
 /// # Panics
 /// When `x` is not `n * w.cols` values or `out` not `n * w.rows`.
-pub fn matmul(pool: &Pool, isa: Isa, w: WeightRef<'_>, x: &[f32], n: usize, out: &mut [f32], xq: &mut QuantRows) {
+pub(crate) fn matmul(pool: &Pool, isa: Isa, w: WeightRef<'_>, x: &[f32], n: usize, out: &mut [f32], xq: &mut QuantRows) {
     matmul_many(pool, isa, &[w], x, n, &mut [out], xq)
 }
 
@@ -76,7 +79,7 @@ pub fn matmul(pool: &Pool, isa: Isa, w: WeightRef<'_>, x: &[f32], n: usize, out:
 ///
 /// # Panics
 /// When the matrices differ in `cols`, `ws` and `outs` in length, or a slice in its shape.
-pub fn matmul_many(
+pub(crate) fn matmul_many(
     pool: &Pool,
     isa: Isa,
     ws: &[WeightRef<'_>],
@@ -187,7 +190,7 @@ fn matmul_float(isa: Isa, w: WeightRef<'_>, rows: Range<usize>, x: &[f32], acts:
 }
 
 /// f32 dot product on the best available instruction set.
-pub fn dot_f32(isa: Isa, a: &[f32], b: &[f32]) -> f32 {
+pub(crate) fn dot_f32(isa: Isa, a: &[f32], b: &[f32]) -> f32 {
     assert_eq!(a.len(), b.len());
     match isa {
         #[cfg(target_arch = "x86_64")]

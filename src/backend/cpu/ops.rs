@@ -96,7 +96,7 @@ unsafe impl Sync for OutPtr {}
 
 /// Causal GQA attention; see [`crate::backend::Backend::attention`] for the contract.
 #[allow(clippy::too_many_arguments)]
-pub fn attention(
+pub(crate) fn attention(
     pool: &Pool,
     isa: Isa,
     q: &[f32],

@@ -33,7 +33,7 @@ impl QuantRows {
 
     /// Quantizes `n` rows of `cols` values (`cols` a multiple of 32), reusing the buffers. Every
     /// instruction set gives bit-identical results.
-    pub fn quantize(&mut self, isa: Isa, x: &[f32], n: usize, cols: usize) {
+    pub(crate) fn quantize(&mut self, isa: Isa, x: &[f32], n: usize, cols: usize) {
         assert!(cols.is_multiple_of(QK) && x.len() == n * cols, "activations: {} values for {n} x {cols}", x.len());
         let nb = n * cols / QK;
         self.qs.resize(n * cols, 0);
