@@ -53,10 +53,12 @@ unsafe fn drive<const K: u8>(
             }
             i += 4;
         }
-        while i < n {
-            let v = tile::<K, 1>(wr, nb, x, i);
-            out.write(i, r, v[0]);
-            i += 1;
+        // The last 1-3 rows in one pass too (speculative verification batches are 2-4 rows).
+        match n - i {
+            3 => tile::<K, 3>(wr, nb, x, i).iter().enumerate().for_each(|(j, &y)| out.write(i + j, r, y)),
+            2 => tile::<K, 2>(wr, nb, x, i).iter().enumerate().for_each(|(j, &y)| out.write(i + j, r, y)),
+            1 => out.write(i, r, tile::<K, 1>(wr, nb, x, i)[0]),
+            _ => {}
         }
     }
 }
