@@ -59,7 +59,13 @@ fn synth(name: &'static str, dtype: DType, rows: usize, cols: usize, seed: &mut 
             blk[o..o + 2].copy_from_slice(&scale);
         }
     }
-    Mat { name, dtype, rows, cols, bytes }
+    Mat {
+        name,
+        dtype,
+        rows,
+        cols,
+        bytes,
+    }
 }
 
 fn model(seed: &mut u64) -> (Vec<Vec<Mat>>, Mat) {
@@ -76,7 +82,10 @@ fn model(seed: &mut u64) -> (Vec<Vec<Mat>>, Mat) {
             ]
         })
         .collect();
-    (layers, synth("output 49152x576 Q8_0", DType::Q8_0, VOCAB, HIDDEN, seed))
+    (
+        layers,
+        synth("output 49152x576 Q8_0", DType::Q8_0, VOCAB, HIDDEN, seed),
+    )
 }
 
 /// Best of `reps` timings of `f`, in seconds.
@@ -112,7 +121,10 @@ fn stream_read(buf: &[u64], threads: usize) -> f64 {
                     })
                 })
                 .collect();
-            let total: u64 = hs.into_iter().map(|h| h.join().unwrap()).fold(0, u64::wrapping_add);
+            let total: u64 = hs
+                .into_iter()
+                .map(|h| h.join().unwrap())
+                .fold(0, u64::wrapping_add);
             std::hint::black_box(total);
         });
     });
@@ -125,8 +137,20 @@ fn stream_read(buf: &[u64], threads: usize) -> f64 {
 /// each call is timed on its own and the pass time is the sum over calls of each call's best
 /// time across `reps` passes: every call still streams its weights from memory as in a real
 /// pass, but a preemption only spoils the one call it hits.
-fn pass(be: &CpuBackend, layers: &[Vec<Mat>], out_head: &Mat, n: usize, x: &[f32], y: &mut [f32], reps: usize) -> f64 {
-    let mats: Vec<&Mat> = layers.iter().flatten().chain(std::iter::once(out_head)).collect();
+fn pass(
+    be: &CpuBackend,
+    layers: &[Vec<Mat>],
+    out_head: &Mat,
+    n: usize,
+    x: &[f32],
+    y: &mut [f32],
+    reps: usize,
+) -> f64 {
+    let mats: Vec<&Mat> = layers
+        .iter()
+        .flatten()
+        .chain(std::iter::once(out_head))
+        .collect();
     let mut best = vec![f64::INFINITY; mats.len()];
     for _ in 0..reps + 1 {
         for (b, m) in best.iter_mut().zip(&mats) {
@@ -141,17 +165,33 @@ fn pass(be: &CpuBackend, layers: &[Vec<Mat>], out_head: &Mat, n: usize, x: &[f32
 fn main() {
     let mut seed = 0x9e3779b97f4a7c15u64;
     let (layers, head) = model(&mut seed);
-    let total_bytes: usize = layers.iter().flatten().map(|m| m.bytes.len()).sum::<usize>() + head.bytes.len();
-    let x: Vec<f32> = (0..8 * FFN).map(|i| ((i * 7919 % 2003) as f32 / 1001.5) - 1.0).collect();
+    let total_bytes: usize = layers
+        .iter()
+        .flatten()
+        .map(|m| m.bytes.len())
+        .sum::<usize>()
+        + head.bytes.len();
+    let x: Vec<f32> = (0..8 * FFN)
+        .map(|i| ((i * 7919 % 2003) as f32 / 1001.5) - 1.0)
+        .collect();
     let mut y = vec![0f32; 8 * VOCAB];
     let isas = Isa::available();
     let best_isa = Isa::detect();
-    println!("kernels_bench: {} MB of weights per decode pass; ISAs {:?}", total_bytes / 1_000_000, isas);
+    println!(
+        "kernels_bench: {} MB of weights per decode pass; ISAs {:?}",
+        total_bytes / 1_000_000,
+        isas
+    );
 
     let stream_buf: Vec<u64> = (0..total_bytes / 8).map(|i| i as u64).collect();
     let s1 = stream_read(&stream_buf, 1);
     let s2 = stream_read(&stream_buf, 2);
-    println!("STREAM-like read of {} MB: 1 thread {:.1} GB/s, 2 threads {:.1} GB/s", total_bytes / 1_000_000, s1 / 1e9, s2 / 1e9);
+    println!(
+        "STREAM-like read of {} MB: 1 thread {:.1} GB/s, 2 threads {:.1} GB/s",
+        total_bytes / 1_000_000,
+        s1 / 1e9,
+        s2 / 1e9
+    );
     drop(stream_buf);
 
     {
@@ -178,7 +218,10 @@ fn main() {
         for _ in 0..10000 {
             be.pool().run(2, &|_| {});
         }
-        println!("pool dispatch: {:.2} us per empty 2-chunk job", t.elapsed().as_secs_f64() * 1e6 / 10000.0);
+        println!(
+            "pool dispatch: {:.2} us per empty 2-chunk job",
+            t.elapsed().as_secs_f64() * 1e6 / 10000.0
+        );
     }
 
     for threads in [1, 2] {
@@ -193,7 +236,9 @@ fn main() {
             for _ in 0..11 {
                 for (b, l) in per.iter_mut().zip(&layers) {
                     let m = &l[k];
-                    *b = b.min(best(0, || be.matmul(m.w(), &x[..m.cols], 1, &mut y[..m.rows])));
+                    *b = b.min(best(0, || {
+                        be.matmul(m.w(), &x[..m.cols], 1, &mut y[..m.rows])
+                    }));
                 }
             }
             let secs: f64 = per.iter().sum();
@@ -224,19 +269,38 @@ fn main() {
         );
         // (b) batched rows
         let four = pass(&be, &layers, &head, 4, &x, &mut y, 10);
-        println!("  4-row pass {:.2} ms vs 4 x 1-row {:.2} ms: ratio {:.2}", four * 1e3, 4.0 * one * 1e3, four / (4.0 * one));
+        println!(
+            "  4-row pass {:.2} ms vs 4 x 1-row {:.2} ms: ratio {:.2}",
+            four * 1e3,
+            4.0 * one * 1e3,
+            four / (4.0 * one)
+        );
         let eight = pass(&be, &layers, &head, 8, &x, &mut y, 10);
-        println!("  8-row pass {:.2} ms vs 8 x 1-row {:.2} ms: ratio {:.2}", eight * 1e3, 8.0 * one * 1e3, eight / (8.0 * one));
+        println!(
+            "  8-row pass {:.2} ms vs 8 x 1-row {:.2} ms: ratio {:.2}",
+            eight * 1e3,
+            8.0 * one * 1e3,
+            eight / (8.0 * one)
+        );
     }
 
-    println!("\n== compute throughput in cache (one ffn_gate matrix, 1.3 MB, repeated), 1 thread ==");
+    println!(
+        "\n== compute throughput in cache (one ffn_gate matrix, 1.3 MB, repeated), 1 thread =="
+    );
     for &isa in &isas {
         let be = CpuBackend::with_isa(1, isa);
         let m = &layers[0][4];
         for n in [1, 4] {
             let reps = if isa == Isa::Scalar { 5 } else { 100 };
-            let secs = best(reps, || be.matmul(m.w(), &x[..n * m.cols], n, &mut y[..n * m.rows]));
-            println!("  {:<7} n={n}: {:>7.1} us/call, {:>6.1} GB/s of weights", isa.name(), secs * 1e6, m.bytes.len() as f64 / secs / 1e9);
+            let secs = best(reps, || {
+                be.matmul(m.w(), &x[..n * m.cols], n, &mut y[..n * m.rows])
+            });
+            println!(
+                "  {:<7} n={n}: {:>7.1} us/call, {:>6.1} GB/s of weights",
+                isa.name(),
+                secs * 1e6,
+                m.bytes.len() as f64 / secs / 1e9
+            );
         }
     }
 
@@ -246,6 +310,12 @@ fn main() {
         let reps = if isa == Isa::Scalar { 2 } else { 10 };
         let one = pass(&be, &layers, &head, 1, &x, &mut y, reps);
         let four = pass(&be, &layers, &head, 4, &x, &mut y, reps);
-        println!("  {:<7} 1-row {:>7.2} ms ({:>5.1} GB/s)   4-row {:>7.2} ms", isa.name(), one * 1e3, total_bytes as f64 / one / 1e9, four * 1e3);
+        println!(
+            "  {:<7} 1-row {:>7.2} ms ({:>5.1} GB/s)   4-row {:>7.2} ms",
+            isa.name(),
+            one * 1e3,
+            total_bytes as f64 / one / 1e9,
+            four * 1e3
+        );
     }
 }

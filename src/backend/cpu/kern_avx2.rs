@@ -55,8 +55,14 @@ unsafe fn drive<const K: u8>(
         }
         // The last 1-3 rows in one pass too (speculative verification batches are 2-4 rows).
         match n - i {
-            3 => tile::<K, 3>(wr, nb, x, i).iter().enumerate().for_each(|(j, &y)| out.write(i + j, r, y)),
-            2 => tile::<K, 2>(wr, nb, x, i).iter().enumerate().for_each(|(j, &y)| out.write(i + j, r, y)),
+            3 => tile::<K, 3>(wr, nb, x, i)
+                .iter()
+                .enumerate()
+                .for_each(|(j, &y)| out.write(i + j, r, y)),
+            2 => tile::<K, 2>(wr, nb, x, i)
+                .iter()
+                .enumerate()
+                .for_each(|(j, &y)| out.write(i + j, r, y)),
             1 => out.write(i, r, tile::<K, 1>(wr, nb, x, i)[0]),
             _ => {}
         }
@@ -91,7 +97,12 @@ pub(crate) unsafe fn hsum(v: __m256) -> f32 {
 /// Dots of one weight row (`nb` blocks at `w`) with activation rows `i0..i0 + NR`.
 #[target_feature(enable = "avx2,fma,f16c")]
 #[inline]
-unsafe fn tile<const K: u8, const NR: usize>(w: *const u8, nb: usize, x: &QuantRows, i0: usize) -> [f32; NR] {
+unsafe fn tile<const K: u8, const NR: usize>(
+    w: *const u8,
+    nb: usize,
+    x: &QuantRows,
+    i0: usize,
+) -> [f32; NR] {
     let block_bytes = [18, 20, 34][K as usize];
     let ones = _mm256_set1_epi16(1);
     let mut acc = [_mm256_setzero_ps(); NR];
@@ -146,15 +157,26 @@ pub unsafe fn dot_f32(a: &[f32], b: &[f32]) -> f32 {
     while k + 32 <= n {
         for (u, accu) in acc.iter_mut().enumerate() {
             let o = k + 8 * u;
-            *accu = _mm256_fmadd_ps(_mm256_loadu_ps(pa.add(o)), _mm256_loadu_ps(pb.add(o)), *accu);
+            *accu = _mm256_fmadd_ps(
+                _mm256_loadu_ps(pa.add(o)),
+                _mm256_loadu_ps(pb.add(o)),
+                *accu,
+            );
         }
         k += 32;
     }
     while k + 8 <= n {
-        acc[0] = _mm256_fmadd_ps(_mm256_loadu_ps(pa.add(k)), _mm256_loadu_ps(pb.add(k)), acc[0]);
+        acc[0] = _mm256_fmadd_ps(
+            _mm256_loadu_ps(pa.add(k)),
+            _mm256_loadu_ps(pb.add(k)),
+            acc[0],
+        );
         k += 8;
     }
-    let mut s = hsum(_mm256_add_ps(_mm256_add_ps(acc[0], acc[1]), _mm256_add_ps(acc[2], acc[3])));
+    let mut s = hsum(_mm256_add_ps(
+        _mm256_add_ps(acc[0], acc[1]),
+        _mm256_add_ps(acc[2], acc[3]),
+    ));
     while k < n {
         s += *pa.add(k) * *pb.add(k);
         k += 1;
@@ -190,7 +212,12 @@ pub unsafe fn f16_row(src: &[u8], out: &mut [f32]) {
 pub unsafe fn quantize_block(x: &[f32], q: &mut [i8]) -> (f32, f32) {
     assert!(x.len() >= 32 && q.len() >= 32);
     let p = x.as_ptr();
-    let v = [_mm256_loadu_ps(p), _mm256_loadu_ps(p.add(8)), _mm256_loadu_ps(p.add(16)), _mm256_loadu_ps(p.add(24))];
+    let v = [
+        _mm256_loadu_ps(p),
+        _mm256_loadu_ps(p.add(8)),
+        _mm256_loadu_ps(p.add(16)),
+        _mm256_loadu_ps(p.add(24)),
+    ];
     let abs = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fff_ffff));
     let m = _mm256_max_ps(
         _mm256_max_ps(_mm256_and_ps(v[0], abs), _mm256_and_ps(v[1], abs)),
@@ -213,11 +240,17 @@ pub unsafe fn quantize_block(x: &[f32], q: &mut [i8]) -> (f32, f32) {
         t[k] = _mm256_add_epi32(_mm256_sub_epi32(tr, up), down);
     }
     let sum = _mm256_add_epi32(_mm256_add_epi32(t[0], t[1]), _mm256_add_epi32(t[2], t[3]));
-    let sum = _mm_add_epi32(_mm256_castsi256_si128(sum), _mm256_extracti128_si256(sum, 1));
+    let sum = _mm_add_epi32(
+        _mm256_castsi256_si128(sum),
+        _mm256_extracti128_si256(sum, 1),
+    );
     let sum = _mm_add_epi32(sum, _mm_shuffle_epi32(sum, 0b01_00_11_10));
     let sum = _mm_cvtsi128_si32(_mm_add_epi32(sum, _mm_shuffle_epi32(sum, 0b10_11_00_01)));
     // The packs interleave 128-bit lanes; the permute puts the 32 bytes back in order.
-    let p16 = _mm256_packs_epi16(_mm256_packs_epi32(t[0], t[1]), _mm256_packs_epi32(t[2], t[3]));
+    let p16 = _mm256_packs_epi16(
+        _mm256_packs_epi32(t[0], t[1]),
+        _mm256_packs_epi32(t[2], t[3]),
+    );
     let ordered = _mm256_permutevar8x32_epi32(p16, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
     _mm256_storeu_si256(q.as_mut_ptr() as *mut __m256i, ordered);
     (d, d * sum as f32)

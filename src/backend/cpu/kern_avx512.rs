@@ -54,8 +54,14 @@ unsafe fn drive<const K: u8>(
         }
         // The last 1-3 rows in one pass too (speculative verification batches are 2-4 rows).
         match acts.end - i {
-            3 => tile::<K, 3>(wr, nb, x, i).iter().enumerate().for_each(|(j, &y)| out.write(i + j, r, y)),
-            2 => tile::<K, 2>(wr, nb, x, i).iter().enumerate().for_each(|(j, &y)| out.write(i + j, r, y)),
+            3 => tile::<K, 3>(wr, nb, x, i)
+                .iter()
+                .enumerate()
+                .for_each(|(j, &y)| out.write(i + j, r, y)),
+            2 => tile::<K, 2>(wr, nb, x, i)
+                .iter()
+                .enumerate()
+                .for_each(|(j, &y)| out.write(i + j, r, y)),
             1 => out.write(i, r, tile::<K, 1>(wr, nb, x, i)[0]),
             _ => {}
         }
@@ -81,13 +87,26 @@ unsafe fn pair_scales<const K: u8>(blk0: *const u8, blk1: *const u8) -> (__m512,
     let lo = _mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 2, 2, 2, 2, 2, 2, 2, 2);
     if K == 1 {
         // Q4_1 blocks start with (d, m): load both f16 pairs as [d0, m0, d1, m1].
-        let (u0, u1) = (std::ptr::read_unaligned(blk0 as *const i32), std::ptr::read_unaligned(blk1 as *const i32));
+        let (u0, u1) = (
+            std::ptr::read_unaligned(blk0 as *const i32),
+            std::ptr::read_unaligned(blk1 as *const i32),
+        );
         let f = _mm_cvtph_ps(_mm_insert_epi32(_mm_cvtsi32_si128(u0), u1, 1));
-        return (_mm512_permutexvar_ps(lo, _mm512_castps128_ps512(f)), _mm_shuffle_ps(f, f, 0b11_01_11_01));
+        return (
+            _mm512_permutexvar_ps(lo, _mm512_castps128_ps512(f)),
+            _mm_shuffle_ps(f, f, 0b11_01_11_01),
+        );
     }
-    let (h0, h1) = (std::ptr::read_unaligned(blk0 as *const u16), std::ptr::read_unaligned(blk1 as *const u16));
+    let (h0, h1) = (
+        std::ptr::read_unaligned(blk0 as *const u16),
+        std::ptr::read_unaligned(blk1 as *const u16),
+    );
     let f = _mm_cvtph_ps(_mm_insert_epi16(_mm_cvtsi32_si128(h0 as i32), h1 as i32, 2));
-    let m = if K == 0 { _mm_mul_ps(_mm_set1_ps(-8.0), _mm_shuffle_ps(f, f, 0b10_00_10_00)) } else { _mm_setzero_ps() };
+    let m = if K == 0 {
+        _mm_mul_ps(_mm_set1_ps(-8.0), _mm_shuffle_ps(f, f, 0b10_00_10_00))
+    } else {
+        _mm_setzero_ps()
+    };
     (_mm512_permutexvar_ps(lo, _mm512_castps128_ps512(f)), m)
 }
 
@@ -100,10 +119,17 @@ const OFFSET_SEGMENT: usize = 16;
 #[inline]
 unsafe fn pair_weights<const K: u8>(blk0: *const u8, blk1: *const u8) -> __m512i {
     if K == 2 {
-        return _mm512_inserti64x4(_mm512_castsi256_si512(weights::<K>(blk0)), weights::<K>(blk1), 1);
+        return _mm512_inserti64x4(
+            _mm512_castsi256_si512(weights::<K>(blk0)),
+            weights::<K>(blk1),
+            1,
+        );
     }
     let off = if K == 0 { 2 } else { 4 };
-    let q = _mm256_loadu2_m128i(blk1.add(off) as *const __m128i, blk0.add(off) as *const __m128i);
+    let q = _mm256_loadu2_m128i(
+        blk1.add(off) as *const __m128i,
+        blk0.add(off) as *const __m128i,
+    );
     // [q0, q1, q0 >> 4, q1 >> 4] masked to nibbles, then reordered to [lo0, hi0, lo1, hi1].
     let z = _mm512_inserti64x4(_mm512_castsi256_si512(q), _mm256_srli_epi16(q, 4), 1);
     let z = _mm512_and_si512(z, _mm512_set1_epi8(0x0f));
@@ -113,7 +139,12 @@ unsafe fn pair_weights<const K: u8>(blk0: *const u8, blk1: *const u8) -> __m512i
 /// Dots of one weight row (`nb` blocks at `w`) with activation rows `i0..i0 + NR`.
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
 #[inline]
-unsafe fn tile<const K: u8, const NR: usize>(w: *const u8, nb: usize, x: &QuantRows, i0: usize) -> [f32; NR] {
+unsafe fn tile<const K: u8, const NR: usize>(
+    w: *const u8,
+    nb: usize,
+    x: &QuantRows,
+    i0: usize,
+) -> [f32; NR] {
     let block_bytes = [18, 20, 34][K as usize];
     let zero = _mm512_setzero_si512();
     let mut acc = [_mm512_setzero_ps(); NR];
@@ -140,14 +171,23 @@ unsafe fn tile<const K: u8, const NR: usize>(w: *const u8, nb: usize, x: &QuantR
             let (blk0, blk1) = (w.add(b * block_bytes), w.add((b + 1) * block_bytes));
             let wv = pair_weights::<K>(blk0, blk1);
             // vpdpbusd wants unsigned weights: for Q8_0 move the weight's sign onto the activation.
-            let (wu, neg) = if K == 2 { (_mm512_abs_epi8(wv), _mm512_movepi8_mask(wv)) } else { (wv, 0) };
+            let (wu, neg) = if K == 2 {
+                (_mm512_abs_epi8(wv), _mm512_movepi8_mask(wv))
+            } else {
+                (wv, 0)
+            };
             let (dwv, m2) = pair_scales::<K>(blk0, blk1);
             if K != 2 {
-                mreg = _mm512_mask_broadcastsd_pd(mreg, 1 << ((b - seg_start) / 2), _mm_castps_pd(m2));
+                mreg =
+                    _mm512_mask_broadcastsd_pd(mreg, 1 << ((b - seg_start) / 2), _mm_castps_pd(m2));
             }
             for j in 0..NR {
                 let xv = _mm512_loadu_si512(xq[j].add(b * 32) as *const _);
-                let xv = if K == 2 { _mm512_mask_sub_epi8(xv, neg, zero, xv) } else { xv };
+                let xv = if K == 2 {
+                    _mm512_mask_sub_epi8(xv, neg, zero, xv)
+                } else {
+                    xv
+                };
                 let p = _mm512_dpbusd_epi32(zero, wu, xv);
                 let scale = _mm512_mul_ps(dwv, _mm512_loadu_ps(xd[j].add(b * 8)));
                 acc[j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(p), scale, acc[j]);
@@ -159,7 +199,8 @@ unsafe fn tile<const K: u8, const NR: usize>(w: *const u8, nb: usize, x: &QuantR
             let mask: __mmask16 = ((1u32 << (seg_end - seg_start)) - 1) as __mmask16;
             let m = _mm512_castpd_ps(mreg);
             for j in 0..NR {
-                off[j] = _mm512_fmadd_ps(m, _mm512_maskz_loadu_ps(mask, xs[j].add(seg_start)), off[j]);
+                off[j] =
+                    _mm512_fmadd_ps(m, _mm512_maskz_loadu_ps(mask, xs[j].add(seg_start)), off[j]);
             }
         }
     }

@@ -9,11 +9,11 @@ pub mod pool;
 pub mod q8act;
 pub mod quantize;
 
-mod kern_scalar;
 #[cfg(target_arch = "x86_64")]
 mod kern_avx2;
 #[cfg(target_arch = "x86_64")]
 mod kern_avx512;
+mod kern_scalar;
 
 use crate::backend::{Backend, Heads, Rope, WeightRef};
 use pool::Pool;
@@ -42,7 +42,9 @@ impl Isa {
         let mut v = vec![Isa::Scalar];
         #[cfg(target_arch = "x86_64")]
         {
-            let avx2 = is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma") && is_x86_feature_detected!("f16c");
+            let avx2 = is_x86_feature_detected!("avx2")
+                && is_x86_feature_detected!("fma")
+                && is_x86_feature_detected!("f16c");
             if avx2 {
                 v.push(Isa::Avx2);
                 if is_x86_feature_detected!("avx512f")
@@ -85,8 +87,16 @@ impl CpuBackend {
     /// # Panics
     /// When this CPU does not support `isa`.
     pub fn with_isa(threads: usize, isa: Isa) -> CpuBackend {
-        assert!(Isa::available().contains(&isa), "this CPU does not support {}", isa.name());
-        CpuBackend { pool: Pool::new(threads), isa, xq: Mutex::new(QuantRows::new()) }
+        assert!(
+            Isa::available().contains(&isa),
+            "this CPU does not support {}",
+            isa.name()
+        );
+        CpuBackend {
+            pool: Pool::new(threads),
+            isa,
+            xq: Mutex::new(QuantRows::new()),
+        }
     }
 
     pub fn threads(&self) -> usize {
@@ -115,7 +125,14 @@ impl Backend for CpuBackend {
         ops::rms_norm(x, weight, eps);
     }
 
-    fn rope(&self, x: &mut [f32], n_heads: usize, head_dim: usize, positions: &[usize], rope: Rope) {
+    fn rope(
+        &self,
+        x: &mut [f32],
+        n_heads: usize,
+        head_dim: usize,
+        positions: &[usize],
+        rope: Rope,
+    ) {
         ops::rope(x, n_heads, head_dim, positions, rope);
     }
 
@@ -134,6 +151,8 @@ impl Backend for CpuBackend {
         scale: f32,
         out: &mut [f32],
     ) {
-        ops::attention(&self.pool, self.isa, q, keys, values, heads, start_pos, n_q, scale, out);
+        ops::attention(
+            &self.pool, self.isa, q, keys, values, heads, start_pos, n_q, scale, out,
+        );
     }
 }

@@ -34,7 +34,11 @@ impl QuantRows {
     /// Quantizes `n` rows of `cols` values (`cols` a multiple of 32), reusing the buffers. Every
     /// instruction set gives bit-identical results.
     pub(crate) fn quantize(&mut self, isa: Isa, x: &[f32], n: usize, cols: usize) {
-        assert!(cols.is_multiple_of(QK) && x.len() == n * cols, "activations: {} values for {n} x {cols}", x.len());
+        assert!(
+            cols.is_multiple_of(QK) && x.len() == n * cols,
+            "activations: {} values for {n} x {cols}",
+            x.len()
+        );
         let nb = n * cols / QK;
         self.qs.resize(n * cols, 0);
         self.d.resize(nb, 0.0);
@@ -127,13 +131,18 @@ mod tests {
 
     #[test]
     fn blocks_round_trip_within_half_a_step() {
-        let x: Vec<f32> = (0..128).map(|i| ((i * 37 % 101) as f32 - 50.0) * 0.013).collect();
+        let x: Vec<f32> = (0..128)
+            .map(|i| ((i * 37 % 101) as f32 - 50.0) * 0.013)
+            .collect();
         let mut q = QuantRows::new();
         q.quantize(Isa::Scalar, &x, 2, 64);
         for i in 0..2 {
             for (b, (&d, &s)) in q.d(i).iter().zip(q.s(i)).enumerate() {
                 let qs = &q.qs(i)[b * QK..(b + 1) * QK];
-                assert!(qs.iter().any(|&v| v.abs() == 127), "the largest value maps to +-127");
+                assert!(
+                    qs.iter().any(|&v| v.abs() == 127),
+                    "the largest value maps to +-127"
+                );
                 let sum: i32 = qs.iter().map(|&v| v as i32).sum();
                 assert_eq!(s, d * sum as f32);
                 for (k, &v) in qs.iter().enumerate() {
@@ -146,18 +155,42 @@ mod tests {
 
     #[test]
     fn rounding_is_half_away_from_zero_and_every_isa_agrees() {
-        for v in [0.5f32, 1.5, 2.5, -0.5, -2.5, 0.49999997, -0.49999997, 126.5, -127.0, 3.2, -3.7] {
+        for v in [
+            0.5f32,
+            1.5,
+            2.5,
+            -0.5,
+            -2.5,
+            0.49999997,
+            -0.49999997,
+            126.5,
+            -127.0,
+            3.2,
+            -3.7,
+        ] {
             assert_eq!(round_half_away(v), v.round() as i32, "{v}");
         }
-        let x: Vec<f32> = (0..3 * 96).map(|i| ((i * 53 % 255) as f32 - 127.0) * 0.5 + if i % 7 == 0 { 0.25 } else { 0.0 }).collect();
+        let x: Vec<f32> = (0..3 * 96)
+            .map(|i| ((i * 53 % 255) as f32 - 127.0) * 0.5 + if i % 7 == 0 { 0.25 } else { 0.0 })
+            .collect();
         let mut want = QuantRows::new();
         want.quantize(Isa::Scalar, &x, 3, 96);
         for isa in Isa::available() {
             let mut got = QuantRows::new();
             got.quantize(isa, &x, 3, 96);
             for i in 0..3 {
-                assert_eq!((got.qs(i), got.d(i), got.s(i)), (want.qs(i), want.d(i), want.s(i)), "{}", isa.name());
-                assert_eq!((got.d8(i), got.s8(i)), (want.d8(i), want.s8(i)), "{}", isa.name());
+                assert_eq!(
+                    (got.qs(i), got.d(i), got.s(i)),
+                    (want.qs(i), want.d(i), want.s(i)),
+                    "{}",
+                    isa.name()
+                );
+                assert_eq!(
+                    (got.d8(i), got.s8(i)),
+                    (want.d8(i), want.s8(i)),
+                    "{}",
+                    isa.name()
+                );
             }
         }
     }
