@@ -14,6 +14,8 @@ mod kern_avx2;
 #[cfg(target_arch = "x86_64")]
 mod kern_avx512;
 mod kern_scalar;
+#[cfg(test)]
+mod test_util;
 
 use crate::backend::{Backend, Heads, Rope, WeightRef};
 use pool::Pool;

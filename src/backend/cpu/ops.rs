@@ -185,7 +185,7 @@ pub(crate) fn attention(
 
 #[cfg(test)]
 mod tests {
-    use super::super::matmul::tests::noise;
+    use super::super::test_util::noise;
     use super::*;
 
     fn near(a: f32, b: f32, tol: f32) -> bool {
