@@ -255,3 +255,94 @@ pub unsafe fn quantize_block(x: &[f32], q: &mut [i8]) -> (f32, f32) {
     _mm256_storeu_si256(q.as_mut_ptr() as *mut __m256i, ordered);
     (d, d * sum as f32)
 }
+
+/// Attention scores: `out[p] = scale * dot(q, keys[p * stride..][..q.len()])`, all positions
+/// in one call (a call per position costs as much as its 64-value dot).
+///
+/// # Safety
+/// The CPU must support AVX2 and FMA.
+///
+/// # Panics
+/// When `keys` is too short for `out.len()` positions.
+#[target_feature(enable = "avx2,fma,f16c")]
+pub unsafe fn attn_scores(q: &[f32], keys: &[f32], stride: usize, scale: f32, out: &mut [f32]) {
+    let hd = q.len();
+    if let Some(last) = out.len().checked_sub(1) {
+        assert!(
+            keys.len() >= last * stride + hd,
+            "attention: keys too short"
+        );
+    }
+    let (pq, pk) = (q.as_ptr(), keys.as_ptr());
+    let body = hd & !7;
+    for (p, o) in out.iter_mut().enumerate() {
+        let kp = pk.add(p * stride);
+        let mut acc = _mm256_setzero_ps();
+        let mut c = 0;
+        while c < body {
+            acc = _mm256_fmadd_ps(_mm256_loadu_ps(pq.add(c)), _mm256_loadu_ps(kp.add(c)), acc);
+            c += 8;
+        }
+        let mut s = hsum(acc);
+        for c in body..hd {
+            s += *pq.add(c) * *kp.add(c);
+        }
+        *o = s * scale;
+    }
+}
+
+/// `o += sum over p of w[p] * values[p * stride..][..o.len()]`, with the head's accumulators
+/// in registers when it is 64 wide (the usual head size), else 8 at a time.
+///
+/// # Safety
+/// The CPU must support AVX2 and FMA.
+///
+/// # Panics
+/// When `values` is too short for `w.len()` positions.
+#[target_feature(enable = "avx2,fma,f16c")]
+pub unsafe fn attn_weighted_sum(w: &[f32], values: &[f32], stride: usize, o: &mut [f32]) {
+    let hd = o.len();
+    if let Some(last) = w.len().checked_sub(1) {
+        assert!(
+            values.len() >= last * stride + hd,
+            "attention: values too short"
+        );
+    }
+    let pv = values.as_ptr();
+    let po = o.as_mut_ptr();
+    let mut c0 = 0;
+    while c0 + 64 <= hd {
+        let mut acc = [_mm256_setzero_ps(); 8];
+        for (u, a) in acc.iter_mut().enumerate() {
+            *a = _mm256_loadu_ps(po.add(c0 + 8 * u));
+        }
+        for (p, &wp) in w.iter().enumerate() {
+            let wv = _mm256_set1_ps(wp);
+            let vp = pv.add(p * stride + c0);
+            for (u, a) in acc.iter_mut().enumerate() {
+                *a = _mm256_fmadd_ps(wv, _mm256_loadu_ps(vp.add(8 * u)), *a);
+            }
+        }
+        for (u, a) in acc.iter().enumerate() {
+            _mm256_storeu_ps(po.add(c0 + 8 * u), *a);
+        }
+        c0 += 64;
+    }
+    while c0 + 8 <= hd {
+        let mut a = _mm256_loadu_ps(po.add(c0));
+        for (p, &wp) in w.iter().enumerate() {
+            a = _mm256_fmadd_ps(
+                _mm256_set1_ps(wp),
+                _mm256_loadu_ps(pv.add(p * stride + c0)),
+                a,
+            );
+        }
+        _mm256_storeu_ps(po.add(c0), a);
+        c0 += 8;
+    }
+    for c in c0..hd {
+        for (p, &wp) in w.iter().enumerate() {
+            *po.add(c) += wp * *pv.add(p * stride + c);
+        }
+    }
+}

@@ -110,6 +110,41 @@ struct OutPtr(*mut f32);
 // SAFETY: workers write disjoint `head_dim` slices of a buffer that outlives the pool job.
 unsafe impl Sync for OutPtr {}
 
+/// `out[p] = scale * dot(q, keys[p * stride..][..q.len()])`.
+fn attn_scores(isa: Isa, q: &[f32], keys: &[f32], stride: usize, scale: f32, out: &mut [f32]) {
+    match isa {
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: both x86 SIMD levels imply AVX2 and FMA (detected); bounds are checked inside.
+        Isa::Avx2 | Isa::Avx512 => unsafe {
+            super::kern_avx2::attn_scores(q, keys, stride, scale, out)
+        },
+        _ => {
+            for (p, o) in out.iter_mut().enumerate() {
+                *o = dot_f32(isa, q, &keys[p * stride..p * stride + q.len()]) * scale;
+            }
+        }
+    }
+}
+
+/// `o += sum over p of w[p] * values[p * stride..][..o.len()]`.
+fn attn_weighted_sum(isa: Isa, w: &[f32], values: &[f32], stride: usize, o: &mut [f32]) {
+    match isa {
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: both x86 SIMD levels imply AVX2 and FMA (detected); bounds are checked inside.
+        Isa::Avx2 | Isa::Avx512 => unsafe {
+            super::kern_avx2::attn_weighted_sum(w, values, stride, o)
+        },
+        _ => {
+            for (p, &wp) in w.iter().enumerate() {
+                let v = &values[p * stride..p * stride + o.len()];
+                for (a, &b) in o.iter_mut().zip(v) {
+                    *a += wp * b;
+                }
+            }
+        }
+    }
+}
+
 /// Causal GQA attention; see [`crate::backend::Backend::attention`] for the contract.
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn attention(
@@ -156,19 +191,13 @@ pub(crate) fn attention(
         let qh = &q[row * qd + h * hd..row * qd + (h + 1) * hd];
         // SAFETY: task t alone writes out[row * qd + h * hd ..][..hd], inside `out` (checked).
         let o = unsafe { std::slice::from_raw_parts_mut(outp.0.add(row * qd + h * hd), hd) };
+        let (k, v) = (&keys[kvh * hd..], &values[kvh * hd..]);
         SCORES.with_borrow_mut(|sc| {
-            sc.clear();
-            sc.extend((0..seen).map(|p| {
-                dot_f32(isa, qh, &keys[p * kvd + kvh * hd..p * kvd + (kvh + 1) * hd]) * scale
-            }));
+            sc.resize(seen, 0.0);
+            attn_scores(isa, qh, k, kvd, scale, sc);
             softmax(sc);
             o.fill(0.0);
-            for (p, &w) in sc.iter().enumerate() {
-                let v = &values[p * kvd + kvh * hd..p * kvd + (kvh + 1) * hd];
-                for (a, &b) in o.iter_mut().zip(v) {
-                    *a += w * b;
-                }
-            }
+            attn_weighted_sum(isa, sc, v, kvd, o);
         });
     };
     let tasks = n_q * heads.n_heads;
@@ -306,28 +335,28 @@ mod tests {
 
     #[test]
     fn gqa_attention_matches_a_naive_reference_on_every_isa_and_thread_count() {
-        let hs = Heads {
-            n_heads: 6,
-            n_kv_heads: 2,
-            head_dim: 16,
-        };
-        let (start, n_q) = (9, 4);
-        let ctx = start + n_q;
-        let q: Vec<f32> = noise(n_q * hs.q_dim(), 1).iter().map(|v| v * 3.0).collect();
-        let k = noise(ctx * hs.kv_dim(), 2);
-        let v = noise(ctx * hs.kv_dim(), 3);
-        let want = naive(&q, &k, &v, hs, start, n_q, 0.25);
-        for threads in [1, 2] {
-            let pool = Pool::new(threads);
-            for isa in Isa::available() {
-                let mut out = vec![f32::NAN; n_q * hs.q_dim()];
-                attention(&pool, isa, &q, &k, &v, hs, start, n_q, 0.25, &mut out);
-                for (a, b) in out.iter().zip(&want) {
-                    assert!(
-                        near(*a, *b, 1e-5),
-                        "{} threads {threads}: {a} vs {b}",
-                        isa.name()
-                    );
+        // Head sizes: 64 and 128 (register accumulators), 72 (64 + 8), 20 (a scalar tail).
+        for head_dim in [64, 128, 72, 20] {
+            let hs = Heads {
+                n_heads: 6,
+                n_kv_heads: 2,
+                head_dim,
+            };
+            let (start, n_q) = (9, 4);
+            let ctx = start + n_q;
+            let q: Vec<f32> = noise(n_q * hs.q_dim(), 1).iter().map(|v| v * 3.0).collect();
+            let k = noise(ctx * hs.kv_dim(), 2);
+            let v = noise(ctx * hs.kv_dim(), 3);
+            let want = naive(&q, &k, &v, hs, start, n_q, 0.25);
+            for threads in [1, 2] {
+                let pool = Pool::new(threads);
+                for isa in Isa::available() {
+                    let mut out = vec![f32::NAN; n_q * hs.q_dim()];
+                    attention(&pool, isa, &q, &k, &v, hs, start, n_q, 0.25, &mut out);
+                    for (a, b) in out.iter().zip(&want) {
+                        let what = format!("{} head_dim {head_dim} threads {threads}", isa.name());
+                        assert!(near(*a, *b, 1e-5), "{what}: {a} vs {b}");
+                    }
                 }
             }
         }
