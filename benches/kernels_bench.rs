@@ -11,7 +11,7 @@
 //! (c) 1 thread against 2 threads, and each instruction-set level.
 
 use mtplx_lite::backend::cpu::Isa;
-use mtplx_lite::backend::{Backend, CpuBackend, DType, WeightRef};
+use mtplx_lite::backend::{Backend, CpuBackend, DType, Heads, WeightRef};
 use std::time::Instant;
 
 const LAYERS: usize = 30;
@@ -302,6 +302,34 @@ fn main() {
                 m.bytes.len() as f64 / secs / 1e9
             );
         }
+    }
+
+    println!(
+        "\n== decode attention (9 heads / 3 KV heads of 64), one layer, {} ==",
+        best_isa.name()
+    );
+    let heads = Heads {
+        n_heads: 9,
+        n_kv_heads: 3,
+        head_dim: 64,
+    };
+    for ctx in [128, 512, 2048] {
+        let kv: Vec<f32> = (0..ctx * heads.kv_dim())
+            .map(|i| ((i * 31 % 97) as f32 - 48.0) / 97.0)
+            .collect();
+        let q = &x[..heads.q_dim()];
+        let mut o = vec![0f32; heads.q_dim()];
+        for threads in [1, 2] {
+            let be = CpuBackend::with_isa(threads, best_isa);
+            let secs = best(200, || {
+                be.attention(q, &kv, &kv, heads, ctx - 1, 1, 0.125, &mut o)
+            });
+            print!(
+                "  ctx {ctx:>5}, {threads} thread(s): {:>6.1} us",
+                secs * 1e6
+            );
+        }
+        println!();
     }
 
     println!("\n== instruction sets, decode pass, 2 threads ==");
