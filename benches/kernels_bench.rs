@@ -162,7 +162,32 @@ fn pass(
     best.iter().sum()
 }
 
+/// `KERNELS_BENCH_COMPUTE=isa:n:calls` runs only `calls` in-cache matmuls of one ffn_gate-shaped
+/// matrix at that level and row count, for `perf stat` (whose CPU time ignores preemption on a
+/// shared machine): per-call CPU time = task-clock / calls.
+fn compute_only(spec: &str) {
+    let parts: Vec<&str> = spec.split(':').collect();
+    let isa = *Isa::available()
+        .iter()
+        .find(|i| i.name() == parts[0])
+        .expect("an available ISA name");
+    let (n, calls): (usize, usize) = (parts[1].parse().unwrap(), parts[2].parse().unwrap());
+    let m = synth("ffn_gate", DType::Q4_1, FFN, HIDDEN, &mut 12345);
+    let x: Vec<f32> = (0..n * HIDDEN)
+        .map(|i| ((i * 7919 % 2003) as f32 / 1001.5) - 1.0)
+        .collect();
+    let mut y = vec![0f32; n * FFN];
+    let be = CpuBackend::with_isa(1, isa);
+    for _ in 0..calls {
+        be.matmul(m.w(), &x, n, &mut y);
+    }
+    println!("{} n={n}: {calls} calls, y[0] = {}", isa.name(), y[0]);
+}
+
 fn main() {
+    if let Ok(spec) = std::env::var("KERNELS_BENCH_COMPUTE") {
+        return compute_only(&spec);
+    }
     let mut seed = 0x9e3779b97f4a7c15u64;
     let (layers, head) = model(&mut seed);
     let total_bytes: usize = layers
@@ -290,7 +315,7 @@ fn main() {
     for &isa in &isas {
         let be = CpuBackend::with_isa(1, isa);
         let m = &layers[0][4];
-        for n in [1, 4] {
+        for n in [1, 4, 8] {
             let reps = if isa == Isa::Scalar { 5 } else { 100 };
             let secs = best(reps, || {
                 be.matmul(m.w(), &x[..n * m.cols], n, &mut y[..n * m.rows])
