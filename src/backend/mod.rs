@@ -22,19 +22,42 @@ pub struct WeightRef<'a> {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum WeightError {
     /// A row must be a whole number of blocks.
-    PartialBlock { dtype: DType, cols: usize, block_len: usize },
+    PartialBlock {
+        dtype: DType,
+        cols: usize,
+        block_len: usize,
+    },
     /// The byte length must be exactly `rows * row_bytes`.
-    WrongSize { dtype: DType, rows: usize, cols: usize, expected: usize, got: usize },
+    WrongSize {
+        dtype: DType,
+        rows: usize,
+        cols: usize,
+        expected: usize,
+        got: usize,
+    },
 }
 
 impl std::fmt::Display for WeightError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
-            WeightError::PartialBlock { dtype, cols, block_len } => {
+            WeightError::PartialBlock {
+                dtype,
+                cols,
+                block_len,
+            } => {
                 write!(f, "{dtype} rows of {cols} values are not a whole number of {block_len}-value blocks")
             }
-            WeightError::WrongSize { dtype, rows, cols, expected, got } => {
-                write!(f, "{dtype} matrix {rows}x{cols} needs {expected} bytes, got {got}")
+            WeightError::WrongSize {
+                dtype,
+                rows,
+                cols,
+                expected,
+                got,
+            } => {
+                write!(
+                    f,
+                    "{dtype} matrix {rows}x{cols} needs {expected} bytes, got {got}"
+                )
             }
         }
     }
@@ -44,13 +67,33 @@ impl std::error::Error for WeightError {}
 
 impl<'a> WeightRef<'a> {
     /// Checks that `bytes` is exactly a `rows x cols` matrix of `dtype`.
-    pub fn new(dtype: DType, bytes: &'a [u8], rows: usize, cols: usize) -> Result<WeightRef<'a>, WeightError> {
-        let row_bytes = dtype.bytes_for(cols).ok_or(WeightError::PartialBlock { dtype, cols, block_len: dtype.block_len() })?;
+    pub fn new(
+        dtype: DType,
+        bytes: &'a [u8],
+        rows: usize,
+        cols: usize,
+    ) -> Result<WeightRef<'a>, WeightError> {
+        let row_bytes = dtype.bytes_for(cols).ok_or(WeightError::PartialBlock {
+            dtype,
+            cols,
+            block_len: dtype.block_len(),
+        })?;
         let expected = row_bytes.saturating_mul(rows);
         if expected != bytes.len() {
-            return Err(WeightError::WrongSize { dtype, rows, cols, expected, got: bytes.len() });
+            return Err(WeightError::WrongSize {
+                dtype,
+                rows,
+                cols,
+                expected,
+                got: bytes.len(),
+            });
         }
-        Ok(WeightRef { dtype, bytes, rows, cols })
+        Ok(WeightRef {
+            dtype,
+            bytes,
+            rows,
+            cols,
+        })
     }
 
     /// Bytes of one row.
@@ -108,6 +151,22 @@ impl Heads {
 pub trait Backend: Send {
     /// `out[i * w.rows + r] = dot(row r of w, x[i * w.cols..])` for the `n` rows of `x`.
     fn matmul(&self, w: WeightRef<'_>, x: &[f32], n: usize, out: &mut [f32]);
+
+    /// `matmul` of several matrices with the same `cols` on the same `x` (fused Q/K/V, or
+    /// gate/up): `outs[m]` gets `n` rows of `ws[m].rows`. Cheaper than separate calls (one
+    /// activation quantization, one dispatch of the worker pool).
+    fn matmul_many(&self, ws: &[WeightRef<'_>], x: &[f32], n: usize, outs: &mut [&mut [f32]]) {
+        assert_eq!(
+            ws.len(),
+            outs.len(),
+            "matmul_many: {} matrices but {} outputs",
+            ws.len(),
+            outs.len()
+        );
+        for (w, out) in ws.iter().zip(outs.iter_mut()) {
+            self.matmul(*w, x, n, out);
+        }
+    }
 
     /// Each row of `x` (rows of `weight.len()` values) scaled to unit RMS, times `weight`.
     fn rms_norm(&self, x: &mut [f32], weight: &[f32], eps: f32);

@@ -24,7 +24,13 @@ pub(crate) fn f16_at(b: &[u8], i: usize) -> f32 {
 /// model loader) check shapes against the file once, so a mismatch here is a bug.
 pub fn dequantize_row(dtype: DType, bytes: &[u8], out: &mut [f32]) {
     let expected = dtype.bytes_for(out.len());
-    assert_eq!(expected, Some(bytes.len()), "{dtype}: {} bytes for {} values", bytes.len(), out.len());
+    assert_eq!(
+        expected,
+        Some(bytes.len()),
+        "{dtype}: {} bytes for {} values",
+        bytes.len(),
+        out.len()
+    );
     let bb = dtype.block_bytes();
     let bl = dtype.block_len();
     let blocks = bytes.chunks_exact(bb).zip(out.chunks_exact_mut(bl));
@@ -86,17 +92,33 @@ mod tests {
     use super::*;
     use serde_json::Value;
 
-    const ALL: [DType; 9] =
-        [DType::F32, DType::F16, DType::BF16, DType::Q8_0, DType::Q4_0, DType::Q4_1, DType::Q4K, DType::Q5K, DType::Q6K];
+    const ALL: [DType; 9] = [
+        DType::F32,
+        DType::F16,
+        DType::BF16,
+        DType::Q8_0,
+        DType::Q4_0,
+        DType::Q4_1,
+        DType::Q4K,
+        DType::Q5K,
+        DType::Q6K,
+    ];
 
     /// The raw blocks and the `gguf` package's dequantized values, made by
     /// tests/golden/make_dequant_golden.py.
     fn golden(dtype: DType) -> (Vec<u8>, Vec<u32>) {
         let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/data/dequant/");
         let raw = std::fs::read(format!("{dir}{}.bin", dtype.name())).expect("golden .bin");
-        let json: Value =
-            serde_json::from_slice(&std::fs::read(format!("{dir}{}.json", dtype.name())).expect("golden .json")).unwrap();
-        let bits = json["bits"].as_array().unwrap().iter().map(|v| v.as_u64().unwrap() as u32).collect();
+        let json: Value = serde_json::from_slice(
+            &std::fs::read(format!("{dir}{}.json", dtype.name())).expect("golden .json"),
+        )
+        .unwrap();
+        let bits = json["bits"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|v| v.as_u64().unwrap() as u32)
+            .collect();
         (raw, bits)
     }
 
@@ -107,7 +129,12 @@ mod tests {
             let mut out = vec![0f32; bits.len()];
             dequantize_row(dtype, &raw, &mut out);
             for (i, (o, &b)) in out.iter().zip(&bits).enumerate() {
-                assert_eq!(o.to_bits(), b, "{dtype} value {i}: ours {o} vs gguf {}", f32::from_bits(b));
+                assert_eq!(
+                    o.to_bits(),
+                    b,
+                    "{dtype} value {i}: ours {o} vs gguf {}",
+                    f32::from_bits(b)
+                );
             }
         }
     }
@@ -118,7 +145,10 @@ mod tests {
             let (raw, bits) = golden(dtype);
             assert!(bits.len() >= 3 * dtype.block_len(), "{dtype}");
             assert_eq!(dtype.bytes_for(bits.len()), Some(raw.len()), "{dtype}");
-            assert!(bits.iter().filter(|&&b| f32::from_bits(b) != 0.0).count() > bits.len() / 2, "{dtype}");
+            assert!(
+                bits.iter().filter(|&&b| f32::from_bits(b) != 0.0).count() > bits.len() / 2,
+                "{dtype}"
+            );
         }
     }
 

@@ -53,10 +53,18 @@ unsafe fn drive<const K: u8>(
             }
             i += 4;
         }
-        while i < n {
-            let v = tile::<K, 1>(wr, nb, x, i);
-            out.write(i, r, v[0]);
-            i += 1;
+        // The last 1-3 rows in one pass too (speculative verification batches are 2-4 rows).
+        match n - i {
+            3 => tile::<K, 3>(wr, nb, x, i)
+                .iter()
+                .enumerate()
+                .for_each(|(j, &y)| out.write(i + j, r, y)),
+            2 => tile::<K, 2>(wr, nb, x, i)
+                .iter()
+                .enumerate()
+                .for_each(|(j, &y)| out.write(i + j, r, y)),
+            1 => out.write(i, r, tile::<K, 1>(wr, nb, x, i)[0]),
+            _ => {}
         }
     }
 }
@@ -89,45 +97,49 @@ pub(crate) unsafe fn hsum(v: __m256) -> f32 {
 /// Dots of one weight row (`nb` blocks at `w`) with activation rows `i0..i0 + NR`.
 #[target_feature(enable = "avx2,fma,f16c")]
 #[inline]
-unsafe fn tile<const K: u8, const NR: usize>(w: *const u8, nb: usize, x: &QuantRows, i0: usize) -> [f32; NR] {
+unsafe fn tile<const K: u8, const NR: usize>(
+    w: *const u8,
+    nb: usize,
+    x: &QuantRows,
+    i0: usize,
+) -> [f32; NR] {
     let block_bytes = [18, 20, 34][K as usize];
     let ones = _mm256_set1_epi16(1);
     let mut acc = [_mm256_setzero_ps(); NR];
-    let mut off = [0f32; NR];
     let mut xq = [std::ptr::null::<i8>(); NR];
     let mut xd = [std::ptr::null::<f32>(); NR];
     let mut xs = [std::ptr::null::<f32>(); NR];
     for j in 0..NR {
         xq[j] = x.qs(i0 + j).as_ptr();
-        xd[j] = x.d(i0 + j).as_ptr();
-        xs[j] = x.s(i0 + j).as_ptr();
+        xd[j] = x.d8(i0 + j).as_ptr();
+        xs[j] = x.s8(i0 + j).as_ptr();
     }
     for b in 0..nb {
         let blk = w.add(b * block_bytes);
         let dw = f16_load(blk);
         let (wv, mw) = match K {
-            0 => (nibbles(blk.add(2)), 0.0),
+            0 => (nibbles(blk.add(2)), -8.0 * dw),
             1 => (nibbles(blk.add(4)), f16_load(blk.add(2))),
             _ => (_mm256_loadu_si256(blk.add(2) as *const __m256i), 0.0),
         };
+        let (dwv, mwv) = (_mm256_set1_ps(dw), _mm256_set1_ps(mw));
         // maddubs wants unsigned weights: for Q8_0 move the weight's sign onto the activation.
         let wu = if K == 2 { _mm256_sign_epi8(wv, wv) } else { wv };
         for j in 0..NR {
             let xv = _mm256_loadu_si256(xq[j].add(b * 32) as *const __m256i);
             let xv = if K == 2 { _mm256_sign_epi8(xv, wv) } else { xv };
             let p = _mm256_madd_epi16(_mm256_maddubs_epi16(wu, xv), ones);
-            let scale = _mm256_set1_ps(dw * *xd[j].add(b));
+            let scale = _mm256_mul_ps(dwv, _mm256_loadu_ps(xd[j].add(b * 8)));
             acc[j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), scale, acc[j]);
-            match K {
-                0 => off[j] -= 8.0 * dw * *xs[j].add(b),
-                1 => off[j] += mw * *xs[j].add(b),
-                _ => {}
+            if K != 2 {
+                // Q4_1's `+ m` and Q4_0's `- 8 d`, times the block's activation sum.
+                acc[j] = _mm256_fmadd_ps(mwv, _mm256_loadu_ps(xs[j].add(b * 8)), acc[j]);
             }
         }
     }
     let mut res = [0f32; NR];
     for j in 0..NR {
-        res[j] = hsum(acc[j]) + off[j];
+        res[j] = hsum(acc[j]);
     }
     res
 }
@@ -145,15 +157,26 @@ pub unsafe fn dot_f32(a: &[f32], b: &[f32]) -> f32 {
     while k + 32 <= n {
         for (u, accu) in acc.iter_mut().enumerate() {
             let o = k + 8 * u;
-            *accu = _mm256_fmadd_ps(_mm256_loadu_ps(pa.add(o)), _mm256_loadu_ps(pb.add(o)), *accu);
+            *accu = _mm256_fmadd_ps(
+                _mm256_loadu_ps(pa.add(o)),
+                _mm256_loadu_ps(pb.add(o)),
+                *accu,
+            );
         }
         k += 32;
     }
     while k + 8 <= n {
-        acc[0] = _mm256_fmadd_ps(_mm256_loadu_ps(pa.add(k)), _mm256_loadu_ps(pb.add(k)), acc[0]);
+        acc[0] = _mm256_fmadd_ps(
+            _mm256_loadu_ps(pa.add(k)),
+            _mm256_loadu_ps(pb.add(k)),
+            acc[0],
+        );
         k += 8;
     }
-    let mut s = hsum(_mm256_add_ps(_mm256_add_ps(acc[0], acc[1]), _mm256_add_ps(acc[2], acc[3])));
+    let mut s = hsum(_mm256_add_ps(
+        _mm256_add_ps(acc[0], acc[1]),
+        _mm256_add_ps(acc[2], acc[3]),
+    ));
     while k < n {
         s += *pa.add(k) * *pb.add(k);
         k += 1;
@@ -176,5 +199,180 @@ pub unsafe fn f16_row(src: &[u8], out: &mut [f32]) {
     }
     for j in k..n {
         out[j] = super::float16::f16_to_f32(u16::from_le_bytes([src[2 * j], src[2 * j + 1]]));
+    }
+}
+
+/// Quantizes one block of 32 activations to int8 with scale `amax / 127`; returns
+/// `(d, d * sum(q))`. Bit-identical to `q8act::quantize_block` (same max, same products, the
+/// same half-away-from-zero rounding).
+///
+/// # Safety
+/// The CPU must support AVX2; `x` and `q` hold at least 32 values.
+#[target_feature(enable = "avx2,fma,f16c")]
+pub unsafe fn quantize_block(x: &[f32], q: &mut [i8]) -> (f32, f32) {
+    assert!(x.len() >= 32 && q.len() >= 32);
+    let p = x.as_ptr();
+    let v = [
+        _mm256_loadu_ps(p),
+        _mm256_loadu_ps(p.add(8)),
+        _mm256_loadu_ps(p.add(16)),
+        _mm256_loadu_ps(p.add(24)),
+    ];
+    let abs = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fff_ffff));
+    let m = _mm256_max_ps(
+        _mm256_max_ps(_mm256_and_ps(v[0], abs), _mm256_and_ps(v[1], abs)),
+        _mm256_max_ps(_mm256_and_ps(v[2], abs), _mm256_and_ps(v[3], abs)),
+    );
+    let m = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps(m, 1));
+    let m = _mm_max_ps(m, _mm_movehl_ps(m, m));
+    let amax = _mm_cvtss_f32(_mm_max_ss(m, _mm_shuffle_ps(m, m, 1)));
+    let d = amax / 127.0;
+    let id = _mm256_set1_ps(if d != 0.0 { 1.0 / d } else { 0.0 });
+    let (half, neg_half) = (_mm256_set1_ps(0.5), _mm256_set1_ps(-0.5));
+    let mut t = [_mm256_setzero_si256(); 4];
+    for k in 0..4 {
+        let s = _mm256_mul_ps(v[k], id);
+        let tr = _mm256_cvttps_epi32(s);
+        let diff = _mm256_sub_ps(s, _mm256_cvtepi32_ps(tr));
+        // Compare masks are -1 where true: subtracting the "up" mask adds one.
+        let up = _mm256_castps_si256(_mm256_cmp_ps(diff, half, _CMP_GE_OQ));
+        let down = _mm256_castps_si256(_mm256_cmp_ps(diff, neg_half, _CMP_LE_OQ));
+        t[k] = _mm256_add_epi32(_mm256_sub_epi32(tr, up), down);
+    }
+    let sum = _mm256_add_epi32(_mm256_add_epi32(t[0], t[1]), _mm256_add_epi32(t[2], t[3]));
+    let sum = _mm_add_epi32(
+        _mm256_castsi256_si128(sum),
+        _mm256_extracti128_si256(sum, 1),
+    );
+    let sum = _mm_add_epi32(sum, _mm_shuffle_epi32(sum, 0b01_00_11_10));
+    let sum = _mm_cvtsi128_si32(_mm_add_epi32(sum, _mm_shuffle_epi32(sum, 0b10_11_00_01)));
+    // The packs interleave 128-bit lanes; the permute puts the 32 bytes back in order.
+    let p16 = _mm256_packs_epi16(
+        _mm256_packs_epi32(t[0], t[1]),
+        _mm256_packs_epi32(t[2], t[3]),
+    );
+    let ordered = _mm256_permutevar8x32_epi32(p16, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+    _mm256_storeu_si256(q.as_mut_ptr() as *mut __m256i, ordered);
+    (d, d * sum as f32)
+}
+
+/// Attention scores: `out[p] = scale * dot(q, keys[p * stride..][..q.len()])`, all positions
+/// in one call (a call per position costs as much as its 64-value dot).
+///
+/// # Safety
+/// The CPU must support AVX2 and FMA.
+///
+/// # Panics
+/// When `keys` is too short for `out.len()` positions.
+#[target_feature(enable = "avx2,fma,f16c")]
+pub unsafe fn attn_scores(q: &[f32], keys: &[f32], stride: usize, scale: f32, out: &mut [f32]) {
+    let hd = q.len();
+    if let Some(last) = out.len().checked_sub(1) {
+        assert!(
+            keys.len() >= last * stride + hd,
+            "attention: keys too short"
+        );
+    }
+    let (pq, pk) = (q.as_ptr(), keys.as_ptr());
+    let body = hd & !7;
+    let n = out.len();
+    let mut p = 0;
+    if body == hd {
+        // Eight positions at a time, their eight sums reduced together by a tree of hadds.
+        while p + 8 <= n {
+            let mut acc = [_mm256_setzero_ps(); 8];
+            let mut c = 0;
+            while c < hd {
+                let qv = _mm256_loadu_ps(pq.add(c));
+                for (u, a) in acc.iter_mut().enumerate() {
+                    *a = _mm256_fmadd_ps(qv, _mm256_loadu_ps(pk.add((p + u) * stride + c)), *a);
+                }
+                c += 8;
+            }
+            let s01 = _mm256_hadd_ps(acc[0], acc[1]);
+            let s23 = _mm256_hadd_ps(acc[2], acc[3]);
+            let s45 = _mm256_hadd_ps(acc[4], acc[5]);
+            let s67 = _mm256_hadd_ps(acc[6], acc[7]);
+            let (t0, t1) = (_mm256_hadd_ps(s01, s23), _mm256_hadd_ps(s45, s67));
+            let sums = _mm256_add_ps(
+                _mm256_permute2f128_ps(t0, t1, 0x20),
+                _mm256_permute2f128_ps(t0, t1, 0x31),
+            );
+            _mm256_storeu_ps(
+                out.as_mut_ptr().add(p),
+                _mm256_mul_ps(sums, _mm256_set1_ps(scale)),
+            );
+            p += 8;
+        }
+    }
+    for (p, o) in out.iter_mut().enumerate().skip(p) {
+        let kp = pk.add(p * stride);
+        let mut acc = _mm256_setzero_ps();
+        let mut c = 0;
+        while c < body {
+            acc = _mm256_fmadd_ps(_mm256_loadu_ps(pq.add(c)), _mm256_loadu_ps(kp.add(c)), acc);
+            c += 8;
+        }
+        let mut s = hsum(acc);
+        for c in body..hd {
+            s += *pq.add(c) * *kp.add(c);
+        }
+        *o = s * scale;
+    }
+}
+
+/// `o += sum over p of w[p] * values[p * stride..][..o.len()]`, with the head's accumulators
+/// in registers when it is 64 wide (the usual head size), else 8 at a time.
+///
+/// # Safety
+/// The CPU must support AVX2 and FMA.
+///
+/// # Panics
+/// When `values` is too short for `w.len()` positions.
+#[target_feature(enable = "avx2,fma,f16c")]
+pub unsafe fn attn_weighted_sum(w: &[f32], values: &[f32], stride: usize, o: &mut [f32]) {
+    let hd = o.len();
+    if let Some(last) = w.len().checked_sub(1) {
+        assert!(
+            values.len() >= last * stride + hd,
+            "attention: values too short"
+        );
+    }
+    let pv = values.as_ptr();
+    let po = o.as_mut_ptr();
+    let mut c0 = 0;
+    while c0 + 64 <= hd {
+        let mut acc = [_mm256_setzero_ps(); 8];
+        for (u, a) in acc.iter_mut().enumerate() {
+            *a = _mm256_loadu_ps(po.add(c0 + 8 * u));
+        }
+        for (p, &wp) in w.iter().enumerate() {
+            let wv = _mm256_set1_ps(wp);
+            let vp = pv.add(p * stride + c0);
+            for (u, a) in acc.iter_mut().enumerate() {
+                *a = _mm256_fmadd_ps(wv, _mm256_loadu_ps(vp.add(8 * u)), *a);
+            }
+        }
+        for (u, a) in acc.iter().enumerate() {
+            _mm256_storeu_ps(po.add(c0 + 8 * u), *a);
+        }
+        c0 += 64;
+    }
+    while c0 + 8 <= hd {
+        let mut a = _mm256_loadu_ps(po.add(c0));
+        for (p, &wp) in w.iter().enumerate() {
+            a = _mm256_fmadd_ps(
+                _mm256_set1_ps(wp),
+                _mm256_loadu_ps(pv.add(p * stride + c0)),
+                a,
+            );
+        }
+        _mm256_storeu_ps(po.add(c0), a);
+        c0 += 8;
+    }
+    for c in c0..hd {
+        for (p, &wp) in w.iter().enumerate() {
+            *po.add(c) += wp * *pv.add(p * stride + c);
+        }
     }
 }

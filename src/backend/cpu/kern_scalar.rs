@@ -43,7 +43,11 @@ pub fn dot_q8_0(w: &[u8], x: &QuantRows, i: usize) -> f32 {
     for (b, blk) in w.chunks_exact(34).enumerate() {
         let dw = f16_at(blk, 0);
         let xb = &xq[b * QK..(b + 1) * QK];
-        let sum: i32 = blk[2..34].iter().zip(xb).map(|(&q, &v)| (q as i8) as i32 * v as i32).sum();
+        let sum: i32 = blk[2..34]
+            .iter()
+            .zip(xb)
+            .map(|(&q, &v)| (q as i8) as i32 * v as i32)
+            .sum();
         acc += dw * xd[b] * sum as f32;
     }
     acc

@@ -1,13 +1,16 @@
 //! The matmul driver: instruction-set dispatch, activation quantization, and the split of the
 //! weight rows across the worker pool.
 //!
+//! The functions taking an [`Isa`] are crate-private: calling a SIMD level the CPU lacks is
+//! undefined behaviour, and `CpuBackend` (which checks the level once) is the public way in.
+//!
 //! Loop order: each thread takes a contiguous range of weight rows; for each chunk of activation
 //! rows (sized to stay in cache), each weight row is read once and dotted with the chunk's
 //! activation rows in tiles of four. So with `n` rows up to `ACT_CHUNK` the weights stream from
 //! memory once per call, which is what makes a 4-row pass cheaper than four 1-row passes.
 
 use super::dequant::dequantize_row;
-use super::pool::Pool;
+use super::pool::{self, Pool};
 use super::q8act::QuantRows;
 use super::{kern_scalar, Isa};
 use crate::backend::{DType, WeightRef};
@@ -20,6 +23,12 @@ const ACT_CHUNK: usize = 64;
 /// Below this many multiply-adds a matmul runs on the calling thread alone: waking the pool
 /// costs more than it saves.
 const PARALLEL_MIN_MACS: usize = 32 * 1024;
+
+/// Fewest weight rows a thread claims at a time: below this the claim costs more than the rows.
+const MIN_ROWS_PER_CHUNK: usize = 16;
+/// Pieces per thread a parallel matmul is cut into: enough to rebalance when a thread starts
+/// late (the machine may be shared), few enough that claiming stays cheap.
+const CHUNKS_PER_THREAD: usize = 4;
 
 /// The integer-dot weight types.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -61,47 +70,138 @@ thread_local! {
 ///
 /// # Panics
 /// When `x` is not `n * w.cols` values or `out` not `n * w.rows`.
-pub fn matmul(pool: &Pool, isa: Isa, w: WeightRef<'_>, x: &[f32], n: usize, out: &mut [f32], xq: &mut QuantRows) {
-    assert_eq!(x.len(), n * w.cols, "matmul: x has {} values, want {n} x {}", x.len(), w.cols);
-    assert_eq!(out.len(), n * w.rows, "matmul: out has {} values, want {n} x {}", out.len(), w.rows);
-    assert_eq!(w.bytes.len(), w.rows * w.row_bytes(), "matmul: weight bytes do not match its shape");
-    if n == 0 || w.rows == 0 {
+pub(crate) fn matmul(
+    pool: &Pool,
+    isa: Isa,
+    w: WeightRef<'_>,
+    x: &[f32],
+    n: usize,
+    out: &mut [f32],
+    xq: &mut QuantRows,
+) {
+    matmul_many(pool, isa, &[w], x, n, &mut [out], xq)
+}
+
+/// [`matmul`] of several matrices with the same `cols` on the same `x` (Q/K/V, gate/up): one
+/// activation quantization and one pool dispatch for all of them.
+///
+/// # Panics
+/// When the matrices differ in `cols`, `ws` and `outs` in length, or a slice in its shape.
+pub(crate) fn matmul_many(
+    pool: &Pool,
+    isa: Isa,
+    ws: &[WeightRef<'_>],
+    x: &[f32],
+    n: usize,
+    outs: &mut [&mut [f32]],
+    xq: &mut QuantRows,
+) {
+    assert_eq!(
+        ws.len(),
+        outs.len(),
+        "matmul: {} matrices but {} outputs",
+        ws.len(),
+        outs.len()
+    );
+    let Some(cols) = ws.first().map(|w| w.cols) else {
+        return;
+    };
+    for (w, out) in ws.iter().zip(outs.iter()) {
+        assert_eq!(
+            w.cols, cols,
+            "matmul: fused matrices differ in columns ({} vs {cols})",
+            w.cols
+        );
+        assert_eq!(
+            x.len(),
+            n * w.cols,
+            "matmul: x has {} values, want {n} x {}",
+            x.len(),
+            w.cols
+        );
+        assert_eq!(
+            out.len(),
+            n * w.rows,
+            "matmul: out has {} values, want {n} x {}",
+            out.len(),
+            w.rows
+        );
+        assert_eq!(
+            w.bytes.len(),
+            w.rows * w.row_bytes(),
+            "matmul: weight bytes do not match its shape"
+        );
+    }
+    if n == 0 {
         return;
     }
-    let kind = match w.dtype {
+    if ws.iter().any(|w| q_kind(w.dtype).is_some()) {
+        xq.quantize(isa, x, n, cols);
+    }
+    let outps: Vec<OutRows> = outs
+        .iter_mut()
+        .map(|o| OutRows {
+            ptr: o.as_mut_ptr(),
+            stride: o.len() / n,
+            len: o.len(),
+        })
+        .collect();
+    let xq = &*xq;
+    let work = |m: usize, rows: Range<usize>| {
+        let w = ws[m];
+        for a in (0..n).step_by(ACT_CHUNK) {
+            let acts = a..(a + ACT_CHUNK).min(n);
+            match q_kind(w.dtype) {
+                Some(k) => matmul_q(isa, k, w, rows.clone(), xq, acts, &outps[m]),
+                None => matmul_float(isa, w, rows.clone(), x, acts, &outps[m]),
+            }
+        }
+    };
+    let total_rows: usize = ws.iter().map(|w| w.rows).sum();
+    if n * total_rows * cols < PARALLEL_MIN_MACS || pool.threads() == 1 {
+        (0..ws.len()).for_each(|m| work(m, 0..ws[m].rows));
+        return;
+    }
+    // Cut each matrix into pieces of at least MIN_ROWS_PER_CHUNK rows, about
+    // CHUNKS_PER_THREAD per thread over all of them, for the workers to claim.
+    let target = CHUNKS_PER_THREAD * pool.threads();
+    let mut tasks: Vec<(usize, Range<usize>)> = Vec::with_capacity(target + ws.len());
+    for (m, w) in ws.iter().enumerate() {
+        let pieces = (w.rows * target)
+            .div_ceil(total_rows)
+            .min(w.rows / MIN_ROWS_PER_CHUNK)
+            .max(1);
+        tasks.extend((0..pieces).map(|p| (m, pool::chunk(w.rows, p, pieces))));
+    }
+    pool.run(tasks.len(), &|t| work(tasks[t].0, tasks[t].1.clone()));
+}
+
+fn q_kind(dtype: DType) -> Option<QKind> {
+    match dtype {
         DType::Q4_0 => Some(QKind::Q4_0),
         DType::Q4_1 => Some(QKind::Q4_1),
         DType::Q8_0 => Some(QKind::Q8_0),
         _ => None,
-    };
-    if kind.is_some() {
-        xq.quantize(x, n, w.cols);
-    }
-    let outp = OutRows { ptr: out.as_mut_ptr(), stride: w.rows, len: out.len() };
-    let xq = &*xq;
-    let work = |rows: Range<usize>| {
-        for a in (0..n).step_by(ACT_CHUNK) {
-            let acts = a..(a + ACT_CHUNK).min(n);
-            match kind {
-                Some(k) => matmul_q(isa, k, w, rows.clone(), xq, acts, &outp),
-                None => matmul_float(isa, w, rows.clone(), x, acts, &outp),
-            }
-        }
-    };
-    if n * w.rows * w.cols < PARALLEL_MIN_MACS || pool.threads() == 1 {
-        work(0..w.rows);
-    } else {
-        pool.split(w.rows, &work);
     }
 }
 
-fn matmul_q(isa: Isa, kind: QKind, w: WeightRef<'_>, rows: Range<usize>, x: &QuantRows, acts: Range<usize>, out: &OutRows) {
+fn matmul_q(
+    isa: Isa,
+    kind: QKind,
+    w: WeightRef<'_>,
+    rows: Range<usize>,
+    x: &QuantRows,
+    acts: Range<usize>,
+    out: &OutRows,
+) {
     let rb = w.row_bytes();
     match isa {
         #[cfg(target_arch = "x86_64")]
         // SAFETY: `Isa::Avx512` is only produced after detecting AVX-512 F/BW/VL/VNNI, AVX2,
         // FMA and F16C; rows, acts and out were checked against the shapes by `matmul`.
-        Isa::Avx512 => unsafe { super::kern_avx512::matmul_q(kind, w.bytes, rb, rows, x, acts, out) },
+        Isa::Avx512 => unsafe {
+            super::kern_avx512::matmul_q(kind, w.bytes, rb, rows, x, acts, out)
+        },
         #[cfg(target_arch = "x86_64")]
         // SAFETY: `Isa::Avx2` is only produced after detecting AVX2, FMA and F16C; shapes as above.
         Isa::Avx2 => unsafe { super::kern_avx2::matmul_q(kind, w.bytes, rb, rows, x, acts, out) },
@@ -124,7 +224,14 @@ fn matmul_q(isa: Isa, kind: QKind, w: WeightRef<'_>, rows: Range<usize>, x: &Qua
 
 /// Float weights and the K-quants: dequantize a weight row once, dot it with every activation
 /// row of the chunk.
-fn matmul_float(isa: Isa, w: WeightRef<'_>, rows: Range<usize>, x: &[f32], acts: Range<usize>, out: &OutRows) {
+fn matmul_float(
+    isa: Isa,
+    w: WeightRef<'_>,
+    rows: Range<usize>,
+    x: &[f32],
+    acts: Range<usize>,
+    out: &OutRows,
+) {
     let cols = w.cols;
     ROW.with_borrow_mut(|buf| {
         buf.resize(cols, 0.0);
@@ -133,7 +240,9 @@ fn matmul_float(isa: Isa, w: WeightRef<'_>, rows: Range<usize>, x: &[f32], acts:
             match (isa, w.dtype) {
                 #[cfg(target_arch = "x86_64")]
                 // SAFETY: AVX2/F16C were detected for both x86 SIMD levels; `wr` is `cols` f16s.
-                (Isa::Avx2 | Isa::Avx512, DType::F16) => unsafe { super::kern_avx2::f16_row(wr, buf) },
+                (Isa::Avx2 | Isa::Avx512, DType::F16) => unsafe {
+                    super::kern_avx2::f16_row(wr, buf)
+                },
                 _ => dequantize_row(w.dtype, wr, buf),
             }
             for i in acts.clone() {
@@ -146,7 +255,7 @@ fn matmul_float(isa: Isa, w: WeightRef<'_>, rows: Range<usize>, x: &[f32], acts:
 }
 
 /// f32 dot product on the best available instruction set.
-pub fn dot_f32(isa: Isa, a: &[f32], b: &[f32]) -> f32 {
+pub(crate) fn dot_f32(isa: Isa, a: &[f32], b: &[f32]) -> f32 {
     assert_eq!(a.len(), b.len());
     match isa {
         #[cfg(target_arch = "x86_64")]
@@ -157,41 +266,10 @@ pub fn dot_f32(isa: Isa, a: &[f32], b: &[f32]) -> f32 {
 }
 
 #[cfg(test)]
-pub(crate) mod tests {
+mod tests {
     use super::super::quantize::quantize_row;
+    use super::super::test_util::{noise, weight};
     use super::*;
-
-    /// Deterministic pseudo-random values in [-1, 1) (an LCG: tests must not depend on a crate).
-    pub(crate) fn noise(n: usize, seed: u64) -> Vec<f32> {
-        let mut s = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
-        (0..n)
-            .map(|_| {
-                s = s.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
-                ((s >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
-            })
-            .collect()
-    }
-
-    /// A `rows x cols` weight of `dtype`: quantized from noise, or random K-quant blocks with
-    /// small finite scales.
-    pub(crate) fn weight(dtype: DType, rows: usize, cols: usize, seed: u64) -> Vec<u8> {
-        let vals = noise(rows * cols, seed);
-        if let Some(b) = quantize_row(dtype, &vals) {
-            return b;
-        }
-        let bytes: Vec<u8> = noise(dtype.bytes_for(rows * cols).unwrap(), seed ^ 0xabc).iter().map(|v| ((v + 1.0) * 127.9) as u8).collect();
-        let mut bytes = bytes;
-        let (bb, scale_offsets): (usize, &[usize]) = match dtype {
-            DType::Q6K => (210, &[208]),
-            _ => (dtype.block_bytes(), &[0, 2]),
-        };
-        for blk in bytes.chunks_exact_mut(bb) {
-            for &o in scale_offsets {
-                blk[o..o + 2].copy_from_slice(&super::super::float16::f32_to_f16(0.003).to_le_bytes());
-            }
-        }
-        bytes
-    }
 
     /// The plain f32 product of the dequantized weight and `x`, in f64.
     fn reference(w: WeightRef<'_>, x: &[f32], n: usize) -> Vec<f32> {
@@ -200,15 +278,28 @@ pub(crate) mod tests {
         for r in 0..w.rows {
             dequantize_row(w.dtype, w.row(r), &mut row);
             for i in 0..n {
-                let s: f64 = row.iter().zip(&x[i * w.cols..]).map(|(&a, &b)| a as f64 * b as f64).sum();
+                let s: f64 = row
+                    .iter()
+                    .zip(&x[i * w.cols..])
+                    .map(|(&a, &b)| a as f64 * b as f64)
+                    .sum();
                 out[i * w.rows + r] = s as f32;
             }
         }
         out
     }
 
-    const ALL: [DType; 9] =
-        [DType::F32, DType::F16, DType::BF16, DType::Q8_0, DType::Q4_0, DType::Q4_1, DType::Q4K, DType::Q5K, DType::Q6K];
+    const ALL: [DType; 9] = [
+        DType::F32,
+        DType::F16,
+        DType::BF16,
+        DType::Q8_0,
+        DType::Q4_0,
+        DType::Q4_1,
+        DType::Q4K,
+        DType::Q5K,
+        DType::Q6K,
+    ];
 
     fn run(pool: &Pool, isa: Isa, w: WeightRef<'_>, x: &[f32], n: usize) -> Vec<f32> {
         let mut out = vec![f32::NAN; n * w.rows];
@@ -220,7 +311,10 @@ pub(crate) mod tests {
         assert_eq!(a.len(), b.len());
         let scale = b.iter().fold(0f32, |m, v| m.max(v.abs())).max(1e-3);
         for (k, (x, y)) in a.iter().zip(b).enumerate() {
-            assert!((x - y).abs() <= tol * scale, "{what}: entry {k}: {x} vs {y} (scale {scale})");
+            assert!(
+                (x - y).abs() <= tol * scale,
+                "{what}: entry {k}: {x} vs {y} (scale {scale})"
+            );
         }
     }
 
@@ -239,7 +333,12 @@ pub(crate) mod tests {
                     let want = run(&pool, Isa::Scalar, w, &x, n);
                     for isa in Isa::available() {
                         let got = run(&pool, isa, w, &x, n);
-                        assert_close(&got, &want, 1e-5, &format!("{dtype} {} n={n} cols={cols}", isa.name()));
+                        assert_close(
+                            &got,
+                            &want,
+                            1e-5,
+                            &format!("{dtype} {} n={n} cols={cols}", isa.name()),
+                        );
                     }
                 }
             }
@@ -256,9 +355,18 @@ pub(crate) mod tests {
             let w = WeightRef::new(dtype, &wb, rows, cols).unwrap();
             let x = noise(n * cols, 5);
             let want = reference(w, &x, n);
-            let tol = if matches!(dtype, DType::Q4_0 | DType::Q4_1 | DType::Q8_0) { 2e-2 } else { 1e-5 };
+            let tol = if matches!(dtype, DType::Q4_0 | DType::Q4_1 | DType::Q8_0) {
+                2e-2
+            } else {
+                1e-5
+            };
             for isa in Isa::available() {
-                assert_close(&run(&pool, isa, w, &x, n), &want, tol, &format!("{dtype} {}", isa.name()));
+                assert_close(
+                    &run(&pool, isa, w, &x, n),
+                    &want,
+                    tol,
+                    &format!("{dtype} {}", isa.name()),
+                );
             }
         }
     }
@@ -274,10 +382,59 @@ pub(crate) mod tests {
             let x = noise(n * cols, 12);
             for isa in Isa::available() {
                 let batched = run(&p2, isa, w, &x, n);
-                assert_eq!(batched, run(&p1, isa, w, &x, n), "{dtype} {}: 1 vs 2 threads", isa.name());
+                assert_eq!(
+                    batched,
+                    run(&p1, isa, w, &x, n),
+                    "{dtype} {}: 1 vs 2 threads",
+                    isa.name()
+                );
                 for i in [0, 3, n - 1] {
                     let single = run(&p1, isa, w, &x[i * cols..(i + 1) * cols], 1);
-                    assert_eq!(&batched[i * rows..(i + 1) * rows], &single[..], "{dtype} {} row {i}", isa.name());
+                    assert_eq!(
+                        &batched[i * rows..(i + 1) * rows],
+                        &single[..],
+                        "{dtype} {} row {i}",
+                        isa.name()
+                    );
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn fused_matrices_equal_separate_calls() {
+        let pool = Pool::new(2);
+        let cols = 768;
+        let shapes = [
+            (DType::Q4_1, 576),
+            (DType::Q8_0, 192),
+            (DType::F16, 64),
+            (DType::Q4K, 200),
+        ];
+        let bytes: Vec<Vec<u8>> = shapes
+            .iter()
+            .map(|&(t, r)| weight(t, r, cols, r as u64))
+            .collect();
+        let ws: Vec<WeightRef<'_>> = shapes
+            .iter()
+            .zip(&bytes)
+            .map(|(&(t, r), b)| WeightRef::new(t, b, r, cols).unwrap())
+            .collect();
+        for n in [1, 5] {
+            let x = noise(n * cols, 8);
+            for isa in Isa::available() {
+                let mut outs: Vec<Vec<f32>> =
+                    ws.iter().map(|w| vec![f32::NAN; n * w.rows]).collect();
+                let mut refs: Vec<&mut [f32]> = outs.iter_mut().map(|o| o.as_mut_slice()).collect();
+                matmul_many(&pool, isa, &ws, &x, n, &mut refs, &mut QuantRows::new());
+                for (w, o) in ws.iter().zip(&outs) {
+                    assert_eq!(
+                        o,
+                        &run(&pool, isa, *w, &x, n),
+                        "{} {} n={n}",
+                        w.dtype,
+                        isa.name()
+                    );
                 }
             }
         }

@@ -9,11 +9,13 @@ pub mod pool;
 pub mod q8act;
 pub mod quantize;
 
-mod kern_scalar;
 #[cfg(target_arch = "x86_64")]
 mod kern_avx2;
 #[cfg(target_arch = "x86_64")]
 mod kern_avx512;
+mod kern_scalar;
+#[cfg(test)]
+mod test_util;
 
 use crate::backend::{Backend, Heads, Rope, WeightRef};
 use pool::Pool;
@@ -42,7 +44,9 @@ impl Isa {
         let mut v = vec![Isa::Scalar];
         #[cfg(target_arch = "x86_64")]
         {
-            let avx2 = is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma") && is_x86_feature_detected!("f16c");
+            let avx2 = is_x86_feature_detected!("avx2")
+                && is_x86_feature_detected!("fma")
+                && is_x86_feature_detected!("f16c");
             if avx2 {
                 v.push(Isa::Avx2);
                 if is_x86_feature_detected!("avx512f")
@@ -85,8 +89,16 @@ impl CpuBackend {
     /// # Panics
     /// When this CPU does not support `isa`.
     pub fn with_isa(threads: usize, isa: Isa) -> CpuBackend {
-        assert!(Isa::available().contains(&isa), "this CPU does not support {}", isa.name());
-        CpuBackend { pool: Pool::new(threads), isa, xq: Mutex::new(QuantRows::new()) }
+        assert!(
+            Isa::available().contains(&isa),
+            "this CPU does not support {}",
+            isa.name()
+        );
+        CpuBackend {
+            pool: Pool::new(threads),
+            isa,
+            xq: Mutex::new(QuantRows::new()),
+        }
     }
 
     pub fn threads(&self) -> usize {
@@ -106,11 +118,23 @@ impl Backend for CpuBackend {
         matmul::matmul(&self.pool, self.isa, w, x, n, out, &mut xq);
     }
 
+    fn matmul_many(&self, ws: &[WeightRef<'_>], x: &[f32], n: usize, outs: &mut [&mut [f32]]) {
+        let mut xq = self.xq.lock().unwrap_or_else(|e| e.into_inner());
+        matmul::matmul_many(&self.pool, self.isa, ws, x, n, outs, &mut xq);
+    }
+
     fn rms_norm(&self, x: &mut [f32], weight: &[f32], eps: f32) {
         ops::rms_norm(x, weight, eps);
     }
 
-    fn rope(&self, x: &mut [f32], n_heads: usize, head_dim: usize, positions: &[usize], rope: Rope) {
+    fn rope(
+        &self,
+        x: &mut [f32],
+        n_heads: usize,
+        head_dim: usize,
+        positions: &[usize],
+        rope: Rope,
+    ) {
         ops::rope(x, n_heads, head_dim, positions, rope);
     }
 
@@ -129,6 +153,8 @@ impl Backend for CpuBackend {
         scale: f32,
         out: &mut [f32],
     ) {
-        ops::attention(&self.pool, self.isa, q, keys, values, heads, start_pos, n_q, scale, out);
+        ops::attention(
+            &self.pool, self.isa, q, keys, values, heads, start_pos, n_q, scale, out,
+        );
     }
 }

@@ -9,12 +9,18 @@ use std::cell::RefCell;
 
 /// Below this many multiply-adds attention runs on the calling thread alone.
 const ATTN_PARALLEL_MIN_MACS: usize = 64 * 1024;
+/// Chunks of (query row, head) tasks per thread.
+const ATTN_CHUNKS_PER_THREAD: usize = 16;
 
 /// Each row of `x` (rows of `weight.len()` values) times `weight / rms(row)`, as ggml's
 /// `rms_norm` followed by `mul` (sum of squares in f64, like ggml).
 pub fn rms_norm(x: &mut [f32], weight: &[f32], eps: f32) {
     let d = weight.len();
-    assert!(d > 0 && x.len().is_multiple_of(d), "rms_norm: {} values are not rows of {d}", x.len());
+    assert!(
+        d > 0 && x.len().is_multiple_of(d),
+        "rms_norm: {} values are not rows of {d}",
+        x.len()
+    );
     for row in x.chunks_exact_mut(d) {
         let sum: f64 = row.iter().map(|&v| (v as f64) * (v as f64)).sum();
         let mean = (sum / d as f64) as f32;
@@ -29,10 +35,22 @@ pub fn rms_norm(x: &mut [f32], weight: &[f32], eps: f32) {
 /// Angles are computed in f64 (position times inverse frequency), then rounded once.
 pub fn rope(x: &mut [f32], n_heads: usize, head_dim: usize, positions: &[usize], rope: Rope) {
     let row = n_heads * head_dim;
-    assert_eq!(x.len(), positions.len() * row, "rope: {} values for {} rows of {row}", x.len(), positions.len());
-    assert!(rope.dims <= head_dim && rope.dims.is_multiple_of(2), "rope: {} rotated dims in heads of {head_dim}", rope.dims);
+    assert_eq!(
+        x.len(),
+        positions.len() * row,
+        "rope: {} values for {} rows of {row}",
+        x.len(),
+        positions.len()
+    );
+    assert!(
+        rope.dims <= head_dim && rope.dims.is_multiple_of(2),
+        "rope: {} rotated dims in heads of {head_dim}",
+        rope.dims
+    );
     let half = rope.dims / 2;
-    let inv_freq: Vec<f64> = (0..half).map(|i| (rope.theta as f64).powf(-2.0 * i as f64 / rope.dims as f64)).collect();
+    let inv_freq: Vec<f64> = (0..half)
+        .map(|i| (rope.theta as f64).powf(-2.0 * i as f64 / rope.dims as f64))
+        .collect();
     let mut cs = vec![(0f32, 0f32); half];
     for (xr, &pos) in x.chunks_exact_mut(row).zip(positions) {
         for (c, &f) in cs.iter_mut().zip(&inv_freq) {
@@ -92,9 +110,44 @@ struct OutPtr(*mut f32);
 // SAFETY: workers write disjoint `head_dim` slices of a buffer that outlives the pool job.
 unsafe impl Sync for OutPtr {}
 
+/// `out[p] = scale * dot(q, keys[p * stride..][..q.len()])`.
+fn attn_scores(isa: Isa, q: &[f32], keys: &[f32], stride: usize, scale: f32, out: &mut [f32]) {
+    match isa {
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: both x86 SIMD levels imply AVX2 and FMA (detected); bounds are checked inside.
+        Isa::Avx2 | Isa::Avx512 => unsafe {
+            super::kern_avx2::attn_scores(q, keys, stride, scale, out)
+        },
+        _ => {
+            for (p, o) in out.iter_mut().enumerate() {
+                *o = dot_f32(isa, q, &keys[p * stride..p * stride + q.len()]) * scale;
+            }
+        }
+    }
+}
+
+/// `o += sum over p of w[p] * values[p * stride..][..o.len()]`.
+fn attn_weighted_sum(isa: Isa, w: &[f32], values: &[f32], stride: usize, o: &mut [f32]) {
+    match isa {
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: both x86 SIMD levels imply AVX2 and FMA (detected); bounds are checked inside.
+        Isa::Avx2 | Isa::Avx512 => unsafe {
+            super::kern_avx2::attn_weighted_sum(w, values, stride, o)
+        },
+        _ => {
+            for (p, &wp) in w.iter().enumerate() {
+                let v = &values[p * stride..p * stride + o.len()];
+                for (a, &b) in o.iter_mut().zip(v) {
+                    *a += wp * b;
+                }
+            }
+        }
+    }
+}
+
 /// Causal GQA attention; see [`crate::backend::Backend::attention`] for the contract.
 #[allow(clippy::too_many_arguments)]
-pub fn attention(
+pub(crate) fn attention(
     pool: &Pool,
     isa: Isa,
     q: &[f32],
@@ -108,10 +161,26 @@ pub fn attention(
 ) {
     let (qd, kvd, hd) = (heads.q_dim(), heads.kv_dim(), heads.head_dim);
     let ctx = start_pos + n_q;
-    assert!(heads.n_kv_heads > 0 && heads.n_heads.is_multiple_of(heads.n_kv_heads), "attention: {heads:?}");
-    assert_eq!(q.len(), n_q * qd, "attention: q has {} values, want {n_q} x {qd}", q.len());
-    assert_eq!(out.len(), n_q * qd, "attention: out has {} values, want {n_q} x {qd}", out.len());
-    assert!(keys.len() >= ctx * kvd && values.len() >= ctx * kvd, "attention: the cache holds fewer than {ctx} positions");
+    assert!(
+        heads.n_kv_heads > 0 && heads.n_heads.is_multiple_of(heads.n_kv_heads),
+        "attention: {heads:?}"
+    );
+    assert_eq!(
+        q.len(),
+        n_q * qd,
+        "attention: q has {} values, want {n_q} x {qd}",
+        q.len()
+    );
+    assert_eq!(
+        out.len(),
+        n_q * qd,
+        "attention: out has {} values, want {n_q} x {qd}",
+        out.len()
+    );
+    assert!(
+        keys.len() >= ctx * kvd && values.len() >= ctx * kvd,
+        "attention: the cache holds fewer than {ctx} positions"
+    );
     let group = heads.n_heads / heads.n_kv_heads;
     let outp = OutPtr(out.as_mut_ptr());
     let outp = &outp;
@@ -122,31 +191,30 @@ pub fn attention(
         let qh = &q[row * qd + h * hd..row * qd + (h + 1) * hd];
         // SAFETY: task t alone writes out[row * qd + h * hd ..][..hd], inside `out` (checked).
         let o = unsafe { std::slice::from_raw_parts_mut(outp.0.add(row * qd + h * hd), hd) };
+        let (k, v) = (&keys[kvh * hd..], &values[kvh * hd..]);
         SCORES.with_borrow_mut(|sc| {
-            sc.clear();
-            sc.extend((0..seen).map(|p| dot_f32(isa, qh, &keys[p * kvd + kvh * hd..p * kvd + (kvh + 1) * hd]) * scale));
+            sc.resize(seen, 0.0);
+            attn_scores(isa, qh, k, kvd, scale, sc);
             softmax(sc);
             o.fill(0.0);
-            for (p, &w) in sc.iter().enumerate() {
-                let v = &values[p * kvd + kvh * hd..p * kvd + (kvh + 1) * hd];
-                for (a, &b) in o.iter_mut().zip(v) {
-                    *a += w * b;
-                }
-            }
+            attn_weighted_sum(isa, sc, v, kvd, o);
         });
     };
     let tasks = n_q * heads.n_heads;
     if tasks * ctx * hd * 2 < ATTN_PARALLEL_MIN_MACS || pool.threads() == 1 {
         (0..tasks).for_each(task);
     } else {
-        // Later rows see more positions: interleave tasks so each worker gets a fair share.
-        pool.run(&|i, n| (i..tasks).step_by(n).for_each(task));
+        // Small chunks: later rows see more positions, and claiming balances the load.
+        let chunks = tasks.min(ATTN_CHUNKS_PER_THREAD * pool.threads());
+        pool.run(chunks, &|c| {
+            super::pool::chunk(tasks, c, chunks).for_each(task)
+        });
     }
 }
 
 #[cfg(test)]
 mod tests {
-    use super::super::matmul::tests::noise;
+    use super::super::test_util::noise;
     use super::*;
 
     fn near(a: f32, b: f32, tol: f32) -> bool {
@@ -163,21 +231,37 @@ mod tests {
     }
 
     fn rope_cfg(layout: RopeLayout, theta: f32, dims: usize) -> Rope {
-        Rope { layout, theta, dims }
+        Rope {
+            layout,
+            theta,
+            dims,
+        }
     }
 
     #[test]
     fn rope_rotates_pairs_by_position_times_frequency() {
         // head_dim 4, theta 100: inverse frequencies 1 and 100^-1/2 = 0.1; position 2.
         let mut x = vec![1.0, 0.0, 1.0, 0.0];
-        rope(&mut x, 1, 4, &[2], rope_cfg(RopeLayout::Interleaved, 100.0, 4));
+        rope(
+            &mut x,
+            1,
+            4,
+            &[2],
+            rope_cfg(RopeLayout::Interleaved, 100.0, 4),
+        );
         let want = [2f32.cos(), 2f32.sin(), 0.2f32.cos(), 0.2f32.sin()];
-        assert!(x.iter().zip(&want).all(|(a, b)| near(*a, *b, 1e-6)), "{x:?}");
+        assert!(
+            x.iter().zip(&want).all(|(a, b)| near(*a, *b, 1e-6)),
+            "{x:?}"
+        );
         // NeoX pairs element i with i + 2.
         let mut y = vec![1.0, 1.0, 0.0, 0.0];
         rope(&mut y, 1, 4, &[2], rope_cfg(RopeLayout::NeoX, 100.0, 4));
         let want = [2f32.cos(), 0.2f32.cos(), 2f32.sin(), 0.2f32.sin()];
-        assert!(y.iter().zip(&want).all(|(a, b)| near(*a, *b, 1e-6)), "{y:?}");
+        assert!(
+            y.iter().zip(&want).all(|(a, b)| near(*a, *b, 1e-6)),
+            "{y:?}"
+        );
     }
 
     #[test]
@@ -191,7 +275,10 @@ mod tests {
                 q.iter().zip(&k).map(|(a, b)| a * b).sum::<f32>()
             };
             assert!(near(score(7, 3), score(104, 100), 1e-4), "{layout:?}");
-            assert!(!near(score(7, 3), score(3, 7), 1e-4), "{layout:?}: rotation direction matters");
+            assert!(
+                !near(score(7, 3), score(3, 7), 1e-4),
+                "{layout:?}: rotation direction matters"
+            );
         }
     }
 
@@ -207,19 +294,38 @@ mod tests {
     }
 
     /// Attention written out naively in f64.
-    fn naive(q: &[f32], k: &[f32], v: &[f32], hs: Heads, start: usize, n_q: usize, scale: f32) -> Vec<f32> {
+    fn naive(
+        q: &[f32],
+        k: &[f32],
+        v: &[f32],
+        hs: Heads,
+        start: usize,
+        n_q: usize,
+        scale: f32,
+    ) -> Vec<f32> {
         let (qd, kvd, hd) = (hs.q_dim(), hs.kv_dim(), hs.head_dim);
         let mut out = vec![0f32; n_q * qd];
         for t in 0..n_q {
             for h in 0..hs.n_heads {
                 let kvh = h * hs.n_kv_heads / hs.n_heads;
                 let s: Vec<f64> = (0..=start + t)
-                    .map(|p| (0..hd).map(|d| q[t * qd + h * hd + d] as f64 * k[p * kvd + kvh * hd + d] as f64).sum::<f64>() * scale as f64)
+                    .map(|p| {
+                        (0..hd)
+                            .map(|d| {
+                                q[t * qd + h * hd + d] as f64 * k[p * kvd + kvh * hd + d] as f64
+                            })
+                            .sum::<f64>()
+                            * scale as f64
+                    })
                     .collect();
                 let m = s.iter().cloned().fold(f64::MIN, f64::max);
                 let z: f64 = s.iter().map(|x| (x - m).exp()).sum();
                 for d in 0..hd {
-                    let o: f64 = s.iter().enumerate().map(|(p, x)| (x - m).exp() / z * v[p * kvd + kvh * hd + d] as f64).sum();
+                    let o: f64 = s
+                        .iter()
+                        .enumerate()
+                        .map(|(p, x)| (x - m).exp() / z * v[p * kvd + kvh * hd + d] as f64)
+                        .sum();
                     out[t * qd + h * hd + d] = o as f32;
                 }
             }
@@ -229,20 +335,28 @@ mod tests {
 
     #[test]
     fn gqa_attention_matches_a_naive_reference_on_every_isa_and_thread_count() {
-        let hs = Heads { n_heads: 6, n_kv_heads: 2, head_dim: 16 };
-        let (start, n_q) = (9, 4);
-        let ctx = start + n_q;
-        let q: Vec<f32> = noise(n_q * hs.q_dim(), 1).iter().map(|v| v * 3.0).collect();
-        let k = noise(ctx * hs.kv_dim(), 2);
-        let v = noise(ctx * hs.kv_dim(), 3);
-        let want = naive(&q, &k, &v, hs, start, n_q, 0.25);
-        for threads in [1, 2] {
-            let pool = Pool::new(threads);
-            for isa in Isa::available() {
-                let mut out = vec![f32::NAN; n_q * hs.q_dim()];
-                attention(&pool, isa, &q, &k, &v, hs, start, n_q, 0.25, &mut out);
-                for (a, b) in out.iter().zip(&want) {
-                    assert!(near(*a, *b, 1e-5), "{} threads {threads}: {a} vs {b}", isa.name());
+        // Head sizes: 64 and 128 (register accumulators), 72 (64 + 8), 20 (a scalar tail).
+        for head_dim in [64, 128, 72, 20] {
+            let hs = Heads {
+                n_heads: 6,
+                n_kv_heads: 2,
+                head_dim,
+            };
+            let (start, n_q) = (9, 4);
+            let ctx = start + n_q;
+            let q: Vec<f32> = noise(n_q * hs.q_dim(), 1).iter().map(|v| v * 3.0).collect();
+            let k = noise(ctx * hs.kv_dim(), 2);
+            let v = noise(ctx * hs.kv_dim(), 3);
+            let want = naive(&q, &k, &v, hs, start, n_q, 0.25);
+            for threads in [1, 2] {
+                let pool = Pool::new(threads);
+                for isa in Isa::available() {
+                    let mut out = vec![f32::NAN; n_q * hs.q_dim()];
+                    attention(&pool, isa, &q, &k, &v, hs, start, n_q, 0.25, &mut out);
+                    for (a, b) in out.iter().zip(&want) {
+                        let what = format!("{} head_dim {head_dim} threads {threads}", isa.name());
+                        assert!(near(*a, *b, 1e-5), "{what}: {a} vs {b}");
+                    }
                 }
             }
         }
@@ -250,7 +364,11 @@ mod tests {
 
     #[test]
     fn attention_is_causal() {
-        let hs = Heads { n_heads: 2, n_kv_heads: 1, head_dim: 8 };
+        let hs = Heads {
+            n_heads: 2,
+            n_kv_heads: 1,
+            head_dim: 8,
+        };
         let (q, k, mut v) = (noise(3 * 16, 4), noise(5 * 8, 5), noise(5 * 8, 6));
         let pool = Pool::new(1);
         let mut a = vec![0f32; 3 * 16];

@@ -2,32 +2,42 @@
 //!
 //! The decode loop issues a couple of hundred small matmuls per token, so a dispatch must cost
 //! about a microsecond, not a thread spawn or a channel round trip: workers spin on a generation
-//! counter for a while after each job and only then park on a condvar. A job is a borrowed
-//! closure called once per worker with `(worker_index, n_workers)`; `run` returns when every
-//! worker has finished, which is what makes lending it stack data sound.
+//! counter for a while after each job and only then park on a condvar.
+//!
+//! A job is split into chunks that the caller and the workers claim from a shared counter, so a
+//! worker the OS has not scheduled yet never holds the caller up: the caller does the chunks
+//! itself, then closes the job; a worker arriving after that sees it closed and skips it. The
+//! caller only ever waits for workers that are inside a chunk, which is what makes lending the
+//! job stack data sound.
 
-use std::cell::UnsafeCell;
 use std::panic::{catch_unwind, AssertUnwindSafe};
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU64, AtomicUsize, Ordering::*};
 use std::sync::{Arc, Condvar, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 /// How long an idle worker spins before parking: longer than the gap between two matmuls of a
-/// decode step (norms, RoPE, attention: microseconds), shorter than a human-noticeable burn.
+/// decode step (norms, RoPE, attention: microseconds), short enough not to burn a core when idle.
 const SPIN_BEFORE_PARK: Duration = Duration::from_micros(500);
 /// Spin iterations between two looks at the clock.
 const SPINS_PER_CLOCK_CHECK: u32 = 64;
+/// Chunks per thread a `split` aims for: enough to rebalance when one thread starts late.
+const CHUNKS_PER_THREAD: usize = 4;
 
-type Job = dyn Fn(usize, usize) + Sync;
+type Job<'a> = &'a (dyn Fn(usize) + Sync + 'a);
 
 struct Shared {
-    /// Bumped (Release) once per job after `job` is written; workers wait for it to change.
+    /// Bumped once per job (after it is open) to wake workers.
     generation: AtomicU64,
-    /// The current job, erased to 'static; valid from the generation bump until `pending` is 0.
-    job: UnsafeCell<Option<*const Job>>,
-    /// Workers that have not yet finished the current job.
-    pending: AtomicUsize,
+    /// Points at the caller's `Job` (a fat reference on the caller's stack) while `open`.
+    job: AtomicPtr<()>,
+    chunks: AtomicUsize,
+    /// The next chunk to claim.
+    next: AtomicUsize,
+    /// Workers may join the job only while it is open.
+    open: AtomicBool,
+    /// Workers that have joined the current job and not yet left it.
+    active: AtomicUsize,
     /// Workers parked (or about to park) on `cv`; lets a dispatch skip the lock when all spin.
     sleepers: AtomicUsize,
     lock: Mutex<()>,
@@ -35,14 +45,6 @@ struct Shared {
     shutdown: AtomicBool,
     panicked: AtomicBool,
 }
-
-// SAFETY: `job` is written only by the dispatching thread while no worker is running a job
-// (`pending == 0`, under the `dispatch` mutex) and read by workers only after they observe the
-// new generation with Acquire ordering, which orders the write before the read. The closure it
-// points to is `Sync`.
-unsafe impl Sync for Shared {}
-// SAFETY: as above; the raw pointer is only dereferenced under that protocol.
-unsafe impl Send for Shared {}
 
 pub struct Pool {
     shared: Arc<Shared>,
@@ -54,11 +56,18 @@ pub struct Pool {
 impl Pool {
     /// A pool of `threads` workers in all (the caller counts as one); 0 means every core.
     pub fn new(threads: usize) -> Pool {
-        let threads = if threads == 0 { std::thread::available_parallelism().map_or(1, |n| n.get()) } else { threads };
+        let threads = if threads == 0 {
+            std::thread::available_parallelism().map_or(1, |n| n.get())
+        } else {
+            threads
+        };
         let shared = Arc::new(Shared {
             generation: AtomicU64::new(0),
-            job: UnsafeCell::new(None),
-            pending: AtomicUsize::new(0),
+            job: AtomicPtr::new(std::ptr::null_mut()),
+            chunks: AtomicUsize::new(0),
+            next: AtomicUsize::new(0),
+            open: AtomicBool::new(false),
+            active: AtomicUsize::new(0),
             sleepers: AtomicUsize::new(0),
             lock: Mutex::new(()),
             cv: Condvar::new(),
@@ -70,61 +79,58 @@ impl Pool {
                 let s = Arc::clone(&shared);
                 std::thread::Builder::new()
                     .name(format!("mtplx-kernel-{i}"))
-                    .spawn(move || worker_loop(&s, i, threads))
+                    .spawn(move || worker_loop(&s))
                     .expect("spawning a kernel worker thread")
             })
             .collect();
-        Pool { shared, workers, dispatch: Mutex::new(()) }
+        Pool {
+            shared,
+            workers,
+            dispatch: Mutex::new(()),
+        }
     }
 
-    /// Workers in all, the calling thread included.
+    /// Threads in all, the calling thread included.
     pub fn threads(&self) -> usize {
         self.workers.len() + 1
     }
 
-    /// Calls `f(i, n)` once for every worker index `i` in `0..n` (`n = self.threads()`), in
-    /// parallel, the calling thread taking `i = 0`; returns when all calls have returned.
+    /// Calls `f(c)` exactly once for every chunk `c` in `0..chunks`, spread over the calling
+    /// thread and whichever workers are ready; returns when all calls have returned.
     ///
     /// # Panics
-    /// Re-raises a panic of any worker's call (after all calls have ended).
-    pub fn run(&self, f: &(dyn Fn(usize, usize) + Sync)) {
-        let n = self.threads();
-        if n == 1 {
-            return f(0, 1);
+    /// Re-raises a panic of any call (after every started call has ended).
+    pub fn run(&self, chunks: usize, f: &(dyn Fn(usize) + Sync)) {
+        if self.workers.is_empty() || chunks <= 1 {
+            return (0..chunks).for_each(f);
         }
         let _serial = self.dispatch.lock().unwrap_or_else(|e| e.into_inner());
         let s = &*self.shared;
-        // SAFETY: erasing the lifetime is sound because this function does not return (nor
-        // unwind: see `WaitOnDrop`) before `pending` is back to 0, i.e. before every worker has
-        // finished calling `f`; after that no worker reads `job` until the next generation.
-        let erased: *const Job = unsafe { std::mem::transmute::<&(dyn Fn(usize, usize) + Sync), &'static Job>(f) };
-        // SAFETY: no worker reads `job` now (pending == 0 and the generation is unchanged), and
-        // the `dispatch` lock excludes other writers.
-        unsafe { *s.job.get() = Some(erased) };
-        s.pending.store(n - 1, Ordering::SeqCst);
-        s.generation.fetch_add(1, Ordering::SeqCst);
-        if s.sleepers.load(Ordering::SeqCst) > 0 {
+        let job: Job<'_> = f;
+        s.job.store(&job as *const Job<'_> as *mut (), Relaxed);
+        s.chunks.store(chunks, Relaxed);
+        s.next.store(0, Relaxed);
+        // SeqCst: a worker that sees `open` also sees the job, chunks and next stored above.
+        s.open.store(true, SeqCst);
+        s.generation.fetch_add(1, SeqCst);
+        if s.sleepers.load(SeqCst) > 0 {
             // Taking the lock orders this wake-up after any worker's check-then-wait.
             let _g = s.lock.lock().unwrap_or_else(|e| e.into_inner());
             s.cv.notify_all();
         }
-        let wait = WaitOnDrop(s);
-        f(0, n);
-        drop(wait);
-        if s.panicked.swap(false, Ordering::SeqCst) {
+        let close = CloseOnDrop(s);
+        claim_chunks(s, f);
+        drop(close);
+        if s.panicked.swap(false, SeqCst) {
             panic!("a kernel worker thread panicked");
         }
     }
 
-    /// Splits `0..total` into `threads()` contiguous ranges (the last ones possibly empty) and
-    /// calls `f` on each in parallel.
-    pub fn split(&self, total: usize, f: &(dyn Fn(std::ops::Range<usize>) + Sync)) {
-        self.run(&|i, n| {
-            let r = chunk(total, i, n);
-            if !r.is_empty() {
-                f(r)
-            }
-        })
+    /// Splits `0..total` into contiguous ranges of at least `min_len` items (a few per thread)
+    /// and calls `f` on each, in parallel.
+    pub fn split(&self, total: usize, min_len: usize, f: &(dyn Fn(std::ops::Range<usize>) + Sync)) {
+        let n = (total / min_len.max(1)).clamp(1, CHUNKS_PER_THREAD * self.threads());
+        self.run(n, &|c| f(chunk(total, c, n)))
     }
 }
 
@@ -136,15 +142,27 @@ pub fn chunk(total: usize, i: usize, n: usize) -> std::ops::Range<usize> {
     start..start + per + usize::from(i < extra)
 }
 
-/// Waits for every worker to finish the current job, also when the caller's share unwinds.
-struct WaitOnDrop<'a>(&'a Shared);
+fn claim_chunks(s: &Shared, f: &(dyn Fn(usize) + Sync)) {
+    let n = s.chunks.load(Relaxed);
+    loop {
+        let c = s.next.fetch_add(1, Relaxed);
+        if c >= n {
+            return;
+        }
+        f(c);
+    }
+}
 
-impl Drop for WaitOnDrop<'_> {
+/// Closes the job and waits for the workers inside it, also when the caller's share unwinds.
+struct CloseOnDrop<'a>(&'a Shared);
+
+impl Drop for CloseOnDrop<'_> {
     fn drop(&mut self) {
+        self.0.open.store(false, SeqCst);
         let mut spins = 0u32;
-        while self.0.pending.load(Ordering::Acquire) != 0 {
+        while self.0.active.load(SeqCst) != 0 {
             spins += 1;
-            if spins < 1 << 14 {
+            if spins < 1 << 12 {
                 std::hint::spin_loop();
             } else {
                 std::thread::yield_now();
@@ -153,22 +171,27 @@ impl Drop for WaitOnDrop<'_> {
     }
 }
 
-fn worker_loop(s: &Shared, index: usize, n: usize) {
+fn worker_loop(s: &Shared) {
     let mut seen = 0u64;
     loop {
         seen = wait_for_new_generation(s, seen);
-        if s.shutdown.load(Ordering::Acquire) {
+        if s.shutdown.load(Acquire) {
             return;
         }
-        // SAFETY: the generation changed (Acquire), so `job` holds this generation's closure,
-        // which stays alive until we decrement `pending` below.
-        let job = unsafe { (*s.job.get()).expect("a job is set with each generation") };
-        // SAFETY: see above; the pointer came from a live `&Job`.
-        let f = unsafe { &*job };
-        if catch_unwind(AssertUnwindSafe(|| f(index, n))).is_err() {
-            s.panicked.store(true, Ordering::SeqCst);
+        // Join first, then check `open` (both SeqCst): either the caller's close comes later,
+        // and then it waits for us, or we see the job closed and leave without touching it.
+        s.active.fetch_add(1, SeqCst);
+        if s.open.load(SeqCst) {
+            let p = s.job.load(Relaxed) as *const Job<'_>;
+            // SAFETY: the job is open, so `p` points at the caller's `Job`, which lives until the
+            // caller has closed the job and seen `active` drop to 0, which we delay until we are
+            // done with it.
+            let f = unsafe { *p };
+            if catch_unwind(AssertUnwindSafe(|| claim_chunks(s, f))).is_err() {
+                s.panicked.store(true, SeqCst);
+            }
         }
-        s.pending.fetch_sub(1, Ordering::Release);
+        s.active.fetch_sub(1, SeqCst);
     }
 }
 
@@ -176,7 +199,7 @@ fn wait_for_new_generation(s: &Shared, seen: u64) -> u64 {
     let start = Instant::now();
     let mut spins = 0u32;
     loop {
-        let g = s.generation.load(Ordering::Acquire);
+        let g = s.generation.load(Acquire);
         if g != seen {
             return g;
         }
@@ -186,21 +209,21 @@ fn wait_for_new_generation(s: &Shared, seen: u64) -> u64 {
             continue;
         }
         let mut guard = s.lock.lock().unwrap_or_else(|e| e.into_inner());
-        s.sleepers.fetch_add(1, Ordering::SeqCst);
-        while s.generation.load(Ordering::SeqCst) == seen {
+        s.sleepers.fetch_add(1, SeqCst);
+        while s.generation.load(SeqCst) == seen {
             guard = s.cv.wait(guard).unwrap_or_else(|e| e.into_inner());
         }
-        s.sleepers.fetch_sub(1, Ordering::SeqCst);
+        s.sleepers.fetch_sub(1, SeqCst);
         drop(guard);
-        return s.generation.load(Ordering::Acquire);
+        return s.generation.load(Acquire);
     }
 }
 
 impl Drop for Pool {
     fn drop(&mut self) {
         let s = &*self.shared;
-        s.shutdown.store(true, Ordering::SeqCst);
-        s.generation.fetch_add(1, Ordering::SeqCst);
+        s.shutdown.store(true, SeqCst);
+        s.generation.fetch_add(1, SeqCst);
         {
             let _g = s.lock.lock().unwrap_or_else(|e| e.into_inner());
             s.cv.notify_all();
@@ -216,33 +239,48 @@ mod tests {
     use super::*;
 
     #[test]
-    fn every_worker_runs_each_job_once() {
+    fn every_chunk_runs_exactly_once() {
         let pool = Pool::new(3);
         assert_eq!(pool.threads(), 3);
-        for round in 0..200 {
-            let hits: Vec<AtomicUsize> = (0..3).map(|_| AtomicUsize::new(0)).collect();
-            pool.run(&|i, n| {
-                assert_eq!(n, 3);
-                hits[i].fetch_add(round + 1, Ordering::Relaxed);
+        for round in 0..300 {
+            let chunks = round % 17;
+            let hits: Vec<AtomicUsize> = (0..chunks).map(|_| AtomicUsize::new(0)).collect();
+            pool.run(chunks, &|c| {
+                hits[c].fetch_add(1, Relaxed);
             });
-            for h in &hits {
-                assert_eq!(h.load(Ordering::Relaxed), round + 1);
-            }
+            assert!(hits.iter().all(|h| h.load(Relaxed) == 1), "round {round}");
         }
+    }
+
+    #[test]
+    fn workers_share_the_chunks() {
+        // Each chunk waits a little so that a spinning worker has time to join.
+        let pool = Pool::new(2);
+        let worker_did = AtomicUsize::new(0);
+        let caller = std::thread::current().id();
+        for _ in 0..50 {
+            pool.run(8, &|_| {
+                std::thread::sleep(Duration::from_micros(200));
+                if std::thread::current().id() != caller {
+                    worker_did.fetch_add(1, Relaxed);
+                }
+            });
+        }
+        assert!(worker_did.load(Relaxed) > 0);
     }
 
     #[test]
     fn parked_workers_wake_up_for_the_next_job() {
         let pool = Pool::new(2);
         let count = AtomicUsize::new(0);
-        pool.run(&|_, _| {
-            count.fetch_add(1, Ordering::Relaxed);
+        pool.run(4, &|_| {
+            count.fetch_add(1, Relaxed);
         });
         std::thread::sleep(SPIN_BEFORE_PARK * 4);
-        pool.run(&|_, _| {
-            count.fetch_add(1, Ordering::Relaxed);
+        pool.run(4, &|_| {
+            count.fetch_add(1, Relaxed);
         });
-        assert_eq!(count.load(Ordering::Relaxed), 4);
+        assert_eq!(count.load(Relaxed), 8);
     }
 
     #[test]
@@ -250,26 +288,28 @@ mod tests {
         let pool = Pool::new(2);
         for total in [0, 1, 2, 7, 192, 1000] {
             let seen: Vec<AtomicUsize> = (0..total).map(|_| AtomicUsize::new(0)).collect();
-            pool.split(total, &|r| {
+            pool.split(total, 16, &|r| {
                 for k in r {
-                    seen[k].fetch_add(1, Ordering::Relaxed);
+                    seen[k].fetch_add(1, Relaxed);
                 }
             });
-            assert!(seen.iter().all(|s| s.load(Ordering::Relaxed) == 1), "total {total}");
+            assert!(seen.iter().all(|s| s.load(Relaxed) == 1), "total {total}");
         }
         assert_eq!(chunk(10, 0, 3), 0..4);
         assert_eq!(chunk(10, 2, 3), 7..10);
     }
 
     #[test]
-    fn a_worker_panic_reaches_the_caller_and_the_pool_survives() {
+    fn a_panic_in_a_chunk_reaches_the_caller_and_the_pool_survives() {
         let pool = Pool::new(2);
-        let r = catch_unwind(AssertUnwindSafe(|| pool.run(&|i, _| assert!(i != 1, "boom"))));
+        let r = catch_unwind(AssertUnwindSafe(|| {
+            pool.run(64, &|c| assert!(c != 40, "boom"))
+        }));
         assert!(r.is_err());
         let count = AtomicUsize::new(0);
-        pool.run(&|_, _| {
-            count.fetch_add(1, Ordering::Relaxed);
+        pool.run(5, &|_| {
+            count.fetch_add(1, Relaxed);
         });
-        assert_eq!(count.load(Ordering::Relaxed), 2);
+        assert_eq!(count.load(Relaxed), 5);
     }
 }

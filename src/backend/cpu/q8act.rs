@@ -3,10 +3,15 @@
 //!
 //! Layout is structure-of-arrays: the int8 values of a row are contiguous (two blocks fill one
 //! 512-bit register), and per block we keep the scale `d` and `s = d * sum(q)`, which the
-//! offset terms of Q4_0 (`-8`) and Q4_1 (`+m`) need.
+//! offset terms of Q4_0 (`-8`) and Q4_1 (`+m`) need. The SIMD kernels also get both repeated
+//! over the 8 lanes a block's integer dot occupies (`s` pre-divided by 8, so that the 8 lanes
+//! sum to it): a plain vector load then replaces a broadcast and blend per block and row.
 
 use super::dequant::QK;
+use super::Isa;
 
+/// f32 lanes one block's integer dot fills in the SIMD kernels.
+const LANES: usize = 8;
 /// Largest magnitude of a quantized activation (symmetric int8, as ggml's Q8_0).
 const Q8_MAX: f32 = 127.0;
 
@@ -15,6 +20,8 @@ pub struct QuantRows {
     qs: Vec<i8>,
     d: Vec<f32>,
     s: Vec<f32>,
+    d8: Vec<f32>,
+    s8: Vec<f32>,
     cols: usize,
     n: usize,
 }
@@ -24,9 +31,14 @@ impl QuantRows {
         QuantRows::default()
     }
 
-    /// Quantizes `n` rows of `cols` values (`cols` a multiple of 32), reusing the buffers.
-    pub fn quantize(&mut self, x: &[f32], n: usize, cols: usize) {
-        assert!(cols.is_multiple_of(QK) && x.len() == n * cols, "activations: {} values for {n} x {cols}", x.len());
+    /// Quantizes `n` rows of `cols` values (`cols` a multiple of 32), reusing the buffers. Every
+    /// instruction set gives bit-identical results.
+    pub(crate) fn quantize(&mut self, isa: Isa, x: &[f32], n: usize, cols: usize) {
+        assert!(
+            cols.is_multiple_of(QK) && x.len() == n * cols,
+            "activations: {} values for {n} x {cols}",
+            x.len()
+        );
         let nb = n * cols / QK;
         self.qs.resize(n * cols, 0);
         self.d.resize(nb, 0.0);
@@ -35,7 +47,18 @@ impl QuantRows {
         self.n = n;
         let blocks = x.chunks_exact(QK).zip(self.qs.chunks_exact_mut(QK));
         for ((xb, qb), (d, s)) in blocks.zip(self.d.iter_mut().zip(self.s.iter_mut())) {
-            (*d, *s) = quantize_block(xb, qb);
+            (*d, *s) = match isa {
+                #[cfg(target_arch = "x86_64")]
+                // SAFETY: both x86 SIMD levels imply AVX2 (detected); the blocks are 32 long.
+                Isa::Avx2 | Isa::Avx512 => unsafe { super::kern_avx2::quantize_block(xb, qb) },
+                _ => quantize_block(xb, qb),
+            };
+        }
+        self.d8.clear();
+        self.s8.clear();
+        for (&d, &s) in self.d.iter().zip(&self.s) {
+            self.d8.extend_from_slice(&[d; LANES]);
+            self.s8.extend_from_slice(&[s / LANES as f32; LANES]);
         }
     }
 
@@ -64,6 +87,21 @@ impl QuantRows {
     }
 }
 
+impl QuantRows {
+    /// Row `i`'s block scales, each repeated 8 times.
+    #[inline]
+    pub fn d8(&self, i: usize) -> &[f32] {
+        let n = self.cols / QK * LANES;
+        &self.d8[i * n..(i + 1) * n]
+    }
+    /// Row `i`'s `d * sum(q) / 8` per block, each repeated 8 times.
+    #[inline]
+    pub fn s8(&self, i: usize) -> &[f32] {
+        let n = self.cols / QK * LANES;
+        &self.s8[i * n..(i + 1) * n]
+    }
+}
+
 /// Symmetric quantization of one block: returns `(d, d * sum(q))`.
 fn quantize_block(x: &[f32], q: &mut [i8]) -> (f32, f32) {
     let amax = x.iter().fold(0f32, |m, v| m.max(v.abs()));
@@ -71,12 +109,20 @@ fn quantize_block(x: &[f32], q: &mut [i8]) -> (f32, f32) {
     let id = if d != 0.0 { 1.0 / d } else { 0.0 };
     let mut sum = 0i32;
     for (qv, &v) in q.iter_mut().zip(x) {
-        // round() is half away from zero, like C's roundf that ggml uses.
-        let r = (v * id).round() as i8;
-        *qv = r;
-        sum += r as i32;
+        let r = round_half_away(v * id);
+        *qv = r as i8;
+        sum += r;
     }
     (d, d * sum as f32)
+}
+
+/// C's `roundf` (half away from zero, as ggml rounds) for |v| < 2^31, without the libm call
+/// `f32::round` becomes on baseline x86-64; the SIMD quantizer computes the same.
+#[inline]
+pub(crate) fn round_half_away(v: f32) -> i32 {
+    let t = v as i32;
+    let diff = v - t as f32;
+    t + i32::from(diff >= 0.5) - i32::from(diff <= -0.5)
 }
 
 #[cfg(test)]
@@ -85,13 +131,18 @@ mod tests {
 
     #[test]
     fn blocks_round_trip_within_half_a_step() {
-        let x: Vec<f32> = (0..128).map(|i| ((i * 37 % 101) as f32 - 50.0) * 0.013).collect();
+        let x: Vec<f32> = (0..128)
+            .map(|i| ((i * 37 % 101) as f32 - 50.0) * 0.013)
+            .collect();
         let mut q = QuantRows::new();
-        q.quantize(&x, 2, 64);
+        q.quantize(Isa::Scalar, &x, 2, 64);
         for i in 0..2 {
             for (b, (&d, &s)) in q.d(i).iter().zip(q.s(i)).enumerate() {
                 let qs = &q.qs(i)[b * QK..(b + 1) * QK];
-                assert!(qs.iter().any(|&v| v.abs() == 127), "the largest value maps to +-127");
+                assert!(
+                    qs.iter().any(|&v| v.abs() == 127),
+                    "the largest value maps to +-127"
+                );
                 let sum: i32 = qs.iter().map(|&v| v as i32).sum();
                 assert_eq!(s, d * sum as f32);
                 for (k, &v) in qs.iter().enumerate() {
@@ -103,9 +154,51 @@ mod tests {
     }
 
     #[test]
+    fn rounding_is_half_away_from_zero_and_every_isa_agrees() {
+        for v in [
+            0.5f32,
+            1.5,
+            2.5,
+            -0.5,
+            -2.5,
+            0.49999997,
+            -0.49999997,
+            126.5,
+            -127.0,
+            3.2,
+            -3.7,
+        ] {
+            assert_eq!(round_half_away(v), v.round() as i32, "{v}");
+        }
+        let x: Vec<f32> = (0..3 * 96)
+            .map(|i| ((i * 53 % 255) as f32 - 127.0) * 0.5 + if i % 7 == 0 { 0.25 } else { 0.0 })
+            .collect();
+        let mut want = QuantRows::new();
+        want.quantize(Isa::Scalar, &x, 3, 96);
+        for isa in Isa::available() {
+            let mut got = QuantRows::new();
+            got.quantize(isa, &x, 3, 96);
+            for i in 0..3 {
+                assert_eq!(
+                    (got.qs(i), got.d(i), got.s(i)),
+                    (want.qs(i), want.d(i), want.s(i)),
+                    "{}",
+                    isa.name()
+                );
+                assert_eq!(
+                    (got.d8(i), got.s8(i)),
+                    (want.d8(i), want.s8(i)),
+                    "{}",
+                    isa.name()
+                );
+            }
+        }
+    }
+
+    #[test]
     fn a_zero_block_has_zero_scale_and_no_nan() {
         let mut q = QuantRows::new();
-        q.quantize(&[0.0; 32], 1, 32);
+        q.quantize(Isa::Scalar, &[0.0; 32], 1, 32);
         assert_eq!(q.d(0), &[0.0]);
         assert!(q.qs(0).iter().all(|&v| v == 0));
     }

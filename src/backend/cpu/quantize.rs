@@ -10,9 +10,15 @@ use crate::backend::DType;
 pub fn quantize_row(dtype: DType, x: &[f32]) -> Option<Vec<u8>> {
     let mut out = Vec::with_capacity(dtype.bytes_for(x.len())?);
     match dtype {
-        DType::F32 => x.iter().for_each(|v| out.extend_from_slice(&v.to_le_bytes())),
-        DType::F16 => x.iter().for_each(|&v| out.extend_from_slice(&f32_to_f16(v).to_le_bytes())),
-        DType::BF16 => x.iter().for_each(|&v| out.extend_from_slice(&f32_to_bf16(v).to_le_bytes())),
+        DType::F32 => x
+            .iter()
+            .for_each(|v| out.extend_from_slice(&v.to_le_bytes())),
+        DType::F16 => x
+            .iter()
+            .for_each(|&v| out.extend_from_slice(&f32_to_f16(v).to_le_bytes())),
+        DType::BF16 => x
+            .iter()
+            .for_each(|&v| out.extend_from_slice(&f32_to_bf16(v).to_le_bytes())),
         DType::Q8_0 => x.chunks_exact(QK).for_each(|b| q8_0(b, &mut out)),
         DType::Q4_0 => x.chunks_exact(QK).for_each(|b| q4_0(b, &mut out)),
         DType::Q4_1 => x.chunks_exact(QK).for_each(|b| q4_1(b, &mut out)),
@@ -31,7 +37,9 @@ fn q8_0(x: &[f32], out: &mut Vec<u8>) {
 
 fn q4_0(x: &[f32], out: &mut Vec<u8>) {
     // The value of largest magnitude, with its sign, maps to -8.
-    let max = x.iter().fold(0f32, |m, &v| if v.abs() > m.abs() { v } else { m });
+    let max = x
+        .iter()
+        .fold(0f32, |m, &v| if v.abs() > m.abs() { v } else { m });
     let d = max / -8.0;
     let id = if d != 0.0 { 1.0 / d } else { 0.0 };
     out.extend_from_slice(&f32_to_f16(d).to_le_bytes());
@@ -61,7 +69,12 @@ mod tests {
         // quantizer, fed the gguf package's own dequantized values, must reproduce the bytes
         // for the types whose quantization is a fixed point of dequantize∘quantize.
         for dtype in [DType::F32, DType::F16, DType::BF16, DType::Q8_0] {
-            let raw = std::fs::read(format!("{}/tests/data/dequant/{}.bin", env!("CARGO_MANIFEST_DIR"), dtype.name())).unwrap();
+            let raw = std::fs::read(format!(
+                "{}/tests/data/dequant/{}.bin",
+                env!("CARGO_MANIFEST_DIR"),
+                dtype.name()
+            ))
+            .unwrap();
             let n = raw.len() / dtype.block_bytes() * dtype.block_len();
             let mut vals = vec![0f32; n];
             dequantize_row(dtype, &raw, &mut vals);
@@ -77,7 +90,9 @@ mod tests {
 
     #[test]
     fn four_bit_round_trip_error_is_within_a_step() {
-        let x: Vec<f32> = (0..256).map(|i| ((i * 29 % 97) as f32 - 48.0) * 0.021).collect();
+        let x: Vec<f32> = (0..256)
+            .map(|i| ((i * 29 % 97) as f32 - 48.0) * 0.021)
+            .collect();
         for dtype in [DType::Q4_0, DType::Q4_1] {
             let q = quantize_row(dtype, &x).unwrap();
             let mut y = vec![0f32; x.len()];
