@@ -2,8 +2,10 @@
 //! the connection is kept alive. Runs over any `AsyncRead + AsyncWrite`, so the whole state
 //! machine can be driven by a socket or, in tests and fuzzing, by bytes in memory.
 
+use std::future::Future;
 use std::net::SocketAddr;
 use std::panic::AssertUnwindSafe;
+use std::pin::Pin;
 use std::time::Instant;
 
 use smol::future::{self, FutureExt as _};
@@ -64,6 +66,13 @@ struct Conn<'a, 'c, S> {
     /// Method and path of the request in the handler, kept (in reused buffers) to report a panic.
     method: String,
     path: String,
+    /// One timer per connection, re-armed only when a deadline comes earlier than it is set for:
+    /// registering a timer for every keep-alive wait cost a quarter of the throughput.
+    timer: Timer,
+    /// When `timer` fires, if armed.
+    armed: Option<Instant>,
+    /// Resolves when shutdown starts; kept across waits so that it registers only once.
+    stop: Pin<Box<dyn Future<Output = ()> + Send + 'c>>,
 }
 
 /// Serves requests on `io` until the client or the server ends the connection.
@@ -78,6 +87,9 @@ where
         out: Vec::with_capacity(1024),
         method: String::new(),
         path: String::new(),
+        timer: Timer::never(),
+        armed: None,
+        stop: Box::pin(ctx.shutdown.triggered()),
     };
     let end = conn.run().await;
     // Best effort: a client that is gone cannot be told anything more.
@@ -109,21 +121,40 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Conn<'_, '_, S> {
         if !self.out.is_empty() && !self.write_out().await {
             return ReadOutcome::Eof;
         }
-        let shutdown = self.ctx.shutdown;
-        let read = async { self.input.read_from(self.io).await };
+        if self.armed.is_none_or(|at| deadline < at) {
+            self.timer.set_at(deadline);
+            self.armed = Some(deadline);
+        }
+        let Conn {
+            io,
+            input,
+            timer,
+            armed,
+            stop,
+            ..
+        } = self;
         let read = async {
-            match read.await {
+            match input.read_from(*io).await {
                 Ok(0) | Err(_) => ReadOutcome::Eof,
                 Ok(_) => ReadOutcome::Data,
             }
         };
         let timeout = async {
-            Timer::at(deadline).await;
-            ReadOutcome::Timeout
+            loop {
+                (&mut *timer).await;
+                *armed = None;
+                if Instant::now() >= deadline {
+                    return ReadOutcome::Timeout;
+                }
+                // Set for an earlier deadline than this wait's: wait on.
+                timer.set_at(deadline);
+                *armed = Some(deadline);
+            }
         };
         let stop = async {
             if watch_stop {
-                shutdown.triggered().await;
+                // Polled no more after this: the connection ends on `Stopped`.
+                stop.as_mut().await;
                 ReadOutcome::Stopped
             } else {
                 future::pending().await
