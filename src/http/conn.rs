@@ -9,20 +9,17 @@ use std::pin::Pin;
 use std::time::Instant;
 
 use smol::future::{self, FutureExt as _};
-use smol::io::{AsyncRead, AsyncReadExt as _, AsyncWrite, AsyncWriteExt as _};
+use smol::io::{AsyncRead, AsyncWrite};
 use smol::Timer;
 
 use super::error::HttpError;
+use super::io::{write_timed, ReadBuf};
 use super::parse::{parse_head, ChunkedDecoder, Framing, MAX_HEAD_BYTES, MAX_TARGET_BYTES};
 use super::response::{self, ConnHeader, CONTINUE, LAST_CHUNK};
 use super::server::HttpConfig;
 use super::shutdown::Shutdown;
 use super::{Body, Handler, Rejected, Request};
 
-/// Initial size of a connection's read buffer, and how much it grows by at least.
-const READ_CHUNK: usize = 16 * 1024;
-/// The read buffer grows when less than this is free at its end.
-const MIN_READ: usize = 4 * 1024;
 /// Pending output is written out once it grows past this, even while pipelined requests remain.
 const WRITE_BATCH_BYTES: usize = 64 * 1024;
 
@@ -110,7 +107,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Conn<'_, '_, S> {
 
     /// Writes pending output; false if the client is gone or too slow to take it.
     async fn write_out(&mut self) -> bool {
-        let ok = write_timed(self.io, &self.out, self.ctx.cfg).await;
+        let ok = write_timed(self.io, &self.out, self.ctx.cfg.write_timeout).await;
         self.out.clear();
         ok
     }
@@ -345,7 +342,9 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Conn<'_, '_, S> {
                     );
                     if has_body && !head_only {
                         if bytes.len() > WRITE_BATCH_BYTES {
-                            if !self.write_out().await || !write_timed(self.io, &bytes, cfg).await {
+                            if !self.write_out().await
+                                || !write_timed(self.io, &bytes, cfg.write_timeout).await
+                            {
                                 return ConnEnd::Closed;
                             }
                         } else {
@@ -467,56 +466,4 @@ fn worth_parsing(buf: &[u8], checked: usize) -> bool {
         || buf[checked..].contains(&b'\n')
         || crossed(MAX_TARGET_BYTES)
         || crossed(MAX_HEAD_BYTES)
-}
-
-/// Input read but not yet consumed. The vector stays initialised to its full length, so reads go
-/// straight into its spare end without zeroing it again for every read.
-#[derive(Default)]
-struct ReadBuf {
-    buf: Vec<u8>,
-    start: usize,
-    end: usize,
-}
-
-impl ReadBuf {
-    fn filled(&self) -> &[u8] {
-        &self.buf[self.start..self.end]
-    }
-
-    fn consume(&mut self, n: usize) {
-        self.start += n;
-        if self.start == self.end {
-            self.start = 0;
-            self.end = 0;
-        }
-    }
-
-    /// Reads once into the spare end, first moving unread bytes to the front.
-    async fn read_from<S: AsyncRead + Unpin>(&mut self, io: &mut S) -> std::io::Result<usize> {
-        if self.start > 0 {
-            self.buf.copy_within(self.start..self.end, 0);
-            self.end -= self.start;
-            self.start = 0;
-        }
-        if self.buf.len() - self.end < MIN_READ {
-            let grown = (self.buf.len() * 2).max(self.end + READ_CHUNK);
-            self.buf.resize(grown, 0);
-        }
-        let n = io.read(&mut self.buf[self.end..]).await?;
-        self.end += n;
-        Ok(n)
-    }
-}
-
-/// Writes all of `buf` within the write timeout; false if the client is gone or too slow.
-async fn write_timed<S: AsyncWrite + Unpin>(io: &mut S, buf: &[u8], cfg: &HttpConfig) -> bool {
-    if buf.is_empty() {
-        return true;
-    }
-    let write = async { io.write_all(buf).await.is_ok() && io.flush().await.is_ok() };
-    let timeout = async {
-        Timer::after(cfg.write_timeout).await;
-        false
-    };
-    write.or(timeout).await
 }
