@@ -40,6 +40,23 @@ fn slowloris_gets_408_while_others_are_served() {
 }
 
 #[test]
+fn idle_keep_alive_outlives_the_header_timeout() {
+    let cfg = HttpConfig {
+        header_timeout: Duration::from_millis(200),
+        ..quick_cfg()
+    };
+    let server = TestServer::start(cfg);
+    let mut c = Client::new(&server);
+    c.send(b"GET /health HTTP/1.1\r\n\r\n");
+    assert_eq!(c.response().status, 200);
+    // Idle longer than the header timeout: the idle timeout (60 s) governs, not that one.
+    std::thread::sleep(Duration::from_millis(600));
+    c.send(b"GET /health HTTP/1.1\r\n\r\n");
+    assert_eq!(c.response().status, 200);
+    assert!(server.rejected().is_empty());
+}
+
+#[test]
 fn idle_keep_alive_is_closed_without_a_response() {
     let cfg = HttpConfig {
         idle_timeout: Duration::from_millis(200),

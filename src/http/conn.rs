@@ -2,25 +2,24 @@
 //! the connection is kept alive. Runs over any `AsyncRead + AsyncWrite`, so the whole state
 //! machine can be driven by a socket or, in tests and fuzzing, by bytes in memory.
 
+use std::future::Future;
 use std::net::SocketAddr;
 use std::panic::AssertUnwindSafe;
+use std::pin::Pin;
 use std::time::Instant;
 
 use smol::future::{self, FutureExt as _};
-use smol::io::{AsyncRead, AsyncReadExt as _, AsyncWrite, AsyncWriteExt as _};
+use smol::io::{AsyncRead, AsyncWrite};
 use smol::Timer;
 
 use super::error::HttpError;
+use super::io::{write_timed, ReadBuf};
 use super::parse::{parse_head, ChunkedDecoder, Framing, MAX_HEAD_BYTES, MAX_TARGET_BYTES};
 use super::response::{self, ConnHeader, CONTINUE, LAST_CHUNK};
 use super::server::HttpConfig;
 use super::shutdown::Shutdown;
 use super::{Body, Handler, Rejected, Request};
 
-/// Initial size of a connection's read buffer, and how much it grows by at least.
-const READ_CHUNK: usize = 16 * 1024;
-/// The read buffer grows when less than this is free at its end.
-const MIN_READ: usize = 4 * 1024;
 /// Pending output is written out once it grows past this, even while pipelined requests remain.
 const WRITE_BATCH_BYTES: usize = 64 * 1024;
 
@@ -64,6 +63,13 @@ struct Conn<'a, 'c, S> {
     /// Method and path of the request in the handler, kept (in reused buffers) to report a panic.
     method: String,
     path: String,
+    /// One timer per connection, re-armed only when a deadline comes earlier than it is set for:
+    /// registering a timer for every keep-alive wait cost a quarter of the throughput.
+    timer: Timer,
+    /// When `timer` fires, if armed.
+    armed: Option<Instant>,
+    /// Resolves when shutdown starts; kept across waits so that it registers only once.
+    stop: Pin<Box<dyn Future<Output = ()> + Send + 'c>>,
 }
 
 /// Serves requests on `io` until the client or the server ends the connection.
@@ -78,6 +84,9 @@ where
         out: Vec::with_capacity(1024),
         method: String::new(),
         path: String::new(),
+        timer: Timer::never(),
+        armed: None,
+        stop: Box::pin(ctx.shutdown.triggered()),
     };
     let end = conn.run().await;
     // Best effort: a client that is gone cannot be told anything more.
@@ -98,7 +107,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Conn<'_, '_, S> {
 
     /// Writes pending output; false if the client is gone or too slow to take it.
     async fn write_out(&mut self) -> bool {
-        let ok = write_timed(self.io, &self.out, self.ctx.cfg).await;
+        let ok = write_timed(self.io, &self.out, self.ctx.cfg.write_timeout).await;
         self.out.clear();
         ok
     }
@@ -109,21 +118,40 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Conn<'_, '_, S> {
         if !self.out.is_empty() && !self.write_out().await {
             return ReadOutcome::Eof;
         }
-        let shutdown = self.ctx.shutdown;
-        let read = async { self.input.read_from(self.io).await };
+        if self.armed.is_none_or(|at| deadline < at) {
+            self.timer.set_at(deadline);
+            self.armed = Some(deadline);
+        }
+        let Conn {
+            io,
+            input,
+            timer,
+            armed,
+            stop,
+            ..
+        } = self;
         let read = async {
-            match read.await {
+            match input.read_from(*io).await {
                 Ok(0) | Err(_) => ReadOutcome::Eof,
                 Ok(_) => ReadOutcome::Data,
             }
         };
         let timeout = async {
-            Timer::at(deadline).await;
-            ReadOutcome::Timeout
+            loop {
+                (&mut *timer).await;
+                *armed = None;
+                if Instant::now() >= deadline {
+                    return ReadOutcome::Timeout;
+                }
+                // Set for an earlier deadline than this wait's: wait on.
+                timer.set_at(deadline);
+                *armed = Some(deadline);
+            }
         };
         let stop = async {
             if watch_stop {
-                shutdown.triggered().await;
+                // Polled no more after this: the connection ends on `Stopped`.
+                stop.as_mut().await;
                 ReadOutcome::Stopped
             } else {
                 future::pending().await
@@ -314,7 +342,9 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Conn<'_, '_, S> {
                     );
                     if has_body && !head_only {
                         if bytes.len() > WRITE_BATCH_BYTES {
-                            if !self.write_out().await || !write_timed(self.io, &bytes, cfg).await {
+                            if !self.write_out().await
+                                || !write_timed(self.io, &bytes, cfg.write_timeout).await
+                            {
                                 return ConnEnd::Closed;
                             }
                         } else {
@@ -436,56 +466,4 @@ fn worth_parsing(buf: &[u8], checked: usize) -> bool {
         || buf[checked..].contains(&b'\n')
         || crossed(MAX_TARGET_BYTES)
         || crossed(MAX_HEAD_BYTES)
-}
-
-/// Input read but not yet consumed. The vector stays initialised to its full length, so reads go
-/// straight into its spare end without zeroing it again for every read.
-#[derive(Default)]
-struct ReadBuf {
-    buf: Vec<u8>,
-    start: usize,
-    end: usize,
-}
-
-impl ReadBuf {
-    fn filled(&self) -> &[u8] {
-        &self.buf[self.start..self.end]
-    }
-
-    fn consume(&mut self, n: usize) {
-        self.start += n;
-        if self.start == self.end {
-            self.start = 0;
-            self.end = 0;
-        }
-    }
-
-    /// Reads once into the spare end, first moving unread bytes to the front.
-    async fn read_from<S: AsyncRead + Unpin>(&mut self, io: &mut S) -> std::io::Result<usize> {
-        if self.start > 0 {
-            self.buf.copy_within(self.start..self.end, 0);
-            self.end -= self.start;
-            self.start = 0;
-        }
-        if self.buf.len() - self.end < MIN_READ {
-            let grown = (self.buf.len() * 2).max(self.end + READ_CHUNK);
-            self.buf.resize(grown, 0);
-        }
-        let n = io.read(&mut self.buf[self.end..]).await?;
-        self.end += n;
-        Ok(n)
-    }
-}
-
-/// Writes all of `buf` within the write timeout; false if the client is gone or too slow.
-async fn write_timed<S: AsyncWrite + Unpin>(io: &mut S, buf: &[u8], cfg: &HttpConfig) -> bool {
-    if buf.is_empty() {
-        return true;
-    }
-    let write = async { io.write_all(buf).await.is_ok() && io.flush().await.is_ok() };
-    let timeout = async {
-        Timer::after(cfg.write_timeout).await;
-        false
-    };
-    write.or(timeout).await
 }

@@ -8,6 +8,7 @@
 pub mod conn;
 pub mod date;
 pub mod error;
+mod io;
 pub mod parse;
 pub mod response;
 pub mod server;

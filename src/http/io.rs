@@ -1,0 +1,64 @@
+//! Socket plumbing for a connection: the reusable read buffer and writes bounded in time.
+
+use std::time::Duration;
+
+use smol::future::FutureExt as _;
+use smol::io::{AsyncRead, AsyncReadExt as _, AsyncWrite, AsyncWriteExt as _};
+use smol::Timer;
+
+/// Initial size of a connection's read buffer, and how much it grows by at least.
+const READ_CHUNK: usize = 16 * 1024;
+/// The read buffer grows when less than this is free at its end.
+const MIN_READ: usize = 4 * 1024;
+
+/// Input read but not yet consumed. The vector stays initialised to its full length, so reads go
+/// straight into its spare end without zeroing it again for every read.
+#[derive(Default)]
+pub struct ReadBuf {
+    buf: Vec<u8>,
+    start: usize,
+    end: usize,
+}
+
+impl ReadBuf {
+    pub fn filled(&self) -> &[u8] {
+        &self.buf[self.start..self.end]
+    }
+
+    pub fn consume(&mut self, n: usize) {
+        self.start += n;
+        if self.start == self.end {
+            self.start = 0;
+            self.end = 0;
+        }
+    }
+
+    /// Reads once into the spare end, first moving unread bytes to the front.
+    pub async fn read_from<S: AsyncRead + Unpin>(&mut self, io: &mut S) -> std::io::Result<usize> {
+        if self.start > 0 {
+            self.buf.copy_within(self.start..self.end, 0);
+            self.end -= self.start;
+            self.start = 0;
+        }
+        if self.buf.len() - self.end < MIN_READ {
+            let grown = (self.buf.len() * 2).max(self.end + READ_CHUNK);
+            self.buf.resize(grown, 0);
+        }
+        let n = io.read(&mut self.buf[self.end..]).await?;
+        self.end += n;
+        Ok(n)
+    }
+}
+
+/// Writes all of `buf` within the write timeout; false if the client is gone or too slow.
+pub async fn write_timed<S: AsyncWrite + Unpin>(io: &mut S, buf: &[u8], timeout: Duration) -> bool {
+    if buf.is_empty() {
+        return true;
+    }
+    let write = async { io.write_all(buf).await.is_ok() && io.flush().await.is_ok() };
+    let timeout = async {
+        Timer::after(timeout).await;
+        false
+    };
+    write.or(timeout).await
+}
