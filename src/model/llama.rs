@@ -179,9 +179,8 @@ impl Model for Llama {
         for (l, layer) in self.layers.iter().enumerate() {
             s.h.copy_from_slice(&s.x);
             be.rms_norm(&mut s.h, &layer.attn_norm, hp.rms_eps);
-            be.matmul(weight(&layer.wq), &s.h, t, &mut s.q);
-            be.matmul(weight(&layer.wk), &s.h, t, &mut s.k);
-            be.matmul(weight(&layer.wv), &s.h, t, &mut s.v);
+            // One activation quantization and one pool dispatch for Q, K and V together.
+            be.matmul_many(&[weight(&layer.wq), weight(&layer.wk), weight(&layer.wv)], &s.h, t, &mut [&mut s.q, &mut s.k, &mut s.v]);
             add_bias(&mut s.q, &layer.bq);
             add_bias(&mut s.k, &layer.bk);
             add_bias(&mut s.v, &layer.bv);
@@ -205,8 +204,7 @@ impl Model for Llama {
             add(&mut s.x, &s.o);
             s.h.copy_from_slice(&s.x);
             be.rms_norm(&mut s.h, &layer.ffn_norm, hp.rms_eps);
-            be.matmul(weight(&layer.w_gate), &s.h, t, &mut s.gate);
-            be.matmul(weight(&layer.w_up), &s.h, t, &mut s.up);
+            be.matmul_many(&[weight(&layer.w_gate), weight(&layer.w_up)], &s.h, t, &mut [&mut s.gate, &mut s.up]);
             be.swiglu(&mut s.gate, &s.up);
             be.matmul(weight(&layer.w_down), &s.gate, t, &mut s.o);
             add(&mut s.x, &s.o);
