@@ -82,6 +82,7 @@ pub fn run(cfg: &ServeConfig, prompt: usize, generate: usize, sequences: usize) 
     let path = model_path(cfg)?;
     let files = ModelFiles::open(&path).map_err(|e| e.to_string())?;
     let tokenizer = Arc::new(crate::model::Tokenizer::from_model_files(&files).map_err(|e| e.to_string())?);
+    let name = crate::model::load::model_id(&path, &files);
     let cores = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1);
     let mut thread_counts = vec![1, if cfg.threads == 0 { cores } else { cfg.threads }];
     thread_counts.dedup();
@@ -90,10 +91,10 @@ pub fn run(cfg: &ServeConfig, prompt: usize, generate: usize, sequences: usize) 
     for &threads in &thread_counts {
         let model: Arc<dyn Model> = Arc::new(Llama::load(&files, threads).map_err(|e| e.to_string())?);
         decode_tok_s(&*model, 8); // warm-up: page in the weights
-        println!("| {} | {threads} | pp{prompt} | {:.2} |", files.name, prefill_tok_s(&*model, prompt, 3));
-        println!("| {} | {threads} | tg{generate} | {:.2} |", files.name, decode_tok_s(&*model, generate));
+        println!("| {} | {threads} | pp{prompt} | {:.2} |", name, prefill_tok_s(&*model, prompt, 3));
+        println!("| {} | {threads} | tg{generate} | {:.2} |", name, decode_tok_s(&*model, generate));
         if threads == *thread_counts.last().unwrap() && sequences > 1 {
-            println!("| {} | {threads} | tg{generate} x{sequences} (aggregate) | {:.2} |", files.name, concurrent_tok_s(model.clone(), tokenizer.clone(), sequences, generate));
+            println!("| {} | {threads} | tg{generate} x{sequences} (aggregate) | {:.2} |", name, concurrent_tok_s(model.clone(), tokenizer.clone(), sequences, generate));
         }
     }
     Ok(())

@@ -36,9 +36,13 @@ pub fn load(path: &Path, threads: usize) -> Result<Loaded, LoadError> {
     let tokenizer = Tokenizer::from_model_files(&files).map_err(|e| err(e.to_string()))?;
     let template = ChatTemplate::from_tokenizer(&tokenizer).map_err(|e| err(e.to_string()))?;
     let model = Llama::load(&files, threads).map_err(|e| err(e.to_string()))?;
-    let name = match path.file_name().and_then(|n| n.to_str()) {
+    Ok(Loaded { model: Arc::new(model), tokenizer: Arc::new(tokenizer), template, name: model_id(path, &files) })
+}
+
+/// The id clients see: the file name without `.gguf`, or the directory name.
+pub fn model_id(path: &Path, files: &ModelFiles) -> String {
+    match path.file_name().and_then(|n| n.to_str()) {
         Some(n) => n.strip_suffix(".gguf").unwrap_or(n).to_string(),
         None => files.name.clone(),
-    };
-    Ok(Loaded { model: Arc::new(model), tokenizer: Arc::new(tokenizer), template, name })
+    }
 }
