@@ -158,3 +158,51 @@ fn sigterm_shuts_down_cleanly() {
     let status = s.terminate();
     assert!(status.success(), "exit status {status:?}");
 }
+
+/// Reads SSE events (id, data) from a stream until `n` data events have arrived.
+fn read_events(r: &mut impl std::io::BufRead, n: usize) -> Vec<(u64, serde_json::Value)> {
+    let mut out = Vec::new();
+    let mut id = 0;
+    let mut line = String::new();
+    while out.len() < n {
+        line.clear();
+        if r.read_line(&mut line).unwrap() == 0 {
+            break;
+        }
+        // Chunked framing: size lines are hex digits only; event lines have a field name.
+        let l = line.trim_end();
+        if let Some(v) = l.strip_prefix("id: ") {
+            id = v.parse().unwrap();
+        } else if let Some(v) = l.strip_prefix("data: ") {
+            out.push((id, serde_json::from_str(v).unwrap()));
+        }
+    }
+    out
+}
+
+#[test]
+fn metrics_stream_replays_after_last_event_id_then_goes_live() {
+    use std::io::{BufReader, Write};
+    let s = start(&[]);
+    let complete = || common::post_json(s.addr, "/v1/completions", &serde_json::json!({"prompt": "Hello", "max_tokens": 2, "temperature": 0}));
+    for _ in 0..3 {
+        assert_eq!(complete().status, 200);
+    }
+    let mut sock = s.connect();
+    sock.write_all(b"GET /v1/mtplx/metrics/stream HTTP/1.1\r\nHost: t\r\nLast-Event-ID: 1\r\n\r\n").unwrap();
+    let mut r = BufReader::new(sock);
+    let head = common::read_head(&mut r);
+    assert!(head.starts_with("HTTP/1.1 200"), "{head}");
+    assert!(head.to_ascii_lowercase().contains("content-type: text/event-stream"), "{head}");
+    // Records 2 and 3 are replayed; the next request arrives live as record 4.
+    let replayed = read_events(&mut r, 2);
+    assert_eq!(replayed.iter().map(|(id, _)| *id).collect::<Vec<_>>(), [2, 3]);
+    assert_eq!(complete().status, 200);
+    let live = read_events(&mut r, 1);
+    assert_eq!(live[0].0, 4);
+    let rec = &live[0].1;
+    assert_eq!(rec["route"], "/v1/completions");
+    assert_eq!(rec["completion_tokens"], 2);
+    assert!(rec["tok_s"].as_f64().unwrap() > 0.0 && rec["accept_rate"].as_f64() == Some(0.0), "{rec}");
+    assert!(rec["ttft_s"].as_f64().unwrap() <= rec["ttlt_s"].as_f64().unwrap());
+}

@@ -174,3 +174,15 @@ pub fn get(addr: SocketAddr, path: &str) -> Resp {
 pub fn post_json(addr: SocketAddr, path: &str, body: &serde_json::Value) -> Resp {
     request(addr, "POST", path, &[("Content-Type", "application/json")], body.to_string().as_bytes())
 }
+
+/// Reads a response head (status line and headers) and returns it as text.
+pub fn read_head(r: &mut impl BufRead) -> String {
+    let mut head = String::new();
+    loop {
+        let mut line = String::new();
+        if r.read_line(&mut line).unwrap() == 0 || line == "\r\n" {
+            return head;
+        }
+        head.push_str(&line);
+    }
+}
