@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
 # Installs what the tests need on a fresh Debian machine (run as root, or with sudo available):
-# Prometheus and promtool, wrk, and the Python packages the cross-checks use. Idempotent.
+# Prometheus and promtool, wrk, the Python packages the cross-checks use, and the demo model.
+# Idempotent: what is already there is not fetched again.
 set -euo pipefail
 
 need_apt=()
 command -v promtool >/dev/null 2>&1 || need_apt+=(prometheus)
 command -v wrk >/dev/null 2>&1 || need_apt+=(wrk)
-command -v node >/dev/null 2>&1 || need_apt+=(nodejs)
 if [ ${#need_apt[@]} -gt 0 ]; then
   SUDO=""; [ "$(id -u)" = 0 ] || SUDO="sudo"
   $SUDO apt-get update -qq
@@ -14,7 +14,7 @@ if [ ${#need_apt[@]} -gt 0 ]; then
 fi
 
 python3 -m pip install --quiet --disable-pip-version-check \
-  prometheus_client openai requests gguf numpy
+  prometheus_client openai requests
 
 # The demo model: the tests fetch it through the server's own code path if it is missing, but
 # fetching once here keeps the first test from paying for it.
