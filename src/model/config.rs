@@ -48,17 +48,11 @@ impl Arch {
 ///   rotates with value `i + head_dim/2` (NeoX layout).
 /// - llama.cpp's `convert_hf_to_gguf.py` permutes the rows of Q and K of *llama* models (its
 ///   `LlamaModel.permute`) so that, after conversion, value `2i` rotates with `2i + 1` — ggml's
-///   "normal" RoPE. A GGUF llama file must therefore use [`RopeLayout::Normal`]; applying NeoX to
+///   "normal" RoPE. A GGUF llama file must therefore use [`RopeLayout::Interleaved`]; applying NeoX to
 ///   it (or Normal to the HF original) gives a model that runs but talks nonsense.
 /// - qwen2 and qwen3 are not permuted by the converter; llama.cpp runs them with NeoX RoPE, so
-///   both their GGUF and HF forms use [`RopeLayout::Neox`].
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum RopeLayout {
-    /// Adjacent pairs `(2i, 2i+1)` (ggml `LLAMA_ROPE_TYPE_NORM`).
-    Normal,
-    /// Halves `(i, i + head_dim/2)` (ggml `LLAMA_ROPE_TYPE_NEOX`, HF `rotate_half`).
-    Neox,
-}
+///   both their GGUF and HF forms use [`RopeLayout::NeoX`].
+pub use crate::backend::RopeLayout;
 
 #[derive(Clone, Debug, PartialEq)]
 pub struct HParams {
@@ -188,7 +182,7 @@ impl HParams {
             rope_theta,
             rms_eps,
             tied_embeddings: !tensors.contains("output.weight"),
-            rope_layout: if arch == Arch::Llama { RopeLayout::Normal } else { RopeLayout::Neox },
+            rope_layout: if arch == Arch::Llama { RopeLayout::Interleaved } else { RopeLayout::NeoX },
             qk_norm: arch == Arch::Qwen3,
             qkv_bias: arch == Arch::Qwen2 || tensors.contains("blk.0.attn_q.bias"),
             o_bias: tensors.contains("blk.0.attn_output.bias"),
@@ -253,7 +247,7 @@ impl HParams {
             rms_eps: float("rms_norm_eps", None)?,
             // The transformers classes of all three default to untied.
             tied_embeddings: flag("tie_word_embeddings", false)?,
-            rope_layout: RopeLayout::Neox,
+            rope_layout: RopeLayout::NeoX,
             qk_norm: arch == Arch::Qwen3,
             // Qwen2 always has q/k/v biases (its attention ignores `attention_bias`); llama and
             // qwen3 put biases on q, k, v and o when `attention_bias` is set.

@@ -15,7 +15,7 @@ fn demo_gguf_hparams() {
     assert_eq!(hp.rope_theta, 100_000.0);
     assert_eq!(hp.rms_eps, 1e-5);
     assert!(hp.tied_embeddings);
-    assert_eq!(hp.rope_layout, RopeLayout::Normal);
+    assert_eq!(hp.rope_layout, RopeLayout::Interleaved);
     assert!(!hp.qk_norm && !hp.qkv_bias && !hp.o_bias);
 }
 
@@ -41,7 +41,7 @@ fn qwen3_gguf_uses_neox_and_key_length() {
     let f = GgufFile::from_bytes("q.gguf", qwen3_gguf_meta().to_bytes()).unwrap();
     let hp = HParams::from_gguf(&f.metadata, &f.tensors, &f.path).unwrap();
     assert_eq!((hp.arch, hp.head_dim, hp.q_dim(), hp.kv_dim()), (Arch::Qwen3, 32, 128, 64));
-    assert_eq!(hp.rope_layout, RopeLayout::Neox);
+    assert_eq!(hp.rope_layout, RopeLayout::NeoX);
     assert!(hp.qk_norm && !hp.tied_embeddings && !hp.qkv_bias);
     assert_eq!(hp.rope_theta, 1e6);
 }
@@ -89,7 +89,7 @@ fn hf_configs_of_each_arch() {
     let hp = HParams::from_hf_config(&qwen3_config(), p).unwrap();
     assert_eq!((hp.arch, hp.n_layers, hp.hidden, hp.head_dim, hp.ffn, hp.vocab), (Arch::Qwen3, 2, 64, 32, 96, 100));
     assert!(hp.tied_embeddings && hp.qk_norm && !hp.qkv_bias);
-    assert_eq!(hp.rope_layout, RopeLayout::Neox);
+    assert_eq!(hp.rope_layout, RopeLayout::NeoX);
 
     let qwen2 = json!({"model_type": "qwen2", "num_hidden_layers": 1, "hidden_size": 32, "num_attention_heads": 2,
         "num_key_value_heads": 1, "intermediate_size": 64, "vocab_size": 50, "max_position_embeddings": 128,
@@ -102,7 +102,7 @@ fn hf_configs_of_each_arch() {
         "intermediate_size": 64, "vocab_size": 50, "max_position_embeddings": 128, "rms_norm_eps": 1e-5,
         "rope_theta": 500000.0});
     let hp = HParams::from_hf_config(&llama, p).unwrap();
-    assert_eq!((hp.n_kv_heads, hp.head_dim, hp.rope_layout), (4, 8, RopeLayout::Neox));
+    assert_eq!((hp.n_kv_heads, hp.head_dim, hp.rope_layout), (4, 8, RopeLayout::NeoX));
 }
 
 #[test]

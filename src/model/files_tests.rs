@@ -34,7 +34,7 @@ fn hf_directory_with_tokenizer_template_and_generation_config() {
     std::fs::write(dir.join("generation_config.json"), json!({"bos_token_id": 5, "eos_token_id": [7, 8]}).to_string()).unwrap();
     let m = ModelFiles::open(&dir).unwrap();
     assert_eq!(m.format, Format::HuggingFace);
-    assert_eq!((m.hparams.arch, m.weights.rope_layout), (Arch::Qwen3, RopeLayout::Neox));
+    assert_eq!((m.hparams.arch, m.weights.rope_layout), (Arch::Qwen3, RopeLayout::NeoX));
     assert_eq!(
         m.tokenizer,
         Some(TokenizerSource::HfJson {

@@ -2,12 +2,12 @@
 //! qwen3 (RMSNorm on each q and k head). One forward pass runs every sequence of a batch
 //! together, so each weight matrix is streamed from memory once per step for all rows.
 
-use super::config::{HParams, RopeLayout as FileRope};
+use super::config::HParams;
 use super::files::ModelFiles;
 use super::weights::ModelWeights;
 use super::{ForwardError, LogitsWanted, Model, ModelError, ModelInfo, SeqBatch, Tensor};
 use crate::backend::cpu::dequant::dequantize_row;
-use crate::backend::{Backend, CpuBackend, Heads, Rope, RopeLayout, WeightRef};
+use crate::backend::{Backend, CpuBackend, Heads, Rope, WeightRef};
 use std::sync::Mutex;
 
 /// Per-layer vectors (norm weights, biases) converted to f32 once at load.
@@ -97,10 +97,7 @@ impl Llama {
                 w_down: l.w_down.clone(),
             })
             .collect();
-        let layout = match w.rope_layout {
-            FileRope::Normal => RopeLayout::Interleaved,
-            FileRope::Neox => RopeLayout::NeoX,
-        };
+        let layout = w.rope_layout;
         Llama {
             info: files.info(),
             rope: Rope { layout, theta: hp.rope_theta, dims: hp.head_dim },

@@ -27,7 +27,7 @@ fn demo_gguf_weights_cover_every_tensor() {
     let hp = HParams::from_gguf(&f.metadata, &f.tensors, &f.path).unwrap();
     let w = ModelWeights::from_tensors(&f.tensors, Naming::Gguf, &hp, &f.path).unwrap();
     assert_eq!(w.layers.len(), 30);
-    assert_eq!(w.rope_layout, RopeLayout::Normal);
+    assert_eq!(w.rope_layout, RopeLayout::Interleaved);
     assert_eq!(w.layers[7].wq.shape, vec![576, 576]);
     assert_eq!(w.layers[7].wk.shape, vec![192, 576]);
     assert_eq!(w.layers[29].w_down.shape, vec![576, 1536]);
@@ -48,7 +48,7 @@ fn hf_qwen3_directory_maps_to_logical_weights() {
     let st = SafetensorsDir::open(&dir).unwrap();
     let hp = HParams::from_hf_config(&cfg, &dir).unwrap();
     let w = ModelWeights::from_tensors(&st.tensors, Naming::HuggingFace, &hp, &dir).unwrap();
-    assert_eq!((hp.arch, w.rope_layout), (Arch::Qwen3, RopeLayout::Neox));
+    assert_eq!((hp.arch, w.rope_layout), (Arch::Qwen3, RopeLayout::NeoX));
     assert_eq!(w.layers[1].wk.name, "model.layers.1.self_attn.k_proj.weight");
     assert_eq!(w.layers[1].q_norm.as_ref().unwrap().shape, vec![32]);
     assert!(w.layers[0].bq.is_none());
@@ -147,7 +147,7 @@ fn gguf_qwen3_names_and_errors() {
     let f = GgufFile::from_bytes("q3.gguf", qwen3_gguf("")).unwrap();
     let hp = HParams::from_gguf(&f.metadata, &f.tensors, &f.path).unwrap();
     let w = ModelWeights::from_tensors(&f.tensors, Naming::Gguf, &hp, &f.path).unwrap();
-    assert_eq!(w.rope_layout, RopeLayout::Neox);
+    assert_eq!(w.rope_layout, RopeLayout::NeoX);
     assert_eq!(w.layers[0].k_norm.as_ref().unwrap().name, "blk.0.attn_k_norm.weight");
     assert_eq!(w.output.name, "token_embd.weight");
 
