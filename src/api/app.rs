@@ -123,6 +123,9 @@ impl App {
         let resp = match route {
             Route::Health => Ok(health::health(self.started, self.llm.as_ref().map(|l| l.model_id.as_str()))),
             Route::Metrics => {
+                // Like `http_requests_total`, the in-flight gauge leaves the scrape itself out, so
+                // that an idle server reads 0.
+                drop(guard);
                 // The engine's gauges are sampled at scrape time.
                 if let Some(llm) = &self.llm {
                     self.metrics.llm_requests_running.set(llm.engine.running() as i64);

@@ -237,6 +237,9 @@ impl Generation {
         }
         self.metrics.llm_requests_running.set(self.llm.engine.running() as i64);
         self.metrics.llm_requests_waiting.set(self.llm.engine.waiting() as i64);
+        // `usage` reports what the record says: the engine's count includes the end-of-sequence
+        // token the model sampled to end its answer, which sends no text.
+        self.completion_tokens = o.completion_tokens as usize;
         let entry = self.metrics.record_generation(o);
         serde_json::from_slice(&entry.json).unwrap_or(Value::Null)
     }

@@ -103,7 +103,8 @@ async fn start(
         }
         Some(m) => m,
         None if n >= llm.ctx => {
-            return Err(ApiError::invalid("messages", format!("this model's maximum context length is {} tokens, but the prompt alone has {n}", llm.ctx)).code("context_length_exceeded"))
+            let param = if kind == Kind::Chat { "messages" } else { "prompt" };
+            return Err(ApiError::invalid(param, format!("this model's maximum context length is {} tokens, but the prompt alone has {n}", llm.ctx)).code("context_length_exceeded"));
         }
         None => llm.ctx - n,
     };

@@ -1,0 +1,329 @@
+//! Behaviour of the OpenAI routes that a client library hides: cancellation by disconnect, a
+//! full queue, seeded sampling, stop sequences, UTF-8 in streamed deltas, and the metrics record
+//! every generation leaves. The real binary, raw sockets.
+
+mod common;
+
+use common::{demo_model, get, post_json, Server};
+use serde_json::{json, Value};
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::time::{Duration, Instant};
+
+/// Bound on every poll for a state the server reaches asynchronously; only a broken server
+/// takes this long.
+const POLL_DEADLINE: Duration = Duration::from_secs(60);
+
+fn start(extra: &[&str]) -> Server {
+    let model = demo_model();
+    let mut args = vec!["--model", model.to_str().unwrap(), "--threads", "1"];
+    args.extend_from_slice(extra);
+    Server::start(&args)
+}
+
+/// A streamed response read incrementally: chunked framing undone, SSE `data:` payloads out.
+struct Sse {
+    r: BufReader<TcpStream>,
+    buf: Vec<u8>,
+    pub status: u16,
+    pub headers: Vec<(String, String)>,
+    ended: bool,
+}
+
+impl Sse {
+    fn open(addr: SocketAddr, path: &str, body: &Value) -> Sse {
+        let mut s = TcpStream::connect(addr).unwrap();
+        s.set_read_timeout(Some(POLL_DEADLINE)).unwrap();
+        let body = body.to_string();
+        write!(s, "POST {path} HTTP/1.1\r\nHost: t\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}", body.len()).unwrap();
+        let mut r = BufReader::new(s);
+        let mut line = String::new();
+        r.read_line(&mut line).unwrap();
+        let status = line.split_whitespace().nth(1).unwrap().parse().unwrap();
+        let mut headers = Vec::new();
+        loop {
+            line.clear();
+            r.read_line(&mut line).unwrap();
+            if line.trim_end().is_empty() {
+                break;
+            }
+            let (n, v) = line.trim_end().split_once(':').unwrap();
+            headers.push((n.trim().to_ascii_lowercase(), v.trim().to_string()));
+        }
+        Sse { r, buf: Vec::new(), status, headers, ended: false }
+    }
+
+    fn header(&self, name: &str) -> Option<&str> {
+        self.headers.iter().find(|(n, _)| n == name).map(|(_, v)| v.as_str())
+    }
+
+    /// Reads one chunk of the chunked body into `buf`; false at the last chunk.
+    fn fill(&mut self) -> bool {
+        let mut line = String::new();
+        self.r.read_line(&mut line).unwrap();
+        let size = usize::from_str_radix(line.trim(), 16).unwrap_or_else(|_| panic!("chunk size {line:?}"));
+        let mut chunk = vec![0; size + 2];
+        self.r.read_exact(&mut chunk).unwrap();
+        self.buf.extend_from_slice(&chunk[..size]);
+        size > 0
+    }
+
+    /// The raw bytes of the next `data:` line (comments skipped); `None` at the end.
+    fn next_data(&mut self) -> Option<Vec<u8>> {
+        loop {
+            while let Some(i) = self.buf.iter().position(|&b| b == b'\n') {
+                let line: Vec<u8> = self.buf.drain(..=i).collect();
+                if let Some(d) = line.strip_prefix(b"data: ") {
+                    return Some(d[..d.len() - 1].to_vec());
+                }
+            }
+            if self.ended || !self.fill() {
+                self.ended = true;
+                return None;
+            }
+        }
+    }
+
+    /// Every remaining event parsed as JSON (the `[DONE]` sentinel must come last).
+    fn rest(&mut self) -> Vec<Value> {
+        let mut out = Vec::new();
+        let mut done = false;
+        while let Some(d) = self.next_data() {
+            assert!(!done, "data after [DONE]");
+            if d == b"[DONE]" {
+                done = true;
+                continue;
+            }
+            // serde_json refuses invalid UTF-8: half a character would fail here.
+            out.push(serde_json::from_slice(&d).unwrap_or_else(|e| panic!("not UTF-8 JSON ({e}): {:?}", d)));
+        }
+        assert!(done, "the stream ended without [DONE]");
+        out
+    }
+}
+
+fn chat_text(events: &[Value]) -> String {
+    events.iter().filter_map(|e| e["choices"][0]["delta"]["content"].as_str()).collect()
+}
+
+fn metric(text: &str, name: &str) -> Option<f64> {
+    text.lines().find_map(|l| l.strip_prefix(name).and_then(|r| r.strip_prefix(' ')).and_then(|v| v.trim().parse().ok()))
+}
+
+/// The record of `request_id` in `/v1/mtplx/metrics`, once it is there.
+fn record(addr: SocketAddr, request_id: &str) -> Value {
+    let deadline = Instant::now() + POLL_DEADLINE;
+    loop {
+        let env = get(addr, "/v1/mtplx/metrics").json();
+        if let Some(r) = env["history"].as_array().unwrap().iter().find(|r| r["request_id"] == request_id) {
+            return r.clone();
+        }
+        assert!(Instant::now() < deadline, "no record for {request_id}: {env}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// The answer's usage and its record agree.
+fn assert_record_matches(addr: SocketAddr, id: &str, usage: &Value) {
+    let r = record(addr, id);
+    assert_eq!(r["prompt_tokens"], usage["prompt_tokens"], "{r}\n{usage}");
+    assert_eq!(r["completion_tokens"], usage["completion_tokens"], "{r}\n{usage}");
+}
+
+fn wait_idle(addr: SocketAddr) {
+    let deadline = Instant::now() + POLL_DEADLINE;
+    loop {
+        let text = get(addr, "/metrics").text();
+        if metric(&text, "http_requests_in_flight") == Some(0.0) && metric(&text, "llm_requests_running") == Some(0.0) {
+            return;
+        }
+        assert!(Instant::now() < deadline, "never idle again:\n{text}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+#[test]
+fn disconnect_mid_stream_cancels_and_is_recorded_as_interrupted() {
+    let s = start(&[]);
+    const MAX: u64 = 4000;
+    let mut sse = Sse::open(
+        s.addr,
+        "/v1/chat/completions",
+        &json!({"messages": [{"role": "user", "content": "Write a very long essay about the history of Rome."}], "max_tokens": MAX, "stream": true}),
+    );
+    assert_eq!(sse.status, 200);
+    let mut id = String::new();
+    for _ in 0..4 {
+        let v: Value = serde_json::from_slice(&sse.next_data().expect("a chunk")).unwrap();
+        id = v["id"].as_str().unwrap().to_string();
+    }
+    drop(sse);
+    let deadline = Instant::now() + POLL_DEADLINE;
+    let rec = loop {
+        let env = get(s.addr, "/v1/mtplx/metrics").json();
+        if let Some(r) = env["history"].as_array().unwrap().iter().find(|r| r["request_id"] == id.as_str()) {
+            break r.clone();
+        }
+        assert!(Instant::now() < deadline, "no record for {id}: {env}");
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    assert_eq!(rec["status"], "interrupted", "{rec}");
+    let done = rec["completion_tokens"].as_u64().unwrap();
+    assert!(done >= 3 && done < MAX, "{rec}");
+    assert!(rec["ttlt_s"].as_f64().unwrap() > 0.0, "{rec}");
+    wait_idle(s.addr);
+    // The server goes on serving after the cancellation.
+    let r = post_json(s.addr, "/v1/chat/completions", &json!({"messages": [{"role": "user", "content": "hi"}], "max_tokens": 2}));
+    assert_eq!(r.status, 200, "{}", r.text());
+}
+
+#[test]
+fn a_full_queue_answers_503_with_retry_after() {
+    // One context's worth of cache (the demo model keeps 46080 bytes per position) lets one
+    // long sequence run; one more waits in the decode thread, one in the queue of depth 1.
+    let s = start(&["--queue-depth", "1", "--ctx", "256", "--kv-cache-bytes", "11796480"]);
+    let body = json!({"messages": [{"role": "user", "content": "Count to a thousand."}], "max_tokens": 200, "stream": true});
+    let mut open = Vec::new();
+    let mut refused = None;
+    for _ in 0..8 {
+        let sse = Sse::open(s.addr, "/v1/chat/completions", &body);
+        if sse.status == 503 {
+            refused = Some(sse);
+            break;
+        }
+        assert_eq!(sse.status, 200);
+        open.push(sse);
+    }
+    let mut refused = refused.expect("one of 8 concurrent long requests is refused while the queue is full");
+    assert!(!open.is_empty());
+    let retry: u64 = refused.header("retry-after").expect("Retry-After").parse().unwrap();
+    assert!(retry >= 1);
+    let len: usize = refused.header("content-length").unwrap().parse().unwrap();
+    let mut b = vec![0; len];
+    refused.r.read_exact(&mut b).unwrap();
+    let err: Value = serde_json::from_slice(&b).unwrap();
+    assert_eq!(err["error"]["code"], "queue_full", "{err}");
+    assert_eq!(err["error"]["type"], "server_error", "{err}");
+    drop(open);
+    wait_idle(s.addr);
+    let text = get(s.addr, "/metrics").text();
+    assert!(text.contains("http_requests_total{method=\"POST\",route=\"/v1/chat/completions\",status=\"503\"} "), "{text}");
+    let r = post_json(s.addr, "/v1/chat/completions", &json!({"messages": [{"role": "user", "content": "hi"}], "max_tokens": 2}));
+    assert_eq!(r.status, 200, "the server serves again once the queue drained: {}", r.text());
+}
+
+#[test]
+fn seeded_sampling_repeats_itself() {
+    let s = start(&[]);
+    let ask = |seed: u64| {
+        let r = post_json(
+            s.addr,
+            "/v1/chat/completions",
+            &json!({"messages": [{"role": "user", "content": "Invent a name for a cat."}], "max_tokens": 16, "temperature": 1.0, "seed": seed}),
+        );
+        assert_eq!(r.status, 200, "{}", r.text());
+        let v = r.json();
+        assert_record_matches(s.addr, v["id"].as_str().unwrap(), &v["usage"]);
+        v["choices"][0]["message"]["content"].as_str().unwrap().to_string()
+    };
+    let a = ask(1234);
+    assert!(!a.is_empty());
+    assert_eq!(ask(1234), a, "same seed, same text");
+    // Sixteen tokens at temperature 1 from three other seeds: all three equal to the first would
+    // mean the seed is ignored (or the distribution is a spike, which this prompt's is not).
+    let others: Vec<String> = [1, 2, 3].into_iter().map(ask).collect();
+    assert!(others.iter().any(|o| *o != a), "every seed gave {a:?}");
+    // Streamed with the same seed: the same text.
+    let mut sse = Sse::open(
+        s.addr,
+        "/v1/chat/completions",
+        &json!({"messages": [{"role": "user", "content": "Invent a name for a cat."}], "max_tokens": 16, "temperature": 1.0, "seed": 1234, "stream": true}),
+    );
+    assert_eq!(chat_text(&sse.rest()), a);
+}
+
+#[test]
+fn stop_sequences_end_the_text_before_the_stop_string() {
+    let s = start(&[]);
+    let prompt = "Here is a list of fruits: apple, banana,";
+    let req = |stop: Option<&str>, stream: bool| {
+        let mut b = json!({"prompt": prompt, "max_tokens": 24, "temperature": 0, "stream": stream, "stream_options": {"include_usage": true}});
+        if let Some(st) = stop {
+            b["stop"] = json!([st, "never-in-this-text-ZQX"]);
+        }
+        b
+    };
+    let r = post_json(s.addr, "/v1/completions", &req(None, false));
+    assert_eq!(r.status, 200, "{}", r.text());
+    let free = r.json()["choices"][0]["text"].as_str().unwrap().to_string();
+    let chars: Vec<(usize, char)> = free.char_indices().collect();
+    assert!(chars.len() >= 8, "the greedy text is long enough to cut: {free:?}");
+    // A stop string from the middle of the free text: the stopped text is what came before its
+    // first occurrence.
+    let (at, _) = chars[chars.len() / 2];
+    let end = chars.get(chars.len() / 2 + 2).map_or(free.len(), |c| c.0);
+    let stop = &free[at..end];
+    let want = &free[..free.find(stop).unwrap()];
+
+    let r = post_json(s.addr, "/v1/completions", &req(Some(stop), false));
+    assert_eq!(r.status, 200, "{}", r.text());
+    let v = r.json();
+    assert_eq!(v["choices"][0]["text"], want, "stop {stop:?} in {free:?}");
+    assert_eq!(v["choices"][0]["finish_reason"], "stop");
+    assert_eq!(record(s.addr, v["id"].as_str().unwrap())["status"], "stop");
+    assert_record_matches(s.addr, v["id"].as_str().unwrap(), &v["usage"]);
+
+    let mut sse = Sse::open(s.addr, "/v1/completions", &req(Some(stop), true));
+    let events = sse.rest();
+    let text: String = events.iter().filter_map(|e| e["choices"].get(0).and_then(|c| c["text"].as_str())).collect();
+    assert_eq!(text, want, "streamed: stop {stop:?} in {free:?}");
+    let finishes: Vec<&Value> = events.iter().filter_map(|e| e["choices"].get(0)).map(|c| &c["finish_reason"]).filter(|f| !f.is_null()).collect();
+    assert_eq!(finishes, vec!["stop"]);
+    let usage = &events.last().unwrap()["usage"];
+    assert_record_matches(s.addr, events[0]["id"].as_str().unwrap(), usage);
+}
+
+#[test]
+fn streamed_text_never_splits_a_utf8_character() {
+    let s = start(&[]);
+    // Text the byte-level tokenizer spells in pieces of characters: accents, CJK, emoji.
+    let prompt = "Répète exactement: café, naïve, 日本語, 😀👍, Ελληνικά. Répète:";
+    let mut all = String::new();
+    for seed in [1u64, 2, 3] {
+        let body = json!({"prompt": prompt, "max_tokens": 24, "temperature": 1.0, "seed": seed, "stream": true, "stream_options": {"include_usage": true}});
+        let mut sse = Sse::open(s.addr, "/v1/completions", &body);
+        assert_eq!(sse.status, 200);
+        let events = sse.rest();
+        let text: String = events.iter().filter_map(|e| e["choices"].get(0).and_then(|c| c["text"].as_str())).collect();
+        assert!(!text.contains('\u{FFFD}'), "a replacement character in the stream: {text:?}");
+        // The whole answer of the same request is the same text.
+        let mut whole = body.clone();
+        whole["stream"] = json!(false);
+        let r = post_json(s.addr, "/v1/completions", &whole);
+        assert_eq!(r.json()["choices"][0]["text"], text.as_str());
+        assert_record_matches(s.addr, events[0]["id"].as_str().unwrap(), &events.last().unwrap()["usage"]);
+        all.push_str(&text);
+    }
+    assert!(all.chars().any(|c| c.len_utf8() > 1), "the model wrote some multi-byte characters: {all:?}");
+}
+
+#[test]
+fn every_generation_leaves_a_record_matching_its_usage() {
+    let s = start(&[]);
+    let r = post_json(s.addr, "/v1/chat/completions", &json!({"messages": [{"role": "user", "content": "hi"}], "max_tokens": 5}));
+    let v = r.json();
+    assert_record_matches(s.addr, v["id"].as_str().unwrap(), &v["usage"]);
+    let r = post_json(s.addr, "/v1/completions", &json!({"prompt": "Once upon", "max_tokens": 5}));
+    let v = r.json();
+    assert_record_matches(s.addr, v["id"].as_str().unwrap(), &v["usage"]);
+    let mut sse = Sse::open(s.addr, "/v1/chat/completions", &json!({"messages": [{"role": "user", "content": "hi"}], "max_tokens": 5, "stream": true, "stream_options": {"include_usage": true}}));
+    let events = sse.rest();
+    let usage = &events.last().unwrap()["usage"];
+    assert_record_matches(s.addr, events[0]["id"].as_str().unwrap(), usage);
+    let env = get(s.addr, "/v1/mtplx/metrics").json();
+    assert_eq!(env["history"].as_array().unwrap().len(), 3, "{env}");
+    // A refused request leaves no generation record.
+    let r = post_json(s.addr, "/v1/chat/completions", &json!({"messages": [{"role": "user", "content": "hi"}], "temperature": 9}));
+    assert_eq!(r.status, 400);
+    assert_eq!(get(s.addr, "/v1/mtplx/metrics").json()["history"].as_array().unwrap().len(), 3);
+}

@@ -1,0 +1,262 @@
+//! The official `openai` Python package (and seed 000's two `requests` snippets, unchanged)
+//! against the real binary over real sockets. The Python lives in `tests/py/`; each script
+//! asserts what it sees and exits non-zero on the first mismatch. `docs/api.md` shows the same
+//! example files and curl commands, and `docs_examples_*` checks the doc against them.
+
+mod common;
+
+use common::{demo_model, get, post_json, Server};
+use serde_json::json;
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+/// Longest wait for a line from a long-running Python client (a chat of a few tokens takes well
+/// under a second; this only bounds a broken run).
+const LINE_WAIT: Duration = Duration::from_secs(30);
+/// The address the doc's examples use; the tests swap in the test server's.
+const DOC_ADDR: &str = "127.0.0.1:8100";
+
+fn py(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/py").join(name)
+}
+
+fn read(path: &Path) -> String {
+    std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+}
+
+fn start(extra: &[&str]) -> Server {
+    let model = demo_model();
+    let mut args = vec!["--model", model.to_str().unwrap(), "--threads", "1"];
+    args.extend_from_slice(extra);
+    Server::start(&args)
+}
+
+fn explain(what: &str, out: &Output, server: &Server) -> String {
+    format!(
+        "{what}: {}\n--- stdout\n{}\n--- stderr\n{}\n--- server log\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr),
+        server.log.lock().unwrap().join("\n")
+    )
+}
+
+/// Runs `tests/py/<script>` with `MTPLX_BASE_URL` pointing at `server`; returns its stdout.
+fn run_check(server: &Server, script: &str, env: &[(&str, &str)]) -> String {
+    let out = Command::new("python3")
+        .arg(py(script))
+        .env("MTPLX_BASE_URL", format!("http://{}", server.addr))
+        .envs(env.iter().copied())
+        .output()
+        .expect("python3");
+    assert!(out.status.success(), "{}", explain(script, &out, server));
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// Seed 000's code with only its `BASE_URL = ...` line changed.
+fn with_base_url(code: &str, base_url: &str) -> String {
+    let line = "BASE_URL = \"http://localhost:8000\"";
+    assert_eq!(code.matches(line).count(), 1, "the seed snippet sets BASE_URL once");
+    code.replace(line, &format!("BASE_URL = \"{base_url}\""))
+}
+
+fn chat(server: &Server, max_tokens: u32) -> serde_json::Value {
+    let r = post_json(
+        server.addr,
+        "/v1/chat/completions",
+        &json!({"model": "m", "messages": [{"role": "user", "content": "Tell me about the moon."}], "max_tokens": max_tokens}),
+    );
+    assert_eq!(r.status, 200, "{}", r.text());
+    r.json()
+}
+
+/// A child process killed when the test ends, however it ends.
+struct Kill(Child);
+impl Drop for Kill {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+#[test]
+fn openai_package_chat() {
+    let s = start(&[]);
+    let out = run_check(&s, "check_chat.py", &[]);
+    assert!(out.contains("chat ok"), "{out}");
+}
+
+#[test]
+fn openai_package_streamed_chat() {
+    let s = start(&[]);
+    let out = run_check(&s, "check_stream.py", &[]);
+    assert!(out.contains("stream ok"), "{out}");
+}
+
+#[test]
+fn openai_package_completions() {
+    let s = start(&[]);
+    let out = run_check(&s, "check_completions.py", &[]);
+    assert!(out.contains("completions ok"), "{out}");
+}
+
+#[test]
+fn openai_package_logprobs() {
+    let s = start(&[]);
+    let out = run_check(&s, "check_logprobs.py", &[]);
+    assert!(out.contains("logprobs ok"), "{out}");
+}
+
+#[test]
+fn openai_package_sees_errors_in_openai_shape() {
+    let s = start(&[]);
+    let out = run_check(&s, "check_errors.py", &[]);
+    assert!(out.contains("errors ok"), "{out}");
+}
+
+#[test]
+fn openai_package_context_overflow() {
+    let s = start(&["--ctx", "64"]);
+    let out = run_check(&s, "check_context.py", &[("MTPLX_CTX", "64")]);
+    assert!(out.contains("context ok"), "{out}");
+}
+
+/// Seed 000's SSE reader, unchanged but for BASE_URL, prints one `tok_s=` line per chat that
+/// finishes while it listens, with the values of that chat's record.
+#[test]
+fn seed_000_stream_reader_prints_live_records() {
+    let s = start(&[]);
+    let code = with_base_url(&read(&py("seed000_stream.py")), &format!("http://{}", s.addr));
+    let mut child = Command::new("python3")
+        .args(["-c", &code])
+        .env("PYTHONUNBUFFERED", "1") // its prints reach us as they happen, not at exit
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("python3");
+    let stdout = child.stdout.take().unwrap();
+    let _child = Kill(child);
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+            if tx.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    // The subscription exists once the stream request has been answered (and counted).
+    let deadline = Instant::now() + LINE_WAIT;
+    loop {
+        let text = get(s.addr, "/metrics").text();
+        if text.lines().any(|l| l.starts_with("http_requests_total{method=\"GET\",route=\"/v1/mtplx/metrics/stream\",status=\"200\"} 1")) {
+            break;
+        }
+        assert!(Instant::now() < deadline, "the seed's reader never connected:\n{text}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    for _ in 0..2 {
+        let stats = chat(&s, 6)["mtplx_stats"].clone();
+        let line = rx.recv_timeout(LINE_WAIT).expect("a line from the seed's stream reader");
+        let (tok, acc) = line
+            .strip_prefix("tok_s=")
+            .and_then(|r| r.split_once(", accept_rate="))
+            .unwrap_or_else(|| panic!("unexpected line {line:?}"));
+        let tok: f64 = tok.parse().unwrap();
+        let want = stats["tok_s"].as_f64().unwrap();
+        assert!(want > 0.0 && (tok - want).abs() <= 0.051, "printed {tok}, the record says {want}");
+        assert_eq!(acc, format!("{:.2}", stats["accept_rate"].as_f64().unwrap()));
+    }
+}
+
+/// Seed 000's snapshot snippet, unchanged but for BASE_URL, prints the latest record while a
+/// chat is being generated.
+///
+/// The snippet reads `{BASE_URL}/metrics` as JSON. Our `/metrics` answers Prometheus text by
+/// default (DESIGN.md: the Prometheus text wins on `/metrics`) and serves the same JSON envelope
+/// on `/v1/mtplx/metrics`, so BASE_URL is set to `http://ADDR/v1/mtplx`: the snippet's own
+/// `f"{BASE_URL}/metrics"` then names the JSON snapshot route, and its code stays as written.
+#[test]
+fn seed_000_snapshot_prints_the_latest_record() {
+    let s = start(&[]);
+    let first = chat(&s, 6)["mtplx_stats"]["tok_s"].as_f64().unwrap();
+    // A chat in generation while the snippet runs.
+    let addr = s.addr;
+    let background = std::thread::spawn(move || {
+        let r = post_json(addr, "/v1/chat/completions", &json!({"messages": [{"role": "user", "content": "Write a long story."}], "max_tokens": 40}));
+        assert_eq!(r.status, 200, "{}", r.text());
+        r.json()["mtplx_stats"]["tok_s"].as_f64().unwrap()
+    });
+    let code = with_base_url(&read(&py("seed000_snapshot.py")), &format!("http://{}/v1/mtplx", s.addr));
+    let out = Command::new("python3").args(["-c", &code]).output().expect("python3");
+    assert!(out.status.success(), "{}", explain("seed snapshot", &out, &s));
+    let second = background.join().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    let mut lines = text.lines();
+    let tok: f64 = lines.next().and_then(|l| l.strip_prefix("Tokens/sec: ")).unwrap_or_else(|| panic!("{text}")).parse().unwrap();
+    assert!(tok > 0.0 && (tok == first || tok == second), "printed {tok}; the records say {first} and {second}");
+    assert_eq!(lines.next(), Some("Accept rate: 0.0%"), "{text}");
+}
+
+/// The fenced blocks of `docs/api.md` whose info string is `lang`.
+fn doc_blocks(lang: &str) -> Vec<String> {
+    let doc = read(&Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/api.md"));
+    let mut blocks = Vec::new();
+    let mut cur: Option<String> = None;
+    for line in doc.lines() {
+        match (&mut cur, line.trim_start().strip_prefix("```")) {
+            (None, Some(info)) if info.trim() == lang => cur = Some(String::new()),
+            (Some(b), Some("")) => {
+                blocks.push(std::mem::take(b));
+                cur = None;
+            }
+            (Some(b), _) => {
+                b.push_str(line);
+                b.push('\n');
+            }
+            _ => {}
+        }
+    }
+    blocks
+}
+
+/// The doc's Python examples are the files in `tests/py/`, verbatim, and they run.
+#[test]
+fn docs_examples_python_are_the_tested_files_and_run() {
+    let blocks = doc_blocks("python");
+    let s = start(&[]);
+    for name in ["example_chat.py", "example_stream.py", "example_completion.py", "seed000_snapshot.py", "seed000_stream.py"] {
+        let code = read(&py(name));
+        assert!(blocks.iter().any(|b| b.trim_end() == code.trim_end()), "docs/api.md does not show tests/py/{name} verbatim");
+    }
+    for name in ["example_chat.py", "example_stream.py", "example_completion.py"] {
+        let code = read(&py(name));
+        assert!(code.contains(DOC_ADDR), "{name} uses the doc's address");
+        let code = code.replace(DOC_ADDR, &s.addr.to_string());
+        let out = Command::new("python3").args(["-c", &code]).output().expect("python3");
+        assert!(out.status.success(), "{}", explain(name, &out, &s));
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(text.trim().lines().count() >= 2, "{name} printed too little: {text}");
+    }
+}
+
+/// Every `bash` block of the doc that runs curl against the server (all but the endless metrics
+/// stream) succeeds and prints something (valid JSON when it prints JSON).
+#[test]
+fn docs_examples_curl_run() {
+    let s = start(&[]);
+    let blocks: Vec<String> = doc_blocks("bash").into_iter().filter(|b| b.contains("curl") && !b.contains("/stream")).collect();
+    assert!(blocks.len() >= 5, "docs/api.md has curl examples for the routes");
+    for b in blocks {
+        assert!(b.contains(DOC_ADDR), "{b}");
+        let cmd = b.replace(DOC_ADDR, &s.addr.to_string());
+        let out = Command::new("sh").args(["-c", &cmd]).output().expect("sh");
+        assert!(out.status.success(), "{}", explain(&b, &out, &s));
+        let text = String::from_utf8_lossy(&out.stdout).into_owned();
+        let first = text.trim_start();
+        let ok = if first.starts_with('{') { serde_json::from_str::<serde_json::Value>(first).is_ok() } else { !first.is_empty() };
+        assert!(ok && !first.is_empty(), "{b}\nprinted:\n{text}");
+    }
+}
