@@ -145,8 +145,11 @@ impl Generation {
                 self.push_delta(released.text, lp);
             }
             Ok(Event::Done { finish, text, stats }) => {
+                // What the detokenizer still held at the end is the start of a character that
+                // the generation stopped before completing (shown as U+FFFD): never send it.
+                let text = text.trim_end_matches('\u{FFFD}');
                 if !self.stopped {
-                    let released = self.stop.push(&text);
+                    let released = self.stop.push(text);
                     self.stopped |= released.stopped;
                     let mut tail = released.text;
                     if !released.stopped {
