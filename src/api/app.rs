@@ -30,7 +30,8 @@ impl Route {
     }
 }
 
-const ROUTES: &[(&str, &str, Route)] = &[
+/// Every route the server answers: (method, path template, handler).
+pub const ROUTES: &[(&str, &str, Route)] = &[
     ("GET", "/health", Route::Health),
     ("GET", "/metrics", Route::Metrics),
     ("GET", "/v1/mtplx/metrics", Route::MtplxMetrics),
