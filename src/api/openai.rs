@@ -15,6 +15,11 @@ use serde_json::{json, Value};
 use std::sync::Arc;
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
+/// Tokens generated at most when a request names no `max_tokens`. The decode thread admits a
+/// request only when its whole worst case fits the KV budget, so "up to the end of the context"
+/// by default would let only a couple of requests run at once.
+pub const DEFAULT_MAX_TOKENS: usize = 2048;
+
 /// Seconds to suggest in `Retry-After` when the queue is full.
 pub const QUEUE_FULL_RETRY_AFTER_SECS: u64 = 1;
 
@@ -106,7 +111,7 @@ async fn start(
             let param = if kind == Kind::Chat { "messages" } else { "prompt" };
             return Err(ApiError::invalid(param, format!("this model's maximum context length is {} tokens, but the prompt alone has {n}", llm.ctx)).code("context_length_exceeded"));
         }
-        None => llm.ctx - n,
+        None => (llm.ctx - n).min(DEFAULT_MAX_TOKENS),
     };
     let params = SamplingParams {
         temperature: p.temperature,
