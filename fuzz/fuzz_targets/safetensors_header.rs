@@ -32,7 +32,7 @@ fuzz_target!(|data: &[u8]| {
             rope_theta: 1e6,
             rms_eps: 1e-6,
             tied_embeddings: true,
-            rope_layout: RopeLayout::Neox,
+            rope_layout: RopeLayout::NeoX,
             qk_norm: true,
             qkv_bias: false,
             o_bias: false,
