@@ -164,3 +164,21 @@ def main():
 
 if __name__ == "__main__":
     sys.exit(main())
+
+# ---------------------------------------------------------------------------------------------
+# Measured 2026-11-29 20:48 UTC, shared 2-core dev box, default settings:
+#
+# memory_idle: 2026-11-29 20:48 UTC, SmolLM2-135M-Instruct.Q4_1.gguf, threads 2, load average 1.34 1.62 2.46
+#
+# | state | VmRSS MiB | RssAnon MiB | RssFile MiB | open fds |
+# |---|---:|---:|---:|---:|
+# | idle, model loaded | 34.0 | 20.7 | 13.3 | 11 |
+# | idle, after one 16-token chat | 125.8 | 24.2 | 101.6 | 11 |
+# | 1000 idle keep-alive connections | 141.5 | 39.8 | 101.6 | 1011 |
+# | after closing them | 141.5 | 39.8 | 101.6 | 11 |
+#
+# 1000 connections opened in 0.20 s, all 1000 still served afterwards; cost 15.7 MiB, 16.0 KiB per idle connection
+#
+# The weights are mmapped and paged in on first use (RssFile 13 -> 102 MiB, the GGUF is 94 MiB). 16 KiB
+# per idle connection is the HTTP read buffer (src/http/io.rs READ_CHUNK); after the connections close
+# the allocator keeps the pages (RSS does not go back down), no fds leak.

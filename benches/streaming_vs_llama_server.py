@@ -342,3 +342,34 @@ if __name__ == "__main__":
         main()
     finally:
         kill_servers()
+
+# ---------------------------------------------------------------------------------------------
+# Measured 2026-11-29 20:45 UTC on the shared 2-core dev box (load average 1.01 at start, 1.73 at
+# end; another helper's process was at ~100% of one core just before it), default settings:
+#
+# streaming_vs_llama_server: 2026-11-29 20:45 UTC, model SmolLM2-135M-Instruct.Q4_1.gguf, threads 2, max_tokens 128, ctx/seq 1024, greedy, llama-server extra flags [], load average at start 1.01 1.54 2.63, at end 1.73 1.71 2.54
+#
+# | clients | server | requests | prompt tok/req | tokens | aggregate tok/s | TTFT p50 ms | TTFT p99 ms | per-stream decode tok/s |
+# |---:|---|---:|---:|---:|---:|---:|---:|---:|
+# | 1 | llama-server | 6 | 68.8 | 768 | 82.7 | 156.9 | 173.8 | 93.0 |
+# | 1 | mtplx-lite | 6 | 68.8 | 768 | 118.3 | 91.6 | 119.5 | 132.5 |
+# | 4 | llama-server | 16 | 69.3 | 2048 | 116.2 | 554.6 | 821.8 | 32.5 |
+# | 4 | mtplx-lite | 16 | 69.3 | 2048 | 181.9 | 400.8 | 755.6 | 53.6 |
+# | 16 | llama-server | 48 | 69.6 | 6144 | 145.6 | 2328.1 | 3947.9 | 11.3 |
+# | 16 | mtplx-lite | 48 | 69.6 | 6144 | 218.7 | 936.3 | 2604.6 | 15.7 |
+#
+# | clients | aggregate tok/s ratio | TTFT p50 ratio | TTFT p99 ratio |
+# |---:|---:|---:|---:|
+# | 1 | 1.43x | 0.58x | 0.69x |
+# | 4 | 1.56x | 0.72x | 0.92x |
+# | 16 | 1.50x | 0.40x | 0.66x |
+# (ratios are ours / llama-server: above 1 is better for tok/s, below 1 is better for TTFT)
+#
+# HTTP + SSE cost per token, 1 client, decode tok/s (medians, interleaved runs): engine alone `bench tg128` 163.4 (runs: 163.4, 152.8, 189.9); through the server as the client sees the deltas 142.5 (6 requests); the server's own mtplx_stats.decode_tok_s 142.3
+# overhead vs engine alone: +14.7% of decode time per token (engine -> server decode loop +14.8%, server -> client over HTTP/SSE -0.1%)
+#
+# Overhead re-run at 20:47 UTC (--levels 1 --rounds 1 --engine-reps 5, load 1.47): engine alone 163.4
+# tok/s (runs 163.4, 139.1, 136.4, 167.0, 164.5), through the server 137.6 (10 requests), server's own
+# decode_tok_s 137.5: +18.8% vs the engine's forward pass alone, -0.0% for HTTP/SSE itself.
+# Under heavy load (load average ~5, 20:10 UTC) llama-server collapsed (3-13 tok/s aggregate) while
+# mtplx-lite kept 24-42 tok/s: numbers from a busy machine compare thread-pool robustness, not speed.
