@@ -1,0 +1,375 @@
+#!/usr/bin/env python3
+"""Streaming under 1, 4 and 16 concurrent clients: mtplx-lite side by side with llama.cpp's
+llama-server, same GGUF, same threads, same prompts, in one run; prints the table and the
+ratios (ours / llama-server). Also the cost of HTTP + SSE per token: single-client decode
+tokens/s seen through the server against the engine alone (`mtplx-lite bench`).
+
+    LLAMA_SERVER=/path/to/llama-server python3 benches/streaming_vs_llama_server.py
+
+llama-server comes from the llama.cpp sources vendored in the PyPI sdist of llama-cpp-python
+0.3.36 (see benches/decode_vs_llama_cpp.sh; build the `llama-server` target). The mtplx-lite
+binary is taken from $MTPLX_BIN, else $CARGO_TARGET_DIR/release/mtplx-lite (build it with
+`cargo build --release` first). Only the standard library is used.
+
+What is measured, per concurrency level C: bursts of C streamed chat requests sent at once,
+alternating between the two servers burst by burst (both see the same background load on a
+shared machine); every request a different prompt asking for a long answer, greedy
+(`temperature` 0), `max_tokens` the same on both sides, the same prompt sequence on both.
+Tokens are the `usage.completion_tokens` of each stream (`stream_options.include_usage`), so
+answers that end early at EOS count what was really generated. Aggregate tokens/s is all tokens
+over the summed wall time of the server's bursts; TTFT is from the request being sent to the
+first non-empty content delta. Per-stream decode is (tokens - 1) / (last delta - first delta).
+The HTTP + SSE cost compares, interleaved, `mtplx-lite bench` tg (the engine's forward pass
+alone) with single streams through the server, median against median.
+"""
+
+import argparse
+import http.client
+import json
+import os
+import re
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+# Bounds so that a wedged server fails the run instead of hanging it.
+SERVER_START_TIMEOUT_S = 120.0  # model load plus llama-server's warm-up
+REQUEST_TIMEOUT_S = 120.0  # one streamed answer, socket inactivity bound
+
+TOPICS = [
+    "the history of the printing press", "how volcanoes form", "the water cycle", "the Roman Empire",
+    "how airplanes fly", "the life of honey bees", "the invention of the telephone", "the human immune system",
+    "the French Revolution", "how computers store data", "the solar system", "the history of chess",
+    "photosynthesis", "the Industrial Revolution", "how vaccines work", "the Great Wall of China",
+    "ocean currents", "the history of the bicycle", "how bridges are built", "the Renaissance",
+    "the life cycle of stars", "how electricity reaches homes", "ancient Egypt", "the history of coffee",
+    "how earthquakes happen", "the invention of paper", "the Amazon rainforest", "the history of aviation",
+    "how the heart works", "the Silk Road", "climate and weather", "the history of mathematics",
+    "how trains changed travel", "coral reefs", "the history of music", "how glaciers shape land",
+    "the moon landing", "the history of medicine", "how rivers form deltas", "the history of writing",
+]
+
+PROCS = []  # servers this script started, killed on every exit path
+
+
+def kill_servers():
+    for p in PROCS:
+        if p.poll() is None:
+            p.terminate()
+    for p in PROCS:
+        try:
+            p.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            p.wait()
+    PROCS.clear()
+
+
+def on_signal(signum, _frame):
+    kill_servers()
+    sys.exit(128 + signum)
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def loadavg():
+    with open("/proc/loadavg") as f:
+        return " ".join(f.read().split()[:3])
+
+
+def prompt(k):
+    return (f"Write a long, detailed essay (number {k}) about {TOPICS[k % len(TOPICS)]}. "
+            "Explain its history, how it works, the people involved, and why it matters today. "
+            "Use several paragraphs.")
+
+
+def wait_health(port, proc, name, log):
+    deadline = time.monotonic() + SERVER_START_TIMEOUT_S
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"{name} exited with {proc.returncode} while starting; log: {log}")
+        try:
+            c = http.client.HTTPConnection("127.0.0.1", port, timeout=2)
+            c.request("GET", "/health")
+            r = c.getresponse()
+            r.read()
+            c.close()
+            if r.status == 200:
+                return
+        except OSError:
+            pass
+        time.sleep(0.2)
+    raise RuntimeError(f"{name} not healthy after {SERVER_START_TIMEOUT_S:.0f} s; log: {log}")
+
+
+def start_ours(binary, model, threads, ctx, logdir):
+    log = os.path.join(logdir, "mtplx-lite.log")
+    port = free_port()
+    p = subprocess.Popen([binary, "--listen", f"127.0.0.1:{port}", "--model", model, "--threads", str(threads),
+                          "--ctx", str(ctx)], stdout=open(log, "w"), stderr=subprocess.STDOUT)
+    PROCS.append(p)
+    wait_health(port, p, "mtplx-lite", log)
+    return p, port
+
+
+def start_llama(binary, model, threads, ctx, slots, logdir, extra):
+    log = os.path.join(logdir, "llama-server.log")
+    port = free_port()
+    env = dict(os.environ)
+    env["LD_LIBRARY_PATH"] = os.path.dirname(binary) + (":" + env["LD_LIBRARY_PATH"] if env.get("LD_LIBRARY_PATH") else "")
+    # -c is the whole KV pool, split over the -np slots: ctx per slot matches ours.
+    p = subprocess.Popen([binary, "-m", model, "-t", str(threads), "-tb", str(threads), "--host", "127.0.0.1",
+                          "--port", str(port), "-c", str(ctx * slots), "-np", str(slots), "--cont-batching", *extra],
+                         stdout=open(log, "w"), stderr=subprocess.STDOUT, env=env)
+    PROCS.append(p)
+    wait_health(port, p, "llama-server", log)
+    return p, port
+
+
+def stream_chat(port, text, max_tokens):
+    """One streamed chat; returns a dict of timings (monotonic seconds) and counts."""
+    body = json.dumps({"model": "bench", "messages": [{"role": "user", "content": text}], "stream": True,
+                       "stream_options": {"include_usage": True}, "max_tokens": max_tokens, "temperature": 0})
+    c = http.client.HTTPConnection("127.0.0.1", port, timeout=REQUEST_TIMEOUT_S)
+    t0 = time.monotonic()
+    c.request("POST", "/v1/chat/completions", body=body, headers={"Content-Type": "application/json"})
+    r = c.getresponse()
+    if r.status != 200:
+        raise RuntimeError(f"HTTP {r.status}: {r.read()[:300]!r}")
+    first = last = None
+    chunks = 0
+    usage = stats = None
+    while True:
+        line = r.readline()
+        if not line:
+            break
+        if not line.startswith(b"data: "):
+            continue
+        if line.startswith(b"data: [DONE]"):
+            break
+        # Parse only what matters: the client shares the 2 cores with the server.
+        has_content = b'"content":"' in line and b'"content":""' not in line
+        if has_content:
+            now = time.monotonic()
+            if first is None:
+                first = now
+            last = now
+            chunks += 1
+        if b'"usage"' in line or b"mtplx_stats" in line:
+            ev = json.loads(line[6:])
+            if ev.get("usage"):
+                usage = ev["usage"]
+            if ev.get("mtplx_stats"):
+                stats = ev["mtplx_stats"]
+    c.close()
+    tokens = usage["completion_tokens"] if usage else chunks
+    return {"prompt_tokens": usage["prompt_tokens"] if usage else None, "t0": t0, "first": first, "last": last, "end": time.monotonic(), "tokens": tokens, "chunks": chunks,
+            "usage": usage is not None, "stats": stats}
+
+
+def burst(port, clients, max_tokens, base):
+    """`clients` streamed chats sent at once, prompts base, base+1, ...; (results, wall seconds)."""
+    results, errors = [], []
+    lock = threading.Lock()
+
+    def client(i):
+        try:
+            res = stream_chat(port, prompt(base + i), max_tokens)
+        except Exception as e:  # reported after the burst, never swallowed
+            with lock:
+                errors.append(repr(e))
+            return
+        with lock:
+            results.append(res)
+
+    threads = [threading.Thread(target=client, args=(i,)) for i in range(clients)]
+    t = time.monotonic()
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join()
+    wall = time.monotonic() - t
+    if errors:
+        raise RuntimeError(f"{len(errors)} request(s) failed at {clients} clients: {errors[0]}")
+    return results, wall
+
+
+def summarize(results, wall):
+    ttft = sorted(r["first"] - r["t0"] for r in results if r["first"] is not None)
+    decode = [(r["tokens"] - 1) / (r["last"] - r["first"]) for r in results
+              if r["first"] is not None and r["tokens"] > 1 and r["last"] > r["first"]]
+    server_decode = [r["stats"]["decode_tok_s"] for r in results if r["stats"] and r["stats"].get("decode_tok_s")]
+    tokens = sum(r["tokens"] for r in results)
+    prompts = [r["prompt_tokens"] for r in results if r["prompt_tokens"] is not None]
+    return {"tokens": tokens, "n": len(results), "wall": wall, "agg": tokens / wall,
+            "prompt_mean": statistics.mean(prompts) if prompts else float("nan"),
+            "ttft_p50": pct(ttft, 50), "ttft_p99": pct(ttft, 99),
+            "decode_med": statistics.median(decode) if decode else float("nan"),
+            "server_decode_med": statistics.median(server_decode) if server_decode else None,
+            "usage_seen": all(r["usage"] for r in results)}
+
+
+def pct(xs, p):
+    """Nearest-rank percentile of sorted xs."""
+    if not xs:
+        return float("nan")
+    k = max(0, min(len(xs) - 1, -(-p * len(xs) // 100) - 1))
+    return xs[int(k)]
+
+
+def engine_tg(binary, model, threads, generate):
+    out = subprocess.run([binary, "--model", model, "--threads", str(threads), "bench", "--prompt", "32",
+                          "--generate", str(generate), "--sequences", "1"], capture_output=True, text=True, check=True,
+                         timeout=300).stdout
+    for line in out.splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if len(cells) == 4 and cells[1] == str(threads) and cells[2] == f"tg{generate}":
+            return float(cells[3])
+    raise RuntimeError(f"no tg{generate} row for {threads} threads in:\n{out}")
+
+
+def main():
+    here = os.path.dirname(os.path.abspath(__file__))
+    default_bin = os.path.join(os.environ.get("CARGO_TARGET_DIR", os.path.join(here, "..", "target")), "release", "mtplx-lite")
+    default_model = os.path.join(os.environ.get("XDG_CACHE_HOME", os.path.expanduser("~/.cache")), "mtplx-lite",
+                                 "SmolLM2-135M-Instruct.Q4_1.gguf")
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--model", default=os.environ.get("MTPLX_DEMO_MODEL", default_model))
+    ap.add_argument("--mtplx-bin", default=os.environ.get("MTPLX_BIN", default_bin))
+    ap.add_argument("--llama-server", default=os.environ.get("LLAMA_SERVER"))
+    ap.add_argument("--threads", type=int, default=os.cpu_count())
+    ap.add_argument("--max-tokens", type=int, default=128)
+    ap.add_argument("--ctx", type=int, default=1024, help="context per sequence (llama-server: -c ctx*16 -np 16)")
+    ap.add_argument("--llama-args", default="", help="extra llama-server flags, space-separated (default: none)")
+    ap.add_argument("--levels", default="1,4,16", help="concurrent clients, comma-separated")
+    ap.add_argument("--rounds", default="6,4,3", help="bursts per server at each level")
+    ap.add_argument("--engine-reps", type=int, default=3, help="runs of `mtplx-lite bench` (median is kept)")
+    ap.add_argument("--budget", type=float, default=30.0, help="seconds per level and server after which no new burst starts")
+    args = ap.parse_args()
+    if not args.llama_server:
+        ap.error("set LLAMA_SERVER or --llama-server to a llama-server binary")
+    levels = [int(x) for x in args.levels.split(",")]
+    rounds_per_level = [int(x) for x in args.rounds.split(",")]
+    if len(rounds_per_level) != len(levels):
+        ap.error("--rounds needs one number per level")
+    slots = max(levels)
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    logdir = tempfile.mkdtemp(prefix="streambench-")
+    load_start = loadavg()
+    started = time.time()
+    try:
+        _, ours_port = start_ours(args.mtplx_bin, args.model, args.threads, args.ctx, logdir)
+        _, llama_port = start_llama(args.llama_server, args.model, args.threads, args.ctx, slots, logdir,
+                                    args.llama_args.split())
+        servers = [("llama-server", llama_port), ("mtplx-lite", ours_port)]
+        for _, port in servers:  # warm-up: page in the weights, first-request costs
+            stream_chat(port, prompt(10_000), 16)
+        res = {}
+        base = 0
+        for clients, rounds in zip(levels, rounds_per_level):
+            got = {name: ([], 0.0) for name, _ in servers}
+            # Bursts alternate between the two servers (and which goes first), so that both see
+            # the same background load on a shared machine.
+            for rnd in range(rounds):
+                for name, port in (servers if rnd % 2 == 0 else servers[::-1]):
+                    results, wall = burst(port, clients, args.max_tokens, base)
+                    got[name] = (got[name][0] + results, got[name][1] + wall)
+                base += clients
+                if max(w for _, w in got.values()) > args.budget:
+                    break
+            for name, _ in servers:
+                res[(name, clients)] = summarize(*got[name])
+                print(f"# {name:12s} {clients:2d} clients: {res[(name, clients)]['agg']:.1f} tok/s", file=sys.stderr)
+        # HTTP + SSE cost: the engine alone and single streams through our server, interleaved.
+        engine, single = [], []
+        for _ in range(args.engine_reps):
+            engine.append(engine_tg(args.mtplx_bin, args.model, args.threads, args.max_tokens))
+            for _ in range(2):
+                single += burst(ours_port, 1, args.max_tokens, base)[0]
+                base += 1
+    finally:
+        kill_servers()
+    load_end = loadavg()
+
+    print(f"streaming_vs_llama_server: {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime(started))}, "
+          f"model {os.path.basename(args.model)}, threads {args.threads}, max_tokens {args.max_tokens}, "
+          f"ctx/seq {args.ctx}, greedy, llama-server extra flags [{args.llama_args}], load average at start {load_start}, at end {load_end}")
+    print()
+    print("| clients | server | requests | prompt tok/req | tokens | aggregate tok/s | TTFT p50 ms | TTFT p99 ms "
+          "| per-stream decode tok/s |")
+    print("|---:|---|---:|---:|---:|---:|---:|---:|---:|")
+    for clients in levels:
+        for name, _ in servers:
+            m = res[(name, clients)]
+            print(f"| {clients} | {name} | {m['n']} | {m['prompt_mean']:.1f} | {m['tokens']} | {m['agg']:.1f} | {m['ttft_p50'] * 1e3:.1f} | "
+                  f"{m['ttft_p99'] * 1e3:.1f} | {m['decode_med']:.1f} |")
+    print()
+    print("| clients | aggregate tok/s ratio | TTFT p50 ratio | TTFT p99 ratio |")
+    print("|---:|---:|---:|---:|")
+    for clients in levels:
+        o, l = res[("mtplx-lite", clients)], res[("llama-server", clients)]
+        print(f"| {clients} | {o['agg'] / l['agg']:.2f}x | {o['ttft_p50'] / l['ttft_p50']:.2f}x | "
+              f"{o['ttft_p99'] / l['ttft_p99']:.2f}x |")
+    print("(ratios are ours / llama-server: above 1 is better for tok/s, below 1 is better for TTFT)")
+    if not all(m["usage_seen"] for m in res.values()):
+        print("note: some streams had no usage chunk; their tokens are content chunks")
+    # Same statistic on both sides (medians), per-token times compared.
+    eng = statistics.median(engine)
+    one = summarize(single, 1.0)
+    through, inside = one["decode_med"], one["server_decode_med"]
+    print()
+    print(f"HTTP + SSE cost per token, 1 client, decode tok/s (medians, interleaved runs): engine alone "
+          f"`bench tg{args.max_tokens}` {eng:.1f} (runs: {', '.join(f'{e:.1f}' for e in engine)}); through the server "
+          f"as the client sees the deltas {through:.1f} ({one['n']} requests)"
+          + (f"; the server's own mtplx_stats.decode_tok_s {inside:.1f}" if inside else ""))
+    print(f"overhead vs engine alone: {100 * (eng / through - 1):+.1f}% of decode time per token"
+          + (f" (engine -> server decode loop {100 * (eng / inside - 1):+.1f}%, "
+             f"server -> client over HTTP/SSE {100 * (inside / through - 1):+.1f}%)" if inside else ""))
+
+if __name__ == "__main__":
+    try:
+        main()
+    finally:
+        kill_servers()
+
+# ---------------------------------------------------------------------------------------------
+# Measured 2026-11-29 20:45 UTC on the shared 2-core dev box (load average 1.01 at start, 1.73 at
+# end; another helper's process was at ~100% of one core just before it), default settings:
+#
+# streaming_vs_llama_server: 2026-11-29 20:45 UTC, model SmolLM2-135M-Instruct.Q4_1.gguf, threads 2, max_tokens 128, ctx/seq 1024, greedy, llama-server extra flags [], load average at start 1.01 1.54 2.63, at end 1.73 1.71 2.54
+#
+# | clients | server | requests | prompt tok/req | tokens | aggregate tok/s | TTFT p50 ms | TTFT p99 ms | per-stream decode tok/s |
+# |---:|---|---:|---:|---:|---:|---:|---:|---:|
+# | 1 | llama-server | 6 | 68.8 | 768 | 82.7 | 156.9 | 173.8 | 93.0 |
+# | 1 | mtplx-lite | 6 | 68.8 | 768 | 118.3 | 91.6 | 119.5 | 132.5 |
+# | 4 | llama-server | 16 | 69.3 | 2048 | 116.2 | 554.6 | 821.8 | 32.5 |
+# | 4 | mtplx-lite | 16 | 69.3 | 2048 | 181.9 | 400.8 | 755.6 | 53.6 |
+# | 16 | llama-server | 48 | 69.6 | 6144 | 145.6 | 2328.1 | 3947.9 | 11.3 |
+# | 16 | mtplx-lite | 48 | 69.6 | 6144 | 218.7 | 936.3 | 2604.6 | 15.7 |
+#
+# | clients | aggregate tok/s ratio | TTFT p50 ratio | TTFT p99 ratio |
+# |---:|---:|---:|---:|
+# | 1 | 1.43x | 0.58x | 0.69x |
+# | 4 | 1.56x | 0.72x | 0.92x |
+# | 16 | 1.50x | 0.40x | 0.66x |
+# (ratios are ours / llama-server: above 1 is better for tok/s, below 1 is better for TTFT)
+#
+# HTTP + SSE cost per token, 1 client, decode tok/s (medians, interleaved runs): engine alone `bench tg128` 163.4 (runs: 163.4, 152.8, 189.9); through the server as the client sees the deltas 142.5 (6 requests); the server's own mtplx_stats.decode_tok_s 142.3
+# overhead vs engine alone: +14.7% of decode time per token (engine -> server decode loop +14.8%, server -> client over HTTP/SSE -0.1%)
+#
+# Overhead re-run at 20:47 UTC (--levels 1 --rounds 1 --engine-reps 5, load 1.47): engine alone 163.4
+# tok/s (runs 163.4, 139.1, 136.4, 167.0, 164.5), through the server 137.6 (10 requests), server's own
+# decode_tok_s 137.5: +18.8% vs the engine's forward pass alone, -0.0% for HTTP/SSE itself.
+# Under heavy load (load average ~5, 20:10 UTC) llama-server collapsed (3-13 tok/s aggregate) while
+# mtplx-lite kept 24-42 tok/s: numbers from a busy machine compare thread-pool robustness, not speed.
