@@ -17,6 +17,10 @@ pub enum DType {
 }
 
 impl DType {
+    /// Every supported type, for tests that cover them all.
+    pub const ALL: [DType; 9] =
+        [DType::F32, DType::F16, DType::BF16, DType::Q8_0, DType::Q4_0, DType::Q4_1, DType::Q4K, DType::Q5K, DType::Q6K];
+
     /// The ggml type id stored in GGUF tensor infos; `None` for ids we do not support.
     pub fn from_ggml_id(id: u32) -> Option<DType> {
         Some(match id {

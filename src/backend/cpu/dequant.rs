@@ -92,17 +92,7 @@ mod tests {
     use super::*;
     use serde_json::Value;
 
-    const ALL: [DType; 9] = [
-        DType::F32,
-        DType::F16,
-        DType::BF16,
-        DType::Q8_0,
-        DType::Q4_0,
-        DType::Q4_1,
-        DType::Q4K,
-        DType::Q5K,
-        DType::Q6K,
-    ];
+    const ALL: [DType; 9] = DType::ALL;
 
     /// The raw blocks and the `gguf` package's dequantized values, made by
     /// tests/golden/make_dequant_golden.py.

@@ -289,17 +289,7 @@ mod tests {
         out
     }
 
-    const ALL: [DType; 9] = [
-        DType::F32,
-        DType::F16,
-        DType::BF16,
-        DType::Q8_0,
-        DType::Q4_0,
-        DType::Q4_1,
-        DType::Q4K,
-        DType::Q5K,
-        DType::Q6K,
-    ];
+    const ALL: [DType; 9] = DType::ALL;
 
     fn run(pool: &Pool, isa: Isa, w: WeightRef<'_>, x: &[f32], n: usize) -> Vec<f32> {
         let mut out = vec![f32::NAN; n * w.rows];
