@@ -14,23 +14,8 @@ use mtplx_lite::metrics::{
     SpecStats,
 };
 
-const SEED_000_STREAM_CLIENT: &str = r#"
-import requests
-import json
-
-BASE_URL = "http://localhost:8000"
-
-with requests.get(
-    f"{BASE_URL}/v1/mtplx/metrics/stream",
-    stream=True
-) as r:
-    for line in r.iter_lines():
-        if line and line.startswith(b"data: "):
-            payload = json.loads(line[6:])  # Strip "data: " prefix
-
-            print(f"tok_s={payload['tok_s']:.1f}, "
-                  f"accept_rate={payload['accept_rate']:.2f}")
-"#;
+/// Seed 000's stream reader, the same file the end-to-end test runs (tests/openai_client.rs).
+const SEED_000_STREAM_CLIENT: &str = include_str!("py/seed000_stream.py");
 
 /// Serve one stream request: read the head, then write what the pump produces until it ends.
 fn serve_one(listener: TcpListener, metrics: Arc<Metrics>) -> std::thread::JoinHandle<String> {

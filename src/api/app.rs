@@ -79,10 +79,6 @@ impl App {
         App { cfg, router, metrics, limiter, started: Instant::now(), llm }
     }
 
-    pub fn metrics(&self) -> &Arc<Metrics> {
-        &self.metrics
-    }
-
     pub fn model_id(&self) -> Option<&str> {
         self.llm.as_ref().map(|l| l.model_id.as_str())
     }
@@ -127,7 +123,7 @@ impl App {
                 // Like `http_requests_total`, the in-flight gauge leaves the scrape itself out, so
                 // that an idle server reads 0.
                 drop(guard);
-                // The engine's gauges are sampled at scrape time.
+                // The engine's gauges are sampled here, at scrape time, and nowhere else.
                 if let Some(llm) = &self.llm {
                     self.metrics.llm_requests_running.set(llm.engine.running() as i64);
                     self.metrics.llm_requests_waiting.set(llm.engine.waiting() as i64);
@@ -137,7 +133,7 @@ impl App {
             Route::MtplxMetrics => metrics_routes::snapshot(&req, &self.metrics),
             Route::MtplxMetricsStream => metrics_routes::stream(&req, &self.metrics, &spawn_detached),
             Route::Models | Route::ChatCompletions | Route::Completions => match &self.llm {
-                Some(llm) => openai::handle(llm, route, &req, &self.metrics, rid, guard).await,
+                Some(llm) => openai::handle(llm, route, &req, &self.metrics, guard).await,
                 None => Err(ApiError::new(503, "server_error", "no model is loaded").code("model_not_loaded")),
             },
         };

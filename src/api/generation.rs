@@ -116,11 +116,6 @@ impl Generation {
         }
     }
 
-    /// Whether a piece is ready without waiting.
-    pub fn has_queued(&self) -> bool {
-        !self.queued.is_empty()
-    }
-
     pub async fn recv_event(&self) -> Result<Event, async_channel::RecvError> {
         self.rx.recv().await
     }
@@ -238,8 +233,6 @@ impl Generation {
                 sequences: kv.sequences as u64,
             };
         }
-        self.metrics.llm_requests_running.set(self.llm.engine.running() as i64);
-        self.metrics.llm_requests_waiting.set(self.llm.engine.waiting() as i64);
         // `usage` reports what the record says: the engine's count includes the end-of-sequence
         // token the model sampled to end its answer, which sends no text.
         self.completion_tokens = o.completion_tokens as usize;

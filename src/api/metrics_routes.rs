@@ -71,7 +71,9 @@ pub fn stream(req: &Request, metrics: &Arc<Metrics>, spawn: &dyn Fn(std::pin::Pi
     spawn(Box::pin(sub.pump(format, tx)));
     let mut resp = Response::sse(rx);
     if format == StreamFormat::Ndjson {
-        resp.headers[0].1 = format.content_type().into();
+        for (name, value) in resp.headers.iter_mut().filter(|(n, _)| n.eq_ignore_ascii_case("content-type")) {
+            *value = format.content_type().into();
+        }
     }
     Ok(resp)
 }

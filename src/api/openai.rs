@@ -9,7 +9,7 @@ use super::generation::{Generation, Kind, Piece};
 use super::openai_request::{parse_chat, parse_completion, GenParams};
 use crate::engine::{Engine, Job, SamplingParams, SubmitError};
 use crate::http::{Request, Response};
-use crate::metrics::{Metrics, RouteId};
+use crate::metrics::Metrics;
 use crate::model::{ChatMessage, ChatTemplate, ModelInfo, Tokenizer};
 use serde_json::{json, Value};
 use std::sync::Arc;
@@ -41,7 +41,7 @@ pub fn unix_now() -> u64 {
     SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0)
 }
 
-pub async fn handle(llm: &Arc<Llm>, route: Route, req: &Request, metrics: &Arc<Metrics>, _rid: RouteId, guard: InFlightGuard) -> Result<Response, ApiError> {
+pub async fn handle(llm: &Arc<Llm>, route: Route, req: &Request, metrics: &Arc<Metrics>, guard: InFlightGuard) -> Result<Response, ApiError> {
     match route {
         Route::Models => Ok(models(llm)),
         Route::ChatCompletions => {
@@ -138,7 +138,6 @@ async fn start(
         }
         Err(SubmitError::ShuttingDown) => return Err(ApiError::new(503, "server_error", "the server is shutting down").code("shutting_down")),
     }
-    metrics.llm_requests_waiting.set(llm.engine.waiting() as i64);
     let gen = Generation::new(llm.clone(), metrics.clone(), kind, request_id(kind), route, n, question_chars, p, rx, cancel, submitted);
     if gen.params.stream {
         let (tx, body) = async_channel::bounded(64);
