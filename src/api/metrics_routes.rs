@@ -71,7 +71,7 @@ pub fn stream(req: &Request, metrics: &Arc<Metrics>, spawn: &dyn Fn(std::pin::Pi
     spawn(Box::pin(sub.pump(format, tx)));
     let mut resp = Response::sse(rx);
     if format == StreamFormat::Ndjson {
-        for (name, value) in resp.headers.iter_mut().filter(|(n, _)| n.eq_ignore_ascii_case("content-type")) {
+        for (_, value) in resp.headers.iter_mut().filter(|(n, _)| n.eq_ignore_ascii_case("content-type")) {
             *value = format.content_type().into();
         }
     }
