@@ -227,17 +227,11 @@ pub unsafe fn quantize_block(x: &[f32], q: &mut [i8]) -> (f32, f32) {
     let m = _mm_max_ps(m, _mm_movehl_ps(m, m));
     let amax = _mm_cvtss_f32(_mm_max_ss(m, _mm_shuffle_ps(m, m, 1)));
     let d = amax / 127.0;
-    let id = _mm256_set1_ps(if d != 0.0 { 1.0 / d } else { 0.0 });
-    let (half, neg_half) = (_mm256_set1_ps(0.5), _mm256_set1_ps(-0.5));
+    let id = _mm256_set1_ps(if amax != 0.0 { 127.0 / amax } else { 0.0 });
     let mut t = [_mm256_setzero_si256(); 4];
     for k in 0..4 {
-        let s = _mm256_mul_ps(v[k], id);
-        let tr = _mm256_cvttps_epi32(s);
-        let diff = _mm256_sub_ps(s, _mm256_cvtepi32_ps(tr));
-        // Compare masks are -1 where true: subtracting the "up" mask adds one.
-        let up = _mm256_castps_si256(_mm256_cmp_ps(diff, half, _CMP_GE_OQ));
-        let down = _mm256_castps_si256(_mm256_cmp_ps(diff, neg_half, _CMP_LE_OQ));
-        t[k] = _mm256_add_epi32(_mm256_sub_epi32(tr, up), down);
+        // The default MXCSR mode rounds half to even, as ggml's `_mm256_round_ps(_MM_ROUND_NEAREST)`.
+        t[k] = _mm256_cvtps_epi32(_mm256_mul_ps(v[k], id));
     }
     let sum = _mm256_add_epi32(_mm256_add_epi32(t[0], t[1]), _mm256_add_epi32(t[2], t[3]));
     let sum = _mm_add_epi32(
@@ -253,7 +247,7 @@ pub unsafe fn quantize_block(x: &[f32], q: &mut [i8]) -> (f32, f32) {
     );
     let ordered = _mm256_permutevar8x32_epi32(p16, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
     _mm256_storeu_si256(q.as_mut_ptr() as *mut __m256i, ordered);
-    (d, d * sum as f32)
+    super::q8act::f16_scales(d, sum)
 }
 
 /// Attention scores: `out[p] = scale * dot(q, keys[p * stride..][..q.len()])`, all positions
