@@ -58,11 +58,6 @@ impl Drop for InFlightGuard {
     }
 }
 
-/// Runs a background future (stream producers) on smol's global executor.
-pub fn spawn_detached(f: Pin<Box<dyn Future<Output = ()> + Send>>) {
-    smol::spawn(f).detach();
-}
-
 pub struct App {
     cfg: ServeConfig,
     router: Router<(Route, RouteId)>,
@@ -131,7 +126,7 @@ impl App {
                 Ok(metrics_routes::prometheus(&req, &self.metrics))
             }
             Route::MtplxMetrics => metrics_routes::snapshot(&req, &self.metrics),
-            Route::MtplxMetricsStream => metrics_routes::stream(&req, &self.metrics, &spawn_detached),
+            Route::MtplxMetricsStream => metrics_routes::stream(&req, &self.metrics),
             Route::Models | Route::ChatCompletions | Route::Completions => match &self.llm {
                 Some(llm) => openai::handle(llm, route, &req, &self.metrics, guard).await,
                 None => Err(ApiError::new(503, "server_error", "no model is loaded").code("model_not_loaded")),

@@ -60,7 +60,7 @@ pub fn snapshot(req: &Request, metrics: &Metrics) -> Result<Response, ApiError> 
 
 /// The live stream. `Last-Event-ID` (what EventSource sends on reconnect) replays the records
 /// the client missed that are still in the ring.
-pub fn stream(req: &Request, metrics: &Arc<Metrics>, spawn: &dyn Fn(std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>>)) -> Result<Response, ApiError> {
+pub fn stream(req: &Request, metrics: &Arc<Metrics>) -> Result<Response, ApiError> {
     let last = match req.header("last-event-id").map(str::trim) {
         None | Some("") => None,
         Some(v) => Some(v.parse::<u64>().map_err(|_| ApiError::invalid("Last-Event-ID", format!("'Last-Event-ID' must be a record id (an integer), got '{v}'")))?),
@@ -68,8 +68,7 @@ pub fn stream(req: &Request, metrics: &Arc<Metrics>, spawn: &dyn Fn(std::pin::Pi
     let format = negotiate_stream(req.header("accept"));
     let sub = metrics.requests.subscribe(last);
     let (tx, rx) = async_channel::bounded(16);
-    spawn(Box::pin(sub.pump(format, tx)));
-    let mut resp = Response::sse(rx);
+    let mut resp = Response::sse_produced(rx, Box::pin(sub.pump(format, tx)));
     if format == StreamFormat::Ndjson {
         for (_, value) in resp.headers.iter_mut().filter(|(n, _)| n.eq_ignore_ascii_case("content-type")) {
             *value = format.content_type().into();

@@ -3,7 +3,7 @@
 //! to the decode thread, and answered whole or streamed; every generation ends in exactly one
 //! metrics record, whatever way it ends.
 
-use super::app::{spawn_detached, InFlightGuard, Route};
+use super::app::{InFlightGuard, Route};
 use super::error::ApiError;
 use super::generation::{Generation, Kind, Piece};
 use super::openai_request::{parse_chat, parse_completion, GenParams};
@@ -141,8 +141,7 @@ async fn start(
     let gen = Generation::new(llm.clone(), metrics.clone(), kind, request_id(kind), route, n, question_chars, p, rx, cancel, submitted);
     if gen.params.stream {
         let (tx, body) = async_channel::bounded(64);
-        spawn_detached(Box::pin(super::generation::stream(gen, tx, guard)));
-        Ok(Response::sse(body))
+        Ok(Response::sse_produced(body, Box::pin(super::generation::stream(gen, tx, guard))))
     } else {
         whole(gen).await
     }

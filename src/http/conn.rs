@@ -50,6 +50,7 @@ enum ReadOutcome {
 
 enum StreamEvent {
     Item(Option<Vec<u8>>),
+    ProducerDone,
     ClientGone,
     ClientSent,
     Forced,
@@ -358,7 +359,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Conn<'_, '_, S> {
                         return ConnEnd::Closed;
                     }
                 }
-                Body::Stream(rx) => {
+                Body::Stream(rx, producer) => {
                     // HTTP/1.0 has no chunked coding: the body ends with the connection.
                     let chunked = version == 1;
                     let (framing, conn_header) = match (has_body, chunked) {
@@ -374,8 +375,8 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Conn<'_, '_, S> {
                         conn_header,
                     );
                     if !has_body || head_only {
-                        drop(rx);
-                    } else if !self.stream(rx, chunked).await || !chunked {
+                        drop((rx, producer));
+                    } else if !self.stream(rx, producer, chunked).await || !chunked {
                         return ConnEnd::Closed;
                     }
                     if !keep_alive || self.ctx.shutdown.is_forced() {
@@ -409,7 +410,12 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Conn<'_, '_, S> {
     /// Streams a body item by item, each written and flushed at once. Watches the socket while
     /// waiting, so that a client that goes away drops the receiver (and so cancels the producer)
     /// promptly. Returns false if the connection cannot continue.
-    async fn stream(&mut self, rx: async_channel::Receiver<Vec<u8>>, chunked: bool) -> bool {
+    async fn stream(
+        &mut self,
+        rx: async_channel::Receiver<Vec<u8>>,
+        mut producer: Option<super::Producer>,
+        chunked: bool,
+    ) -> bool {
         if !self.write_out().await {
             return false;
         }
@@ -417,6 +423,15 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Conn<'_, '_, S> {
         loop {
             let event = {
                 let item = async { StreamEvent::Item(rx.recv().await.ok()) };
+                let produce = async {
+                    match producer.as_mut() {
+                        Some(p) => {
+                            p.as_mut().await;
+                            StreamEvent::ProducerDone
+                        }
+                        None => future::pending().await,
+                    }
+                };
                 let (io, input) = (&mut *self.io, &mut self.input);
                 let watch = async {
                     // Bytes of a pipelined next request are kept, within the head bound.
@@ -432,7 +447,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Conn<'_, '_, S> {
                     shutdown.forced().await;
                     StreamEvent::Forced
                 };
-                item.or(forced).or(watch).await
+                item.or(produce).or(forced).or(watch).await
             };
             match event {
                 StreamEvent::Item(Some(data)) => {
@@ -445,12 +460,13 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Conn<'_, '_, S> {
                         return false;
                     }
                 }
+                StreamEvent::ProducerDone => producer = None,
                 StreamEvent::Item(None) | StreamEvent::Forced => break,
                 StreamEvent::ClientSent => {}
                 StreamEvent::ClientGone => return false,
             }
         }
-        drop(rx);
+        drop((rx, producer));
         if chunked {
             self.out.extend_from_slice(LAST_CHUNK);
         }

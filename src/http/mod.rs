@@ -62,14 +62,20 @@ pub enum Body {
     Full(Vec<u8>),
     /// Sent with `Transfer-Encoding: chunked`; every item is written and flushed as it arrives
     /// (one SSE event per item for `text/event-stream`). The stream ends when the sender drops.
-    Stream(async_channel::Receiver<Vec<u8>>),
+    /// The producer, when given, is the future that feeds the channel: the connection's own
+    /// task polls it beside the socket (an item then crosses no thread; a producer spawned on
+    /// another thread costs a cross-thread wake-up per item) and drops it when the client goes.
+    Stream(async_channel::Receiver<Vec<u8>>, Option<Producer>),
 }
+
+/// A future that feeds a [`Body::Stream`].
+pub type Producer = std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>>;
 
 impl std::fmt::Debug for Body {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             Body::Full(b) => write!(f, "Full({} bytes)", b.len()),
-            Body::Stream(_) => write!(f, "Stream"),
+            Body::Stream(..) => write!(f, "Stream"),
         }
     }
 }
@@ -98,6 +104,15 @@ impl Response {
 
     /// A Server-Sent Events response; each item the receiver yields is flushed at once.
     pub fn sse(rx: async_channel::Receiver<Vec<u8>>) -> Response {
+        Response::sse_body(Body::Stream(rx, None))
+    }
+
+    /// [`Response::sse`] whose items come from `producer`, run by the connection's own task.
+    pub fn sse_produced(rx: async_channel::Receiver<Vec<u8>>, producer: Producer) -> Response {
+        Response::sse_body(Body::Stream(rx, Some(producer)))
+    }
+
+    fn sse_body(body: Body) -> Response {
         Response {
             status: 200,
             headers: vec![
@@ -105,7 +120,7 @@ impl Response {
                 ("Cache-Control".into(), "no-cache".into()),
                 ("X-Accel-Buffering".into(), "no".into()),
             ],
-            body: Body::Stream(rx),
+            body,
         }
     }
 
