@@ -337,6 +337,10 @@ enum Step {
 /// complete or the client is gone; `guard` keeps the request counted in flight until then.
 pub async fn stream(mut gen: Generation, out: async_channel::Sender<Vec<u8>>, guard: InFlightGuard) {
     let _guard = guard;
+    // One keep-alive timer for the whole stream, moved only when it fires: a timer made per
+    // token registers with the reactor (a wake-up of its thread) per token.
+    let mut idle = async_io::Timer::after(STREAM_KEEP_ALIVE);
+    let mut last_sent = Instant::now();
     if gen.kind == Kind::Chat && out.send(sse(&gen.chunk(None, true, Vec::new(), None))).await.is_err() {
         return;
     }
@@ -358,6 +362,7 @@ pub async fn stream(mut gen: Generation, out: async_channel::Sender<Vec<u8>>, gu
             if out.send(bytes).await.is_err() || done {
                 return;
             }
+            last_sent = Instant::now();
         }
         let step = smol::future::or(
             smol::future::or(async { Step::Event(gen.recv_event().await) }, async {
@@ -365,7 +370,7 @@ pub async fn stream(mut gen: Generation, out: async_channel::Sender<Vec<u8>>, gu
                 Step::ClientGone
             }),
             async {
-                async_io::Timer::after(STREAM_KEEP_ALIVE).await;
+                (&mut idle).await;
                 Step::Idle
             },
         )
@@ -373,9 +378,13 @@ pub async fn stream(mut gen: Generation, out: async_channel::Sender<Vec<u8>>, gu
         match step {
             Step::Event(ev) => gen.on_event(ev),
             Step::Idle => {
-                if out.send(b": keep-alive\n\n".to_vec()).await.is_err() {
-                    return;
+                if last_sent.elapsed() >= STREAM_KEEP_ALIVE {
+                    if out.send(b": keep-alive\n\n".to_vec()).await.is_err() {
+                        return;
+                    }
+                    last_sent = Instant::now();
                 }
+                idle.set_at(last_sent + STREAM_KEEP_ALIVE);
             }
             Step::ClientGone => return,
         }
