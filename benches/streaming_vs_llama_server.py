@@ -13,7 +13,7 @@ binary is taken from $MTPLX_BIN, else $CARGO_TARGET_DIR/release/mtplx-lite (buil
 `cargo build --release` first). The script itself uses only the standard library.
 
 mlx_lm.server (`python3 -m pip install 'mlx[cpu]' mlx-lm`) runs in the Python running this script
-(`python3 -m mlx_lm server`), on a Hugging Face directory made from the same GGUF by
+(as `python3 -m mlx_lm server` would, with a listen backlog of 64 instead of 5: see MLX_BOOT), on a Hugging Face directory made from the same GGUF by
 benches/gguf_to_hf.py: float32 weights, exactly the values the Q4_1 / Q8_0 blocks stand for
 (checked by benches/gguf_to_hf_check.py). --mlx-model names such a directory; by default it is
 made once under $XDG_CACHE_HOME/mtplx-lite/hf-from-gguf/ (again when the GGUF is newer). Nothing is
@@ -189,11 +189,20 @@ def ensure_hf_dir(gguf, out_dir, here):
     os.replace(tmp, out_dir)
 
 
+# mlx_lm.server as `python3 -m mlx_lm server` runs it, with one change: a listen backlog of 64 instead
+# of Python's default 5 (socketserver's request_queue_size). Its HTTP thread accepts slowly while
+# generation holds the GIL, and with 5 the kernel resets some of 16 simultaneous connections, which
+# fails the run (on this box, 2026-11-29: 2 of 16 in a full run; in a 16-client test, backlog 5 gave
+# 1 reset and 15 TcpExtListenOverflows, backlog 64 gave 16 of 16 answered and no overflow).
+MLX_BOOT = ("import http.server, sys; http.server.ThreadingHTTPServer.request_queue_size = 64; "
+            "sys.argv[0] = 'mlx_lm.server'; from mlx_lm.server import main; main()")
+
+
 def start_mlx(model_dir, logdir, extra):
     log = os.path.join(logdir, "mlx_lm.server.log")
     port = free_port()
     env = dict(os.environ, HF_HUB_OFFLINE="1")
-    p = subprocess.Popen([sys.executable, "-m", "mlx_lm", "server", "--model", model_dir, "--host", "127.0.0.1",
+    p = subprocess.Popen([sys.executable, "-c", MLX_BOOT, "--model", model_dir, "--host", "127.0.0.1",
                           "--port", str(port), *extra], stdout=open(log, "w"), stderr=subprocess.STDOUT, env=env)
     PROCS.append(p)
     wait_health(port, p, MLX, log)
