@@ -482,3 +482,43 @@ if __name__ == "__main__":
 # decode_tok_s 137.5: +18.8% vs the engine's forward pass alone, -0.0% for HTTP/SSE itself.
 # Under heavy load (load average ~5, 20:10 UTC) llama-server collapsed (3-13 tok/s aggregate) while
 # mtplx-lite kept 24-42 tok/s: numbers from a busy machine compare thread-pool robustness, not speed.
+#
+# ---------------------------------------------------------------------------------------------
+# Measured 2026-11-29 22:40 UTC with mlx_lm.server added, default settings, on the shared 2-core
+# box under heavy load from other sessions (load average 2.12 at start, 6.12 at end; sampled every
+# 30 s during the run: 3.0-8.2, with rustc, wrk and an HTTP tail process at 30-100% CPU each).
+# llama-server again degrades under load (compare its quiet-box rows above: at 16 clients 10.2
+# against 145.6 tok/s), so its rows and the ours/llama-server ratios here measure robustness on a
+# busy machine, not speed. mlx_lm.server was slow in every check made, all of them at load ~5 (not
+# measured on a quiet box): single stream, mlx_lm generate_step in one process, 48 tokens, decode
+# 3.4-3.5 tok/s in float32 (1.1-1.6 float16, 3.6-3.8 bfloat16, 3.9-4.3 with nn.quantize 4-bit
+# group 32); its compute runs on one thread, on netlib's reference BLAS. Its batching did not raise
+# its aggregate: 5.3, 5.2, 4.1 tok/s at 1, 4, 16 clients. At 16 clients its TTFT is mostly prefill:
+# its log (in a run that failed on the listen backlog, see MLX_BOOT) shows all 16 prompts processed,
+# 8 at a time, before decoding starts.
+# mlx_lm.server got fewer bursts at 1 and 4 clients (own budget; 2 and 1), hence fewer requests.
+#
+# streaming_vs_llama_server: 2026-11-29 22:40 UTC, model SmolLM2-135M-Instruct.Q4_1.gguf, threads 2, max_tokens 128, ctx/seq 1024, greedy, llama-server extra flags [], load average at start 2.12 2.91 3.85, at end 6.12 5.84 5.22
+# mlx_lm.server: mlx 0.32.4, mlx-lm 0.32.2, model /root/.cache/mtplx-lite/hf-from-gguf/SmolLM2-135M-Instruct.Q4_1-f32 (float32 from the same GGUF), one compute thread (MLX CPU has no thread setting), extra flags []
+#
+# | clients | server | requests | prompt tok/req | tokens | aggregate tok/s | TTFT p50 ms | TTFT p99 ms | per-stream decode tok/s |
+# |---:|---|---:|---:|---:|---:|---:|---:|---:|
+# | 1 | llama-server | 6 | 68.8 | 768 | 33.9 | 141.0 | 2515.3 | 92.7 |
+# | 1 | mlx_lm.server | 2 | 69.5 | 256 | 5.3 | 3594.8 | 4211.5 | 6.3 |
+# | 1 | mtplx-lite | 6 | 68.8 | 768 | 77.0 | 92.0 | 276.6 | 140.1 |
+# | 4 | llama-server | 8 | 68.9 | 1024 | 24.8 | 892.5 | 7524.8 | 19.8 |
+# | 4 | mlx_lm.server | 4 | 69.0 | 512 | 5.2 | 13854.3 | 13858.4 | 1.5 |
+# | 4 | mtplx-lite | 8 | 68.9 | 1024 | 70.5 | 871.0 | 1438.6 | 20.1 |
+# | 16 | llama-server | 16 | 69.6 | 2048 | 10.2 | 38857.0 | 38883.8 | 0.8 |
+# | 16 | mlx_lm.server | 16 | 69.6 | 2048 | 4.1 | 88798.4 | 96538.4 | 0.3 |
+# | 16 | mtplx-lite | 16 | 69.6 | 2048 | 84.8 | 3219.8 | 5860.5 | 6.1 |
+#
+# | clients | aggregate tok/s ours/llama-server | aggregate tok/s ours/mlx | TTFT p50 ours/llama-server | TTFT p50 ours/mlx | TTFT p99 ours/llama-server | TTFT p99 ours/mlx |
+# |---:|---:|---:|---:|---:|---:|---:|
+# | 1 | 2.27x | 14.50x | 0.65x | 0.03x | 0.11x | 0.07x |
+# | 4 | 2.84x | 13.59x | 0.98x | 0.06x | 0.19x | 0.10x |
+# | 16 | 8.34x | 20.88x | 0.08x | 0.04x | 0.15x | 0.06x |
+# (ratios are ours / reference: above 1 is better for tok/s, below 1 is better for TTFT)
+#
+# HTTP + SSE cost per token, 1 client, decode tok/s (medians, interleaved runs): engine alone `bench tg128` 60.1 (runs: 61.0, 60.1, 56.3); through the server as the client sees the deltas 56.4 (6 requests); the server's own mtplx_stats.decode_tok_s 56.3
+# overhead vs engine alone: +6.7% of decode time per token (engine -> server decode loop +6.9%, server -> client over HTTP/SSE -0.1%)
