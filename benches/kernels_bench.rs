@@ -162,10 +162,9 @@ fn pass(
     best.iter().sum()
 }
 
-/// `KERNELS_BENCH_COMPUTE=isa:n:calls[:dtype]` runs only `calls` in-cache matmuls of one
-/// ffn_gate-shaped matrix (Q4_1 unless `dtype` names another type) at that level and row count,
-/// for `perf stat` (whose CPU time ignores preemption on a shared machine): per-call CPU time =
-/// task-clock / calls.
+/// `KERNELS_BENCH_COMPUTE=isa:n:calls` runs only `calls` in-cache matmuls of one ffn_gate-shaped
+/// matrix at that level and row count, for `perf stat` (whose CPU time ignores preemption on a
+/// shared machine): per-call CPU time = task-clock / calls.
 fn compute_only(spec: &str) {
     let parts: Vec<&str> = spec.split(':').collect();
     let isa = *Isa::available()
@@ -173,11 +172,7 @@ fn compute_only(spec: &str) {
         .find(|i| i.name() == parts[0])
         .expect("an available ISA name");
     let (n, calls): (usize, usize) = (parts[1].parse().unwrap(), parts[2].parse().unwrap());
-    let dtype = match parts.get(3) {
-        Some(name) => *DType::ALL.iter().find(|d| d.to_string() == *name).expect("a dtype name"),
-        None => DType::Q4_1,
-    };
-    let m = synth("ffn_gate", dtype, FFN, HIDDEN, &mut 12345);
+    let m = synth("ffn_gate", DType::Q4_1, FFN, HIDDEN, &mut 12345);
     let x: Vec<f32> = (0..n * HIDDEN)
         .map(|i| ((i * 7919 % 2003) as f32 / 1001.5) - 1.0)
         .collect();

@@ -42,70 +42,30 @@ unsafe fn drive<const K: u8>(
     out: &OutRows,
 ) {
     let nb = x.cols() / 32;
-    let row = |r: usize| w[r * row_bytes..(r + 1) * row_bytes].as_ptr();
-    let mut r = rows.start;
-    // Several weight rows at a time: their independent dot chains overlap in the pipeline
-    // (one row's chain of dot, convert and FMA leaves the units idle between its steps), and
-    // each activation load serves them all. Four for a single activation row, two otherwise
-    // (four rows by four activations would need more than the 32 vector registers).
-    if acts.len() == 1 {
-        while r + 4 <= rows.end {
-            let v = tile::<K, 1, 4>([row(r), row(r + 1), row(r + 2), row(r + 3)], nb, x, acts.start);
-            for (k, y) in v.iter().enumerate() {
-                out.write(acts.start, r + k, y[0]);
+    for r in rows {
+        let wr = w[r * row_bytes..(r + 1) * row_bytes].as_ptr();
+        let mut i = acts.start;
+        while i + 4 <= acts.end {
+            let v = tile::<K, 4>(wr, nb, x, i);
+            for (j, &y) in v.iter().enumerate() {
+                out.write(i + j, r, y);
             }
-            r += 4;
+            i += 4;
+        }
+        // The last 1-3 rows in one pass too (speculative verification batches are 2-4 rows).
+        match acts.end - i {
+            3 => tile::<K, 3>(wr, nb, x, i)
+                .iter()
+                .enumerate()
+                .for_each(|(j, &y)| out.write(i + j, r, y)),
+            2 => tile::<K, 2>(wr, nb, x, i)
+                .iter()
+                .enumerate()
+                .for_each(|(j, &y)| out.write(i + j, r, y)),
+            1 => out.write(i, r, tile::<K, 1>(wr, nb, x, i)[0]),
+            _ => {}
         }
     }
-    while r + 2 <= rows.end {
-        acts_for::<K, 2>([row(r), row(r + 1)], r, nb, x, acts.clone(), out);
-        r += 2;
-    }
-    if r < rows.end {
-        acts_for::<K, 1>([row(r)], r, nb, x, acts, out);
-    }
-}
-
-/// Weight rows `r0..r0 + NW` (at `wr`) against activation rows `acts`, in tiles of up to four.
-#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
-#[inline]
-unsafe fn acts_for<const K: u8, const NW: usize>(
-    wr: [*const u8; NW],
-    r0: usize,
-    nb: usize,
-    x: &QuantRows,
-    acts: Range<usize>,
-    out: &OutRows,
-) {
-    let put = |i: usize, v: &[[f32; 4]; NW], nr: usize| {
-        for (k, row) in v.iter().enumerate() {
-            for (j, &y) in row[..nr].iter().enumerate() {
-                out.write(i + j, r0 + k, y);
-            }
-        }
-    };
-    let mut i = acts.start;
-    while i + 4 <= acts.end {
-        put(i, &widen(tile::<K, 4, NW>(wr, nb, x, i)), 4);
-        i += 4;
-    }
-    // The last 1-3 rows in one pass too (speculative verification batches are 2-4 rows).
-    match acts.end - i {
-        3 => put(i, &widen(tile::<K, 3, NW>(wr, nb, x, i)), 3),
-        2 => put(i, &widen(tile::<K, 2, NW>(wr, nb, x, i)), 2),
-        1 => put(i, &widen(tile::<K, 1, NW>(wr, nb, x, i)), 1),
-        _ => {}
-    }
-}
-
-/// A tile's results padded to four activation rows, so one writer serves every tile size.
-#[inline]
-fn widen<const NR: usize, const NW: usize>(v: [[f32; NR]; NW]) -> [[f32; 4]; NW] {
-    let mut o = [[0f32; 4]; NW];
-    for (a, b) in o.iter_mut().zip(v) {
-        a[..NR].copy_from_slice(&b);
-    }
-    o
 }
 
 /// The 32 weight bytes of block `blk` as a 256-bit vector: nibbles expanded, or Q8_0's int8s.
@@ -176,19 +136,18 @@ unsafe fn pair_weights<const K: u8>(blk0: *const u8, blk1: *const u8) -> __m512i
     _mm512_permutexvar_epi64(_mm512_setr_epi64(0, 1, 4, 5, 2, 3, 6, 7), z)
 }
 
-/// Dots of weight rows `w[0..NW]` (`nb` blocks each) with activation rows `i0..i0 + NR`.
+/// Dots of one weight row (`nb` blocks at `w`) with activation rows `i0..i0 + NR`.
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
 #[inline]
-unsafe fn tile<const K: u8, const NR: usize, const NW: usize>(
-    w: [*const u8; NW],
+unsafe fn tile<const K: u8, const NR: usize>(
+    w: *const u8,
     nb: usize,
     x: &QuantRows,
     i0: usize,
-) -> [[f32; NR]; NW] {
+) -> [f32; NR] {
     let block_bytes = [18, 20, 34][K as usize];
     let zero = _mm512_setzero_si512();
-    let mut acc = [[_mm512_setzero_ps(); NR]; NW];
-    let mut off = [[_mm512_setzero_ps(); NR]; NW];
+    let mut acc = [_mm512_setzero_ps(); NR];
     let mut xq = [std::ptr::null::<i8>(); NR];
     let mut xd = [std::ptr::null::<f32>(); NR];
     let mut xs = [std::ptr::null::<f32>(); NR];
@@ -199,6 +158,7 @@ unsafe fn tile<const K: u8, const NR: usize, const NW: usize>(
         xs[j] = x.s(i0 + j).as_ptr();
         xs8[j] = x.s8(i0 + j).as_ptr();
     }
+    let mut off = [_mm512_setzero_ps(); NR];
     let pairs_end = nb & !1;
     let mut b = 0;
     while b < pairs_end {
@@ -206,87 +166,69 @@ unsafe fn tile<const K: u8, const NR: usize, const NW: usize>(
         // with the 16 activation sums at once.
         let seg_start = b;
         let seg_end = (b + OFFSET_SEGMENT).min(pairs_end);
-        let mut mreg = [_mm512_setzero_pd(); NW];
+        let mut mreg = _mm512_setzero_pd();
         while b < seg_end {
-            let mut wu = [zero; NW];
-            let mut neg = [0u64; NW];
-            let mut dwv = [_mm512_setzero_ps(); NW];
-            for k in 0..NW {
-                let (blk0, blk1) = (w[k].add(b * block_bytes), w[k].add((b + 1) * block_bytes));
-                let wv = pair_weights::<K>(blk0, blk1);
-                // vpdpbusd wants unsigned weights: for Q8_0 move the weight's sign onto the
-                // activation.
-                (wu[k], neg[k]) = if K == 2 {
-                    (_mm512_abs_epi8(wv), _mm512_movepi8_mask(wv))
-                } else {
-                    (wv, 0)
-                };
-                let (d, m2) = pair_scales::<K>(blk0, blk1);
-                dwv[k] = d;
-                if K != 2 {
-                    mreg[k] = _mm512_mask_broadcastsd_pd(
-                        mreg[k],
-                        1 << ((b - seg_start) / 2),
-                        _mm_castps_pd(m2),
-                    );
-                }
+            let (blk0, blk1) = (w.add(b * block_bytes), w.add((b + 1) * block_bytes));
+            let wv = pair_weights::<K>(blk0, blk1);
+            // vpdpbusd wants unsigned weights: for Q8_0 move the weight's sign onto the activation.
+            let (wu, neg) = if K == 2 {
+                (_mm512_abs_epi8(wv), _mm512_movepi8_mask(wv))
+            } else {
+                (wv, 0)
+            };
+            let (dwv, m2) = pair_scales::<K>(blk0, blk1);
+            if K != 2 {
+                mreg =
+                    _mm512_mask_broadcastsd_pd(mreg, 1 << ((b - seg_start) / 2), _mm_castps_pd(m2));
             }
             for j in 0..NR {
                 let xv = _mm512_loadu_si512(xq[j].add(b * 32) as *const _);
-                let xdv = _mm512_loadu_ps(xd[j].add(b * 8));
-                for k in 0..NW {
-                    let xk = if K == 2 {
-                        _mm512_mask_sub_epi8(xv, neg[k], zero, xv)
-                    } else {
-                        xv
-                    };
-                    let p = _mm512_dpbusd_epi32(zero, wu[k], xk);
-                    let scale = _mm512_mul_ps(dwv[k], xdv);
-                    acc[k][j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(p), scale, acc[k][j]);
-                }
+                let xv = if K == 2 {
+                    _mm512_mask_sub_epi8(xv, neg, zero, xv)
+                } else {
+                    xv
+                };
+                let p = _mm512_dpbusd_epi32(zero, wu, xv);
+                let scale = _mm512_mul_ps(dwv, _mm512_loadu_ps(xd[j].add(b * 8)));
+                acc[j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(p), scale, acc[j]);
             }
             b += 2;
         }
         if K != 2 {
             // Q4_1's `+ m` and Q4_0's `- 8 d`, times the blocks' activation sums.
             let mask: __mmask16 = ((1u32 << (seg_end - seg_start)) - 1) as __mmask16;
+            let m = _mm512_castpd_ps(mreg);
             for j in 0..NR {
-                let xsv = _mm512_maskz_loadu_ps(mask, xs[j].add(seg_start));
-                for k in 0..NW {
-                    off[k][j] = _mm512_fmadd_ps(_mm512_castpd_ps(mreg[k]), xsv, off[k][j]);
-                }
+                off[j] =
+                    _mm512_fmadd_ps(m, _mm512_maskz_loadu_ps(mask, xs[j].add(seg_start)), off[j]);
             }
         }
     }
-    let mut res = [[0f32; NR]; NW];
-    for k in 0..NW {
-        for j in 0..NR {
-            res[k][j] = _mm512_reduce_add_ps(_mm512_add_ps(acc[k][j], off[k][j]));
-        }
+    let mut res = [0f32; NR];
+    for j in 0..NR {
+        res[j] = _mm512_reduce_add_ps(_mm512_add_ps(acc[j], off[j]));
     }
     if b < nb {
         // An odd last block: 256-bit VNNI.
-        for k in 0..NW {
-            let blk = w[k].add(b * block_bytes);
-            let dw = f16_load(blk);
-            let wv = weights::<K>(blk);
-            let wu = if K == 2 { _mm256_sign_epi8(wv, wv) } else { wv };
-            let mw = match K {
-                0 => -8.0 * dw,
-                1 => f16_load(blk.add(2)),
-                _ => 0.0,
-            };
-            for j in 0..NR {
-                let xv = _mm256_loadu_si256(xq[j].add(b * 32) as *const __m256i);
-                let xv = if K == 2 { _mm256_sign_epi8(xv, wv) } else { xv };
-                let p = _mm256_dpbusd_epi32(_mm256_setzero_si256(), wu, xv);
-                let scale = _mm256_mul_ps(_mm256_set1_ps(dw), _mm256_loadu_ps(xd[j].add(b * 8)));
-                let mut v = _mm256_mul_ps(_mm256_cvtepi32_ps(p), scale);
-                if K != 2 {
-                    v = _mm256_fmadd_ps(_mm256_set1_ps(mw), _mm256_loadu_ps(xs8[j].add(b * 8)), v);
-                }
-                res[k][j] += hsum(v);
+        let blk = w.add(b * block_bytes);
+        let dw = f16_load(blk);
+        let wv = weights::<K>(blk);
+        let wu = if K == 2 { _mm256_sign_epi8(wv, wv) } else { wv };
+        let mw = match K {
+            0 => -8.0 * dw,
+            1 => f16_load(blk.add(2)),
+            _ => 0.0,
+        };
+        for j in 0..NR {
+            let xv = _mm256_loadu_si256(xq[j].add(b * 32) as *const __m256i);
+            let xv = if K == 2 { _mm256_sign_epi8(xv, wv) } else { xv };
+            let p = _mm256_dpbusd_epi32(_mm256_setzero_si256(), wu, xv);
+            let scale = _mm256_mul_ps(_mm256_set1_ps(dw), _mm256_loadu_ps(xd[j].add(b * 8)));
+            let mut v = _mm256_mul_ps(_mm256_cvtepi32_ps(p), scale);
+            if K != 2 {
+                v = _mm256_fmadd_ps(_mm256_set1_ps(mw), _mm256_loadu_ps(xs8[j].add(b * 8)), v);
             }
+            res[j] += hsum(v);
         }
     }
     res
