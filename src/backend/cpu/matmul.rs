@@ -6,9 +6,8 @@
 //!
 //! Loop order: each thread takes a contiguous range of weight rows; for each chunk of activation
 //! rows (sized to stay in cache), each weight row is read once and dotted with the chunk's
-//! activation rows in tiles of four (on AVX-512, two or four weight rows at a time). So with `n`
-//! rows up to `ACT_CHUNK` the weights stream from memory once per call, which is what makes a
-//! 4-row pass cheaper than four 1-row passes.
+//! activation rows in tiles of four. So with `n` rows up to `ACT_CHUNK` the weights stream from
+//! memory once per call, which is what makes a 4-row pass cheaper than four 1-row passes.
 
 use super::dequant::dequantize_row;
 use super::pool::{self, Pool};
