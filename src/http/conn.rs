@@ -13,6 +13,7 @@ use smol::io::{AsyncRead, AsyncWrite};
 use smol::Timer;
 
 use super::error::HttpError;
+use super::exec::Turn;
 use super::io::{write_timed, ReadBuf};
 use super::parse::{parse_head, ChunkedDecoder, Framing, MAX_HEAD_BYTES, MAX_TARGET_BYTES};
 use super::response::{self, ConnHeader, CONTINUE, LAST_CHUNK};
@@ -60,6 +61,7 @@ struct Conn<'a, 'c, S> {
     ctx: &'a ConnCtx<'c>,
     input: ReadBuf,
     out: Vec<u8>,
+    turn: Turn,
     /// Method and path of the request in the handler, kept (in reused buffers) to report a panic.
     method: String,
     path: String,
@@ -82,6 +84,7 @@ where
         ctx,
         input: ReadBuf::default(),
         out: Vec::with_capacity(1024),
+        turn: Turn::default(),
         method: String::new(),
         path: String::new(),
         timer: Timer::never(),
@@ -157,7 +160,12 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Conn<'_, '_, S> {
                 future::pending().await
             }
         };
-        read.or(stop).or(timeout).await
+        let outcome = read.or(stop).or(timeout).await;
+        if matches!(outcome, ReadOutcome::Data) {
+            // Its responses went out in the flush above, so the yield delays none of them.
+            self.turn.after_read(self.input.waited()).await;
+        }
+        outcome
     }
 
     /// Answers a request the server refuses itself, and reports it to the handler.
@@ -318,6 +326,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Conn<'_, '_, S> {
                 }
             };
 
+            self.turn.answered();
             // The response. A shutdown that began while the handler ran closes the connection.
             let keep_alive = client_keep_alive && !self.ctx.shutdown.is_triggered();
             let has_body = response::status_allows_body(resp.status);

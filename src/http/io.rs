@@ -1,9 +1,11 @@
 //! Socket plumbing for a connection: the reusable read buffer and writes bounded in time.
 
+use std::future::poll_fn;
+use std::pin::Pin;
 use std::time::Duration;
 
 use smol::future::FutureExt as _;
-use smol::io::{AsyncRead, AsyncReadExt as _, AsyncWrite, AsyncWriteExt as _};
+use smol::io::{AsyncRead, AsyncWrite, AsyncWriteExt as _};
 use smol::Timer;
 
 /// Initial size of a connection's read buffer, and how much it grows by at least.
@@ -18,6 +20,8 @@ pub struct ReadBuf {
     buf: Vec<u8>,
     start: usize,
     end: usize,
+    /// Whether the last read found no data at first and so had to wait (the task yielded).
+    waited: bool,
 }
 
 impl ReadBuf {
@@ -44,9 +48,21 @@ impl ReadBuf {
             let grown = (self.buf.len() * 2).max(self.end + READ_CHUNK);
             self.buf.resize(grown, 0);
         }
-        let n = io.read(&mut self.buf[self.end..]).await?;
+        let buf = &mut self.buf[self.end..];
+        let mut first = true;
+        let n = poll_fn(|cx| {
+            let polled = Pin::new(&mut *io).poll_read(cx, buf);
+            self.waited = !first || polled.is_pending();
+            first = false;
+            polled
+        })
+        .await?;
         self.end += n;
         Ok(n)
+    }
+
+    pub fn waited(&self) -> bool {
+        self.waited
     }
 }
 
