@@ -14,7 +14,7 @@ use smol::Timer;
 
 use super::error::HttpError;
 use super::exec::Turn;
-use super::io::{write_timed, ReadBuf};
+use super::io::{write_pair_timed, write_timed, ReadBuf};
 use super::parse::{parse_head, ChunkedDecoder, Framing, MAX_HEAD_BYTES, MAX_TARGET_BYTES};
 use super::response::{self, ConnHeader, CONTINUE, LAST_CHUNK};
 use super::server::HttpConfig;
@@ -23,6 +23,9 @@ use super::{Body, Handler, Rejected, Request};
 
 /// Pending output is written out once it grows past this, even while pipelined requests remain.
 const WRITE_BATCH_BYTES: usize = 64 * 1024;
+/// Larger bodies are written with their head in one `writev` instead of being copied behind it
+/// (a 13 KB `/metrics` body spent 7% of the I/O thread in `memmove`).
+const COPY_BODY_MAX: usize = 4 * 1024;
 
 /// How a connection ended, which tells the caller how to close the socket.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -350,10 +353,11 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Conn<'_, '_, S> {
                         conn_header,
                     );
                     if has_body && !head_only {
-                        if bytes.len() > WRITE_BATCH_BYTES {
-                            if !self.write_out().await
-                                || !write_timed(self.io, &bytes, cfg.write_timeout).await
-                            {
+                        if bytes.len() > COPY_BODY_MAX {
+                            let (out, timeout) = (&self.out, cfg.write_timeout);
+                            let ok = write_pair_timed(self.io, out, &bytes, timeout).await;
+                            self.out.clear();
+                            if !ok {
                                 return ConnEnd::Closed;
                             }
                         } else {
