@@ -1,158 +1,195 @@
-//! `GET /health` over keep-alive with wrk (-t2 -c64), our server against a minimal hyper server
-//! serving the same bytes, one after the other in one run; prints requests/s, p99 and ratios.
+//! `GET /health` and `GET /metrics` over keep-alive with wrk (-t2 -c64), our server against a
+//! minimal hyper server serving the same bytes; prints requests/s, p99 and ratios.
+//!
+//! `/metrics` on our side goes through the real `App` route, which reads `/proc/self` and
+//! renders the registry on every request; hyper serves a pre-rendered copy of those bytes, a
+//! handicap to ours. So ours is also measured on `/metrics-static` (the same copy, cloned into
+//! each response as our `Response` API requires), which compares the HTTP layers alone.
 //!
 //! Run: `cargo bench --bench http_bench` (needs `wrk` on PATH). `HTTP_BENCH_SECS` sets the
-//! duration of each measurement (default 10).
+//! duration of each measurement (default 10), `HTTP_BENCH_ROUNDS` the rounds (default 3; each
+//! round measures every contender once, in an order that alternates between rounds; the summary
+//! gives the median of the rounds).
+//! `HTTP_BENCH_SERVE=1` only starts the servers and prints their addresses, for profiling.
 
+mod http_support;
+
+use http_support::{load_avg, seeded_app, start_hyper, wrk, Sample};
+use mtplx_lite::http::{serve, Handler, HttpConfig, Request, Response, Shutdown};
+use mtplx_lite::metrics::PROMETHEUS_CONTENT_TYPE;
 use std::net::{SocketAddr, TcpListener};
 use std::pin::Pin;
-use std::process::Command;
 use std::sync::Arc;
 
-use mtplx_lite::http::{serve, Handler, HttpConfig, Request, Response, Shutdown};
+// Measured 2026-11-30 (UTC) on the 2-core dev machine, shared with other work; each full bench
+// started when the other load was low, run load averages 1.6-2.6 (our 3 busy threads included).
+// Two ABBA sets of full benches (3 rounds each), so 12 rounds per build; medians of the rounds,
+// and the median of the per-round ratios to hyper measured next to it:
+//
+// | build                         | route           | ours req/s | ours p99 | vs hyper req/s | p99   |
+// |-------------------------------|-----------------|-----------:|---------:|---------------:|------:|
+// | before (server of 23ee371)    | /health         |      80148 |  7.06 ms |          1.093 | 1.326 |
+// | before                        | /metrics static |      61842 |  6.80 ms |          0.986 | 1.316 |
+// | before                        | /metrics render |       8612 | 17.27 ms |          0.143 | 3.484 |
+// | after (server of d0c96f7)     | /health         |      86988 |  4.24 ms |          1.079 | 0.918 |
+// | after                         | /metrics static |      63452 |  4.51 ms |          1.021 | 0.966 |
+// | after                         | /metrics render |       8498 | 14.01 ms |          0.141 | 2.707 |
+//
+// hyper medians: /health 76471-80200 req/s, 4.42-4.78 ms; /metrics 61159-64050 req/s, 4.67-4.69 ms.
+// Rendering costs ~120 us a request, over half of it reading /proc/self (the fd count alone 27%),
+// so 64 connections queue ~8 ms behind it; at load 3.4-6 its p99 was 121-566 ms without the turns
+// and 11-26 ms with them. Single full benches vary: one run's ratios moved by up to 0.3 either way.
 
-const BODY: &[u8] = br#"{"status":"ok","version":"0.1.0","uptime_s":1}"#;
+const HEALTH_BODY: &[u8] = br#"{"status":"ok","version":"0.1.0","uptime_s":1}"#;
 
-struct Health;
+/// Static `/health` like before, the real `App` for `/metrics`, and the pre-rendered copy.
+struct Bench {
+    app: mtplx_lite::api::app::App,
+    metrics_copy: Vec<u8>,
+}
 
-impl Handler for Health {
+impl Handler for Bench {
     fn handle(
         &self,
         req: Request,
     ) -> Pin<Box<dyn std::future::Future<Output = Response> + Send + '_>> {
         Box::pin(async move {
             match req.path.as_str() {
-                "/health" => Response::new(200, "application/json", BODY),
-                _ => Response::new(404, "text/plain", &b"not found"[..]),
+                "/health" => Response::new(200, "application/json", HEALTH_BODY),
+                "/metrics-static" => {
+                    Response::new(200, PROMETHEUS_CONTENT_TYPE, self.metrics_copy.clone())
+                }
+                _ => self.app.handle(req).await,
             }
         })
     }
 }
 
-fn start_ours() -> (SocketAddr, Shutdown) {
+fn start_ours(handler: Arc<Bench>) -> (SocketAddr, Shutdown) {
     let listener = TcpListener::bind("127.0.0.1:0").unwrap();
     let addr = listener.local_addr().unwrap();
     let shutdown = Shutdown::new();
     let s = shutdown.clone();
-    std::thread::spawn(move || serve(listener, Arc::new(Health), HttpConfig::default(), s));
+    std::thread::spawn(move || serve(listener, handler, HttpConfig::default(), s));
     (addr, shutdown)
 }
 
-/// hyper 1 on a current-thread tokio runtime: the same single I/O thread as ours by default.
-fn start_hyper() -> SocketAddr {
-    use http_body_util::Full;
-    use hyper::service::service_fn;
-    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-    listener.set_nonblocking(true).unwrap();
-    let addr = listener.local_addr().unwrap();
-    std::thread::spawn(move || {
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .unwrap();
-        rt.block_on(async move {
-            let listener = tokio::net::TcpListener::from_std(listener).unwrap();
-            loop {
-                let (stream, _) = listener.accept().await.unwrap();
-                let _ = stream.set_nodelay(true);
-                tokio::spawn(async move {
-                    let service = service_fn(|_req| async {
-                        let resp = hyper::Response::builder()
-                            .header("Content-Type", "application/json")
-                            .body(Full::new(BODY))
-                            .unwrap();
-                        Ok::<_, std::convert::Infallible>(resp)
-                    });
-                    let io = hyper_util::rt::TokioIo::new(stream);
-                    let _ = hyper::server::conn::http1::Builder::new()
-                        .serve_connection(io, service)
-                        .await;
-                });
-            }
-        });
-    });
-    addr
+/// Medians of one contender's runs: on a shared machine one run now and then is disturbed by
+/// other work, which a mean would carry into the result.
+fn median(runs: &[Sample]) -> (f64, f64) {
+    let mid = |mut v: Vec<f64>| {
+        v.sort_by(f64::total_cmp);
+        let n = v.len();
+        if n % 2 == 1 {
+            v[n / 2]
+        } else {
+            (v[n / 2 - 1] + v[n / 2]) / 2.0
+        }
+    };
+    (
+        mid(runs.iter().map(|r| r.rps).collect()),
+        mid(runs.iter().map(|r| r.p99_ms).collect()),
+    )
 }
 
-struct Result {
-    rps: f64,
-    p99_ms: f64,
-}
-
-/// Runs wrk and reads requests/s and the 99th percentile latency from its `--latency` report.
-fn wrk(addr: SocketAddr, secs: u32) -> Result {
-    let url = format!("http://{addr}/health");
-    let out = Command::new("wrk")
-        .args(["-t2", "-c64", &format!("-d{secs}s"), "--latency", &url])
-        .output()
-        .expect("wrk on PATH");
-    let text = String::from_utf8_lossy(&out.stdout);
-    let rps = text
-        .lines()
-        .find_map(|l| l.strip_prefix("Requests/sec:"))
-        .and_then(|v| v.trim().parse().ok())
-        .unwrap_or_else(|| panic!("no Requests/sec in wrk output:\n{text}"));
-    let p99 = text
-        .lines()
-        .find_map(|l| l.trim().strip_prefix("99%"))
-        .map(|v| parse_latency(v.trim()))
-        .unwrap_or_else(|| panic!("no 99% line in wrk output:\n{text}"));
-    assert!(!text.contains("Non-2xx"), "errors in wrk output:\n{text}");
-    Result { rps, p99_ms: p99 }
-}
-
-fn parse_latency(v: &str) -> f64 {
-    let split = v.find(|c: char| c.is_ascii_alphabetic()).unwrap_or(v.len());
-    let (n, unit) = v.split_at(split);
-    let n: f64 = n.parse().unwrap_or(f64::NAN);
-    match unit {
-        "us" => n / 1000.0,
-        "ms" => n,
-        "s" => n * 1000.0,
-        _ => f64::NAN,
+/// Measures each contender `rounds` times, reversing the order every other round so that
+/// machine noise hits all alike, then prints every run and the medians.
+fn compare(title: &str, contenders: &[(&str, String)], secs: u32, rounds: u32) -> Vec<(f64, f64)> {
+    for (_, url) in contenders {
+        wrk(url, 1); // warm-up
     }
+    let mut runs: Vec<Vec<Sample>> = vec![Vec::new(); contenders.len()];
+    for round in 0..rounds {
+        let mut order: Vec<usize> = (0..contenders.len()).collect();
+        if round % 2 == 1 {
+            order.reverse();
+        }
+        for i in order {
+            let s = wrk(&contenders[i].1, secs);
+            println!(
+                "  round {round} {:<22} {:>9.0} req/s  p99 {:>8.3} ms  load {}",
+                contenders[i].0, s.rps, s.p99_ms, s.load
+            );
+            runs[i].push(s);
+        }
+    }
+    println!("{title}, wrk -t2 -c64 -d{secs}s x{rounds} each, keep-alive");
+    println!(
+        "{:<24} {:>12} {:>10}  (medians)",
+        "server", "requests/s", "p99 ms"
+    );
+    let medians: Vec<(f64, f64)> = runs.iter().map(|r| median(r)).collect();
+    for ((name, _), (rps, p99)) in contenders.iter().zip(&medians) {
+        println!("{name:<24} {rps:>12.0} {p99:>10.3}");
+    }
+    medians
+}
+
+fn ratios(what: &str, ours: (f64, f64), hyper: (f64, f64)) {
+    println!(
+        "{what}: throughput ratio (ours / hyper) {:.3}, p99 ratio (lower is better) {:.3}",
+        ours.0 / hyper.0,
+        ours.1 / hyper.1
+    );
 }
 
 fn main() {
     // `cargo bench` passes `--bench`; nothing to filter here.
-    let secs: u32 = std::env::var("HTTP_BENCH_SECS")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(10);
-    let (ours, shutdown) = start_ours();
-    let hyper = start_hyper();
-    // Warm both up, then measure alternately so that machine noise hits both alike.
-    wrk(ours, 1);
-    wrk(hyper, 1);
-    let a1 = wrk(ours, secs);
-    let b1 = wrk(hyper, secs);
-    let b2 = wrk(hyper, secs);
-    let a2 = wrk(ours, secs);
-    let ours_r = Result {
-        rps: (a1.rps + a2.rps) / 2.0,
-        p99_ms: (a1.p99_ms + a2.p99_ms) / 2.0,
+    let env = |k: &str, d: u32| {
+        std::env::var(k)
+            .ok()
+            .and_then(|s| s.parse().ok())
+            .unwrap_or(d)
     };
-    let hyper_r = Result {
-        rps: (b1.rps + b2.rps) / 2.0,
-        p99_ms: (b1.p99_ms + b2.p99_ms) / 2.0,
-    };
-    println!("GET /health, wrk -t2 -c64 -d{secs}s x2 each, keep-alive");
-    println!("{:<12} {:>12} {:>10}", "server", "requests/s", "p99 ms");
-    println!(
-        "{:<12} {:>12.0} {:>10.3}",
-        "mtplx-lite", ours_r.rps, ours_r.p99_ms
+    let (secs, rounds) = (
+        env("HTTP_BENCH_SECS", 10),
+        env("HTTP_BENCH_ROUNDS", 3).max(1),
     );
-    println!(
-        "{:<12} {:>12.0} {:>10.3}",
-        "hyper", hyper_r.rps, hyper_r.p99_ms
+    let (app, metrics_copy) = seeded_app();
+    let bench = Arc::new(Bench {
+        app,
+        metrics_copy: metrics_copy.clone(),
+    });
+    let (ours, shutdown) = start_ours(bench);
+    let hyper = start_hyper(HEALTH_BODY, metrics_copy.clone());
+    if std::env::var_os("HTTP_BENCH_SERVE").is_some() {
+        println!("ours http://{ours}  hyper http://{hyper}  (Ctrl-C to stop)");
+        loop {
+            std::thread::park();
+        }
+    }
+    println!("load average at start: {}", load_avg());
+
+    let u = |a: SocketAddr, p: &str| format!("http://{a}{p}");
+    let health = compare(
+        "GET /health",
+        &[
+            ("mtplx-lite", u(ours, "/health")),
+            ("hyper", u(hyper, "/health")),
+        ],
+        secs,
+        rounds,
     );
+    println!();
     println!(
-        "throughput ratio (ours / hyper): {:.3}",
-        ours_r.rps / hyper_r.rps
+        "/metrics body: {} bytes of Prometheus text; hyper serves it pre-rendered, \
+         mtplx-lite renders it per request (and /metrics-static serves the copy)",
+        metrics_copy.len()
     );
-    println!(
-        "p99 ratio (ours / hyper, lower is better): {:.3}",
-        ours_r.p99_ms / hyper_r.p99_ms
+    let metrics = compare(
+        "GET /metrics",
+        &[
+            ("mtplx-lite (renders)", u(ours, "/metrics")),
+            ("mtplx-lite (static)", u(ours, "/metrics-static")),
+            ("hyper (static)", u(hyper, "/metrics")),
+        ],
+        secs,
+        rounds,
     );
+    println!();
+    ratios("GET /health", health[0], health[1]);
+    ratios("GET /metrics, ours rendering", metrics[0], metrics[2]);
+    ratios("GET /metrics, both static", metrics[1], metrics[2]);
+    println!("load average at end: {}", load_avg());
     shutdown.trigger();
 }

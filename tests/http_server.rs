@@ -66,6 +66,32 @@ fn pipelined_requests_are_answered_in_order() {
 }
 
 #[test]
+fn large_bodies_go_out_whole_between_small_ones() {
+    // Bodies over a few KiB are written with their head in one writev rather than copied into
+    // the output buffer; 1 MiB does not fit the socket buffer, so the writes are partial too.
+    let server = TestServer::start(quick_cfg());
+    let mut c = Client::new(&server);
+    let big: Vec<u8> = (0..1024 * 1024).map(|i| (i % 251) as u8).collect();
+    let mut req = format!(
+        "POST /echo?n=1 HTTP/1.1\r\nContent-Length: {}\r\n\r\n",
+        big.len()
+    )
+    .into_bytes();
+    req.extend_from_slice(&big);
+    req.extend_from_slice(b"GET /health HTTP/1.1\r\n\r\n");
+    req.extend_from_slice(b"POST /echo?n=3 HTTP/1.1\r\nContent-Length: 5000\r\n\r\n");
+    req.extend_from_slice(&[b'x'; 5000]);
+    c.send(&req);
+    let r = c.response();
+    assert_eq!((r.status, r.header("X-Query")), (200, Some("n=1")));
+    assert!(r.body == big, "1 MiB body differs");
+    assert_eq!(c.response().body_str(), "{\"status\":\"ok\"}");
+    let r = c.response();
+    assert_eq!((r.header("X-Query"), r.body.len()), (Some("n=3"), 5000));
+    assert!(r.body.iter().all(|&b| b == b'x'));
+}
+
+#[test]
 fn expect_100_continue_is_answered_before_the_body() {
     let server = TestServer::start(quick_cfg());
     let mut c = Client::new(&server);

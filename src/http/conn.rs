@@ -13,7 +13,8 @@ use smol::io::{AsyncRead, AsyncWrite};
 use smol::Timer;
 
 use super::error::HttpError;
-use super::io::{write_timed, ReadBuf};
+use super::exec::Turn;
+use super::io::{write_pair_timed, write_timed, ReadBuf};
 use super::parse::{parse_head, ChunkedDecoder, Framing, MAX_HEAD_BYTES, MAX_TARGET_BYTES};
 use super::response::{self, ConnHeader, CONTINUE, LAST_CHUNK};
 use super::server::HttpConfig;
@@ -22,6 +23,9 @@ use super::{Body, Handler, Rejected, Request};
 
 /// Pending output is written out once it grows past this, even while pipelined requests remain.
 const WRITE_BATCH_BYTES: usize = 64 * 1024;
+/// Larger bodies are written with their head in one `writev` instead of being copied behind it
+/// (a 13 KB `/metrics` body spent 7% of the I/O thread in `memmove`).
+const COPY_BODY_MAX: usize = 4 * 1024;
 
 /// How a connection ended, which tells the caller how to close the socket.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -61,6 +65,7 @@ struct Conn<'a, 'c, S> {
     ctx: &'a ConnCtx<'c>,
     input: ReadBuf,
     out: Vec<u8>,
+    turn: Turn,
     /// Method and path of the request in the handler, kept (in reused buffers) to report a panic.
     method: String,
     path: String,
@@ -83,6 +88,7 @@ where
         ctx,
         input: ReadBuf::default(),
         out: Vec::with_capacity(1024),
+        turn: Turn::default(),
         method: String::new(),
         path: String::new(),
         timer: Timer::never(),
@@ -158,7 +164,12 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Conn<'_, '_, S> {
                 future::pending().await
             }
         };
-        read.or(stop).or(timeout).await
+        let outcome = read.or(stop).or(timeout).await;
+        if matches!(outcome, ReadOutcome::Data) {
+            // Its responses went out in the flush above, so the yield delays none of them.
+            self.turn.after_read(self.input.waited()).await;
+        }
+        outcome
     }
 
     /// Answers a request the server refuses itself, and reports it to the handler.
@@ -319,6 +330,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Conn<'_, '_, S> {
                 }
             };
 
+            self.turn.answered();
             // The response. A shutdown that began while the handler ran closes the connection.
             let keep_alive = client_keep_alive && !self.ctx.shutdown.is_triggered();
             let has_body = response::status_allows_body(resp.status);
@@ -342,10 +354,11 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Conn<'_, '_, S> {
                         conn_header,
                     );
                     if has_body && !head_only {
-                        if bytes.len() > WRITE_BATCH_BYTES {
-                            if !self.write_out().await
-                                || !write_timed(self.io, &bytes, cfg.write_timeout).await
-                            {
+                        if bytes.len() > COPY_BODY_MAX {
+                            let (out, timeout) = (&self.out, cfg.write_timeout);
+                            let ok = write_pair_timed(self.io, out, &bytes, timeout).await;
+                            self.out.clear();
+                            if !ok {
                                 return ConnEnd::Closed;
                             }
                         } else {

@@ -8,6 +8,7 @@
 pub mod conn;
 pub mod date;
 pub mod error;
+mod exec;
 mod io;
 pub mod parse;
 pub mod response;

@@ -12,6 +12,7 @@ use smol::{Async, Executor, Timer};
 
 use super::conn::{serve_connection, ConnCtx, ConnEnd};
 use super::error::HttpError;
+use super::exec::run_tasks;
 use super::response;
 use super::shutdown::Shutdown;
 use super::{Handler, Rejected};
@@ -106,10 +107,13 @@ pub fn serve(
         let (ex, done_rx) = (ex.clone(), done_rx.clone());
         let t = std::thread::Builder::new()
             .name(format!("mtplx-io-{i}"))
-            .spawn(move || smol::block_on(ex.run(async { done_rx.recv().await.ok() })))?;
+            .spawn(move || {
+                smol::block_on(async { done_rx.recv().await.ok() }.or(run_tasks(&ex)))
+            })?;
         threads.push(t);
     }
-    let result = smol::block_on(ex.run(accept_loop(&ex, listener, handler, cfg, shutdown)));
+    let result =
+        smol::block_on(accept_loop(&ex, listener, handler, cfg, shutdown).or(run_tasks(&ex)));
     drop(done_tx);
     for t in threads {
         let _ = t.join();
