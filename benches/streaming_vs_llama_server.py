@@ -3,7 +3,7 @@
 llama-server and with mlx_lm.server (MLX on the CPU), same model, same prompts, in one run; prints
 the table and the ratios (ours / llama-server, ours / mlx_lm.server). Also the cost of HTTP + SSE
 per token: single-client decode tokens/s seen through the server against the engine alone
-(`mtplx-lite bench`).
+(`mtplx-lite generate` on the same prompt).
 
     LLAMA_SERVER=/path/to/llama-server python3 benches/streaming_vs_llama_server.py
 
@@ -39,8 +39,11 @@ least one burst per level) while the other two keep alternating between themselv
 (they still stop together, with the same bursts and prompts). Aggregate tokens/s is all tokens
 over the summed wall time of the server's bursts; TTFT is from the request being sent to the
 first non-empty content delta. Per-stream decode is (tokens - 1) / (last delta - first delta).
-The HTTP + SSE cost compares, interleaved, `mtplx-lite bench` tg (the engine's forward pass
-alone) with single streams through the server, median against median.
+The HTTP + SSE cost compares, interleaved, `mtplx-lite generate --chat` (the same template, engine
+and sampler in one process, no HTTP) with single streams through the server on the same prompt,
+median against median. (Until 2026-11-30 the reference was `bench` tg, decoding from an empty
+context; the server's requests carry a ~70-token prompt, whose attention made most of the
++15-19% "engine -> server decode loop" gap recorded below.)
 """
 
 import argparse
@@ -301,15 +304,16 @@ def pct(xs, p):
     return xs[int(k)]
 
 
-def engine_tg(binary, model, threads, generate):
-    out = subprocess.run([binary, "--model", model, "--threads", str(threads), "bench", "--prompt", "32",
-                          "--generate", str(generate), "--sequences", "1"], capture_output=True, text=True, check=True,
-                         timeout=300).stdout
-    for line in out.splitlines():
-        cells = [c.strip() for c in line.strip().strip("|").split("|")]
-        if len(cells) == 4 and cells[1] == str(threads) and cells[2] == f"tg{generate}":
-            return float(cells[3])
-    raise RuntimeError(f"no tg{generate} row for {threads} threads in:\n{out}")
+def engine_decode(binary, model, threads, text, max_tokens):
+    """Decode tok/s of the engine alone (`mtplx-lite generate`: the same chat template, prompt,
+    engine and sampler as the server, no HTTP) on one prompt."""
+    err = subprocess.run([binary, "--model", model, "--threads", str(threads), "generate", "--chat", "--prompt", text,
+                          "--max-tokens", str(max_tokens)], capture_output=True, text=True, check=True,
+                         timeout=300).stderr
+    found = re.search(r"decode ([0-9.]+) tok/s\]", err)
+    if not found:
+        raise RuntimeError(f"no decode tok/s in the output of `generate`:\n{err}")
+    return float(found.group(1))
 
 
 def main():
@@ -330,7 +334,7 @@ def main():
     ap.add_argument("--mlx-args", default="", help="extra mlx_lm.server flags, space-separated (default: none)")
     ap.add_argument("--levels", default="1,4,16", help="concurrent clients, comma-separated")
     ap.add_argument("--rounds", default="6,4,3", help="bursts per server at each level")
-    ap.add_argument("--engine-reps", type=int, default=3, help="runs of `mtplx-lite bench` (median is kept)")
+    ap.add_argument("--engine-reps", type=int, default=3, help="pairs of `mtplx-lite generate` runs (median is kept)")
     ap.add_argument("--budget", type=float, default=30.0, help="seconds per level and server after which no new burst starts")
     args = ap.parse_args()
     if not args.llama_server:
@@ -394,8 +398,9 @@ def main():
         # HTTP + SSE cost: the engine alone and single streams through our server, interleaved.
         engine, single = [], []
         for _ in range(args.engine_reps):
-            engine.append(engine_tg(args.mtplx_bin, args.model, args.threads, args.max_tokens))
             for _ in range(2):
+                # The same prompt on both sides: decode speed depends on the context length.
+                engine.append(engine_decode(args.mtplx_bin, args.model, args.threads, prompt(base), args.max_tokens))
                 single += burst(ours, 1, args.max_tokens, base)[0]
                 base += 1
     finally:
@@ -438,7 +443,7 @@ def main():
     through, inside = one["decode_med"], one["server_decode_med"]
     print()
     print(f"HTTP + SSE cost per token, 1 client, decode tok/s (medians, interleaved runs): engine alone "
-          f"`bench tg{args.max_tokens}` {eng:.1f} (runs: {', '.join(f'{e:.1f}' for e in engine)}); through the server "
+          f"`generate` {eng:.1f} (runs: {', '.join(f'{e:.1f}' for e in engine)}); through the server "
           f"as the client sees the deltas {through:.1f} ({one['n']} requests)"
           + (f"; the server's own mtplx_stats.decode_tok_s {inside:.1f}" if inside else ""))
     print(f"overhead vs engine alone: {100 * (eng / through - 1):+.1f}% of decode time per token"
@@ -522,3 +527,37 @@ if __name__ == "__main__":
 #
 # HTTP + SSE cost per token, 1 client, decode tok/s (medians, interleaved runs): engine alone `bench tg128` 60.1 (runs: 61.0, 60.1, 56.3); through the server as the client sees the deltas 56.4 (6 requests); the server's own mtplx_stats.decode_tok_s 56.3
 # overhead vs engine alone: +6.7% of decode time per token (engine -> server decode loop +6.9%, server -> client over HTTP/SSE -0.1%)
+
+# ---------------------------------------------------------------------------------------------
+# Measured 2026-11-30 00:41 UTC on a quiet box (load 1.2-1.6 with the benchmark itself), main at
+# 75e599f. All three #4 targets hold: single stream 1.50x llama-server, 16 clients 1.32x. The
+# HTTP + SSE line of this run still used the old reference (`bench` tg from an empty context);
+# re-run at 01:00 UTC with the same-prompt reference (`--levels 1 --rounds 2 --engine-reps 4`):
+#   engine alone `generate` 116.9 tok/s (runs: 125.8, 119.0, 114.8, 110.0, 110.3, 106.4, 135.5,
+#   126.8); through the server 117.4 (8 requests): overhead -0.4%, within the run-to-run noise.
+#   The per-thread CPU measure (benches/sse_cost.py) puts the I/O threads at 1.43% of decode time.
+#
+# streaming_vs_llama_server: 2026-11-30 00:41 UTC, model SmolLM2-135M-Instruct.Q4_1.gguf, threads 2, max_tokens 128, ctx/seq 1024, greedy, llama-server extra flags [], load average at start 1.23 1.56 1.82, at end 1.62 1.32 1.54
+# mlx_lm.server: mlx 0.32.4, mlx-lm 0.32.2, model /root/.cache/mtplx-lite/hf-from-gguf/SmolLM2-135M-Instruct.Q4_1-f32 (float32 from the same GGUF), one compute thread (MLX CPU has no thread setting), extra flags []
+#
+# | clients | server | requests | prompt tok/req | tokens | aggregate tok/s | TTFT p50 ms | TTFT p99 ms | per-stream decode tok/s |
+# |---:|---|---:|---:|---:|---:|---:|---:|---:|
+# | 1 | llama-server | 6 | 68.8 | 768 | 88.8 | 147.7 | 191.1 | 97.0 |
+# | 1 | mlx_lm.server | 2 | 69.5 | 256 | 5.7 | 3438.3 | 4234.2 | 6.8 |
+# | 1 | mtplx-lite | 6 | 68.8 | 768 | 133.3 | 85.5 | 99.4 | 140.6 |
+# | 4 | llama-server | 16 | 69.3 | 2048 | 117.4 | 663.0 | 776.0 | 36.2 |
+# | 4 | mlx_lm.server | 4 | 69.0 | 512 | 6.2 | 14698.3 | 14703.3 | 1.9 |
+# | 4 | mtplx-lite | 16 | 69.3 | 2048 | 180.5 | 339.6 | 557.5 | 49.5 |
+# | 16 | llama-server | 32 | 69.6 | 4096 | 118.4 | 2709.7 | 4563.1 | 9.3 |
+# | 16 | mlx_lm.server | 16 | 69.4 | 2048 | 5.5 | 65386.7 | 70361.3 | 0.4 |
+# | 16 | mtplx-lite | 32 | 69.6 | 4096 | 156.6 | 1859.6 | 5079.4 | 12.3 |
+#
+# | clients | aggregate tok/s ours/llama-server | aggregate tok/s ours/mlx | TTFT p50 ours/llama-server | TTFT p50 ours/mlx | TTFT p99 ours/llama-server | TTFT p99 ours/mlx |
+# |---:|---:|---:|---:|---:|---:|---:|
+# | 1 | 1.50x | 23.55x | 0.58x | 0.02x | 0.52x | 0.02x |
+# | 4 | 1.54x | 28.99x | 0.51x | 0.02x | 0.72x | 0.04x |
+# | 16 | 1.32x | 28.26x | 0.69x | 0.03x | 1.11x | 0.07x |
+# (ratios are ours / reference: above 1 is better for tok/s, below 1 is better for TTFT)
+#
+# HTTP + SSE cost per token, 1 client, decode tok/s (medians, interleaved runs): engine alone `bench tg128` 130.8 (runs: 130.8, 109.9, 135.5); through the server as the client sees the deltas 110.4 (6 requests); the server's own mtplx_stats.decode_tok_s 110.4
+# overhead vs engine alone: +18.5% of decode time per token (engine -> server decode loop +18.5%, server -> client over HTTP/SSE -0.0%)
