@@ -335,11 +335,16 @@ enum Step {
 
 /// Drives a streamed answer into `out` (one SSE event per chunk). Returns when the answer is
 /// complete or the client is gone; `guard` keeps the request counted in flight until then.
-pub async fn stream(mut gen: Generation, out: async_channel::Sender<Vec<u8>>, guard: InFlightGuard) {
+pub async fn stream(gen: Generation, out: async_channel::Sender<Vec<u8>>, guard: InFlightGuard) {
+    stream_every(gen, out, guard, STREAM_KEEP_ALIVE).await
+}
+
+/// [`stream`] with a `: keep-alive` comment after every `keep_alive` without output.
+async fn stream_every(mut gen: Generation, out: async_channel::Sender<Vec<u8>>, guard: InFlightGuard, keep_alive: Duration) {
     let _guard = guard;
     // One keep-alive timer for the whole stream, moved only when it fires: a timer made per
     // token registers with the reactor (a wake-up of its thread) per token.
-    let mut idle = async_io::Timer::after(STREAM_KEEP_ALIVE);
+    let mut idle = async_io::Timer::after(keep_alive);
     let mut last_sent = Instant::now();
     if gen.kind == Kind::Chat && out.send(sse(&gen.chunk(None, true, Vec::new(), None))).await.is_err() {
         return;
@@ -378,15 +383,19 @@ pub async fn stream(mut gen: Generation, out: async_channel::Sender<Vec<u8>>, gu
         match step {
             Step::Event(ev) => gen.on_event(ev),
             Step::Idle => {
-                if last_sent.elapsed() >= STREAM_KEEP_ALIVE {
+                if last_sent.elapsed() >= keep_alive {
                     if out.send(b": keep-alive\n\n".to_vec()).await.is_err() {
                         return;
                     }
                     last_sent = Instant::now();
                 }
-                idle.set_at(last_sent + STREAM_KEEP_ALIVE);
+                idle.set_at(last_sent + keep_alive);
             }
             Step::ClientGone => return,
         }
     }
 }
+
+#[cfg(test)]
+#[path = "generation_stream_tests.rs"]
+mod tests;

@@ -11,7 +11,7 @@ pub mod kv_cache;
 pub mod sampler;
 pub mod scheduler;
 #[cfg(test)]
-mod testing;
+pub(crate) mod testing;
 pub mod thread;
 
 pub use detok::{StreamDecoder, TokenDecoder};
