@@ -320,7 +320,7 @@ fn main() {
         r_pc.as_secs_f64() / r_om.as_secs_f64()
     );
     println!(
-        "render  with /proc/self reads (what GET /metrics does): {:.2?}",
+        "render  as GET /metrics does it, nothing changed between scrapes (the values walk, then the cached text): {:.2?}",
         r_proc
     );
     println!(

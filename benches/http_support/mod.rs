@@ -91,7 +91,7 @@ pub fn seeded_app() -> (App, Vec<u8>) {
         panic!("/metrics answered a stream")
     };
     assert_eq!(resp.status, 200);
-    (app, copy)
+    (app, copy.to_vec())
 }
 
 /// hyper 1 on a current-thread tokio runtime: the same single I/O thread as ours by default.

@@ -37,9 +37,7 @@ fn unauthorized(msg: &str) -> ApiError {
 
 pub fn prometheus(req: &Request, metrics: &Metrics) -> Response {
     let format = negotiate(req.header("accept"));
-    let mut out = Vec::with_capacity(16 * 1024);
-    metrics.render(format, &mut out);
-    Response::new(200, format.content_type(), out)
+    Response::shared(200, format.content_type(), metrics.render_shared(format))
 }
 
 fn limit(req: &Request) -> Result<Option<usize>, ApiError> {

@@ -60,13 +60,36 @@ impl Request {
 /// How a response body is sent.
 pub enum Body {
     /// Sent with `Content-Length`.
-    Full(Vec<u8>),
+    Full(Bytes),
     /// Sent with `Transfer-Encoding: chunked`; every item is written and flushed as it arrives
     /// (one SSE event per item for `text/event-stream`). The stream ends when the sender drops.
     /// The producer, when given, is the future that feeds the channel: the connection's own
     /// task polls it beside the socket (an item then crosses no thread; a producer spawned on
     /// another thread costs a cross-thread wake-up per item) and drops it when the client goes.
     Stream(async_channel::Receiver<Vec<u8>>, Option<Producer>),
+}
+
+/// The bytes of a whole body: owned by the response, or shared with a cache that serves the
+/// same body again (then no copy is made per response).
+pub enum Bytes {
+    Owned(Vec<u8>),
+    Shared(std::sync::Arc<[u8]>),
+}
+
+impl std::ops::Deref for Bytes {
+    type Target = [u8];
+    fn deref(&self) -> &[u8] {
+        match self {
+            Bytes::Owned(v) => v,
+            Bytes::Shared(a) => a,
+        }
+    }
+}
+
+impl From<Vec<u8>> for Bytes {
+    fn from(v: Vec<u8>) -> Bytes {
+        Bytes::Owned(v)
+    }
 }
 
 /// A future that feeds a [`Body::Stream`].
@@ -95,7 +118,16 @@ impl Response {
         Response {
             status,
             headers: vec![("Content-Type".into(), content_type.into())],
-            body: Body::Full(body.into()),
+            body: Body::Full(Bytes::Owned(body.into())),
+        }
+    }
+
+    /// A response whose body is shared with a cache (sent without copying it).
+    pub fn shared(status: u16, content_type: &str, body: std::sync::Arc<[u8]>) -> Response {
+        Response {
+            status,
+            headers: vec![("Content-Type".into(), content_type.into())],
+            body: Body::Full(Bytes::Shared(body)),
         }
     }
 

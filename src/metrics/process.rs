@@ -1,10 +1,10 @@
 //! `process_*` series, read from `/proc/self` at render time (Linux; absent elsewhere).
 //!
-//! CPU time and resident memory come from one read of `/proc/self/stat` per scrape (about
-//! 12 us; `/proc/self/status` costs twice that). Counting `/proc/self/fd` costs about 0.7 us per
-//! open descriptor (90 us with 135 open, several hundred with the 1,000-connection limit), so
-//! the count is reused for up to [`OPEN_FDS_MAX_AGE`]: a scrape every 15 s never sees it stale,
-//! and a client polling `/metrics` in a loop does not pay for the directory walk each time.
+//! CPU time and resident memory come from one read of `/proc/self/stat` (about 12 us;
+//! `/proc/self/status` costs twice that); counting `/proc/self/fd` costs about 0.7 us per open
+//! descriptor (90 us with 135 open, several hundred with the 1,000-connection limit). So a
+//! reading is reused for up to [`PROCESS_MAX_AGE`]: a scrape every 15 s never sees it stale, and
+//! a client polling `/metrics` in a loop does not pay for the reads each time.
 
 use std::io::Read;
 use std::sync::Mutex;
@@ -15,15 +15,15 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 const USER_HZ: f64 = 100.0;
 /// Bytes read from one `/proc` file; `stat` is well under this.
 const PROC_READ_BYTES: usize = 4096;
-/// How long an `open_fds` count is reused before `/proc/self/fd` is walked again.
-pub const OPEN_FDS_MAX_AGE: Duration = Duration::from_secs(1);
+/// How long a reading of the process series is reused before `/proc/self` is read again.
+pub const PROCESS_MAX_AGE: Duration = Duration::from_secs(1);
 /// `AT_PAGESZ` in the ELF auxiliary vector (`/proc/self/auxv`).
 const AT_PAGESZ: u64 = 6;
 /// Page size assumed when the auxiliary vector cannot be read.
 const DEFAULT_PAGE_BYTES: u64 = 4096;
 
-/// The process's `open_fds` count, shared by every scrape.
-static OPEN_FDS: FdCounter = FdCounter::new();
+/// The last reading of this process, shared by every scrape.
+static SAMPLER: Sampler = Sampler::new();
 
 /// One reading of the process series.
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
@@ -102,28 +102,27 @@ fn page_bytes() -> u64 {
     })
 }
 
-/// Open descriptors, counted again only when the last count is older than [`OPEN_FDS_MAX_AGE`].
-struct FdCounter {
-    /// The last count and when it was taken.
-    last: Mutex<Option<(Instant, u64)>>,
+/// A reading, taken again only when the last one is older than [`PROCESS_MAX_AGE`].
+struct Sampler {
+    /// The last reading and when it was taken.
+    last: Mutex<Option<(Instant, ProcessStats)>>,
 }
 
-impl FdCounter {
-    const fn new() -> FdCounter {
-        FdCounter { last: Mutex::new(None) }
+impl Sampler {
+    const fn new() -> Sampler {
+        Sampler { last: Mutex::new(None) }
     }
 
-    /// Entries of `dir` (`/proc/self/fd` for this process).
-    fn get(&self, dir: &str, now: Instant) -> Option<u64> {
+    fn get(&self, now: Instant, read: impl FnOnce() -> ProcessStats) -> ProcessStats {
         let mut last = self.last.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some((at, n)) = *last {
-            if now.saturating_duration_since(at) < OPEN_FDS_MAX_AGE {
-                return Some(n);
+        match *last {
+            Some((at, s)) if now.saturating_duration_since(at) < PROCESS_MAX_AGE => s,
+            _ => {
+                let s = read();
+                *last = Some((now, s));
+                s
             }
         }
-        let n = std::fs::read_dir(dir).ok()?.count() as u64;
-        *last = Some((now, n));
-        Some(n)
     }
 }
 
@@ -137,8 +136,13 @@ impl ProcessStats {
             start_time_seconds,
             resident_memory_bytes: stat.and_then(rss_pages).map(|p| p * page_bytes()),
             cpu_seconds: stat.and_then(cpu_seconds),
-            open_fds: OPEN_FDS.get("/proc/self/fd", Instant::now()),
+            open_fds: std::fs::read_dir("/proc/self/fd").ok().map(|d| d.count() as u64),
         }
+    }
+
+    /// [`ProcessStats::read`], reused for up to [`PROCESS_MAX_AGE`].
+    pub fn sampled(start_time_seconds: f64) -> ProcessStats {
+        SAMPLER.get(Instant::now(), || ProcessStats::read(start_time_seconds))
     }
 }
 
@@ -163,21 +167,19 @@ mod tests {
         assert_eq!(rss_pages("1 (x) S 1 2"), None);
     }
 
-    #[cfg(target_os = "linux")]
     #[test]
-    fn fd_count_is_reused_until_it_is_too_old() {
-        let dir = std::env::temp_dir().join(format!("mtplx-fdcount-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        let path = dir.to_str().unwrap();
-        let touch = |i: usize| std::fs::write(dir.join(i.to_string()), b"").unwrap();
-        (0..3).for_each(touch);
-        let c = FdCounter::new();
+    fn a_reading_is_reused_until_it_is_too_old() {
+        let sampler = Sampler::new();
+        let reads = std::cell::Cell::new(0u64);
+        let read = || {
+            reads.set(reads.get() + 1);
+            ProcessStats { open_fds: Some(reads.get()), ..ProcessStats::default() }
+        };
         let t0 = Instant::now();
-        assert_eq!(c.get(path, t0), Some(3));
-        (3..11).for_each(touch);
-        assert_eq!(c.get(path, t0 + OPEN_FDS_MAX_AGE / 2), Some(3), "counted again too soon");
-        assert_eq!(c.get(path, t0 + OPEN_FDS_MAX_AGE), Some(11), "not counted again");
-        std::fs::remove_dir_all(&dir).unwrap();
+        assert_eq!(sampler.get(t0, read).open_fds, Some(1));
+        assert_eq!(sampler.get(t0 + PROCESS_MAX_AGE / 2, read).open_fds, Some(1), "read again too soon");
+        assert_eq!(sampler.get(t0 + PROCESS_MAX_AGE, read).open_fds, Some(2), "not read again");
+        assert_eq!(reads.get(), 2);
     }
 
     #[cfg(target_os = "linux")]

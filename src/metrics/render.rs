@@ -4,44 +4,89 @@ use super::histogram::{Histogram, MAX_BUCKETS};
 use super::process::ProcessStats;
 use super::prometheus::{write_f64, write_header, write_i64, write_u64, Format, Kind};
 use super::registry::{Counter, Gauge, RouteCounter, METHODS};
+use super::help;
 use super::series::Metrics;
+use std::sync::Arc;
 
+/// Where a walk over the registry goes: the text (unless only the values are wanted, as when
+/// the render cache checks whether anything changed) and every value written, in order.
 struct Out<'a> {
     fmt: Format,
-    buf: &'a mut Vec<u8>,
+    buf: Option<&'a mut Vec<u8>>,
+    values: &'a mut Vec<u64>,
 }
 
 impl Out<'_> {
     fn head(&mut self, name: &str, kind: Kind, unit: Option<&str>, help: &str) {
-        write_header(self.buf, self.fmt, name, kind, unit, help);
+        if let Some(b) = self.buf.as_deref_mut() {
+            write_header(b, self.fmt, name, kind, unit, help);
+        }
     }
 
     fn put(&mut self, s: &str) {
-        self.buf.extend_from_slice(s.as_bytes());
+        if let Some(b) = self.buf.as_deref_mut() {
+            b.extend_from_slice(s.as_bytes());
+        }
+    }
+
+    fn nl(&mut self) {
+        self.put("\n");
+    }
+
+    fn u64(&mut self, v: u64) {
+        self.values.push(v);
+        if let Some(b) = self.buf.as_deref_mut() {
+            write_u64(b, v);
+        }
+    }
+
+    fn i64(&mut self, v: i64) {
+        self.values.push(v as u64);
+        if let Some(b) = self.buf.as_deref_mut() {
+            write_i64(b, v);
+        }
+    }
+
+    /// Text that can change at run time (the build labels): its bytes count as values too.
+    fn label_block(&mut self, s: &str) {
+        self.values.push(s.len() as u64);
+        self.values.extend(s.as_bytes().chunks(8).map(|c| {
+            let mut w = [0u8; 8];
+            w[..c.len()].copy_from_slice(c);
+            u64::from_le_bytes(w)
+        }));
+        self.put(s);
+    }
+
+    fn f64(&mut self, v: f64) {
+        self.values.push(v.to_bits());
+        if let Some(b) = self.buf.as_deref_mut() {
+            write_f64(b, v);
+        }
     }
 
     fn counter(&mut self, name: &str, help: &str, c: &Counter) {
         self.head(name, Kind::Counter, None, help);
         self.put(name);
-        self.buf.push(b' ');
-        write_u64(self.buf, c.get());
-        self.buf.push(b'\n');
+        self.put(" ");
+        self.u64(c.get());
+        self.nl();
     }
 
     fn gauge(&mut self, name: &str, help: &str, g: &Gauge) {
         self.head(name, Kind::Gauge, None, help);
         self.put(name);
-        self.buf.push(b' ');
-        write_i64(self.buf, g.get());
-        self.buf.push(b'\n');
+        self.put(" ");
+        self.i64(g.get());
+        self.nl();
     }
 
     fn gauge_f64(&mut self, name: &str, kind: Kind, unit: Option<&str>, help: &str, v: f64) {
         self.head(name, kind, unit, help);
         self.put(name);
-        self.buf.push(b' ');
-        write_f64(self.buf, v);
-        self.buf.push(b'\n');
+        self.put(" ");
+        self.f64(v);
+        self.nl();
     }
 
     fn route_counter(&mut self, m: &Metrics, name: &str, help: &str, c: &RouteCounter) {
@@ -58,8 +103,8 @@ impl Out<'_> {
             self.put("{route=\"");
             self.put(m.routes.escaped(id));
             self.put("\"} ");
-            write_u64(self.buf, v);
-            self.buf.push(b'\n');
+            self.u64(v);
+            self.nl();
         }
     }
 
@@ -73,38 +118,67 @@ impl Out<'_> {
             self.put("_bucket{le=\"");
             self.put(h.le_labels().get(i).map_or("+Inf", |s| s));
             self.put("\"} ");
-            write_u64(self.buf, *c);
-            self.buf.push(b'\n');
+            self.u64(*c);
+            self.nl();
         }
         self.put(name);
         self.put("_sum ");
-        write_f64(self.buf, sum);
-        self.buf.push(b'\n');
+        self.f64(sum);
+        self.nl();
         self.put(name);
         self.put("_count ");
-        write_u64(self.buf, count);
-        self.buf.push(b'\n');
+        self.u64(count);
+        self.nl();
     }
 }
 
+/// Values a whole walk writes, about: enough that collecting them does not reallocate.
+const VALUES_HINT: usize = 512;
+/// Bytes of a whole exposition, about (13-19 KB with every family in use).
+const TEXT_HINT: usize = 24 * 1024;
+
 impl Metrics {
-    /// Render into `out` (cleared first) in `format`, reading `/proc/self` for `process_*`.
+    /// Render into `out` (cleared first) in `format`; see [`Metrics::render_shared`].
     pub fn render(&self, format: Format, out: &mut Vec<u8>) {
-        let stats = ProcessStats::read(self.start_time_seconds);
-        self.render_with(format, out, &stats)
+        out.clear();
+        out.extend_from_slice(&self.render_shared(format));
     }
 
-    /// Render with given process readings (benchmarks and tests pin them).
+    /// The exposition in `format`. `process_*` come from [`ProcessStats::sampled`]; the text is
+    /// the cached one when no value changed since it was rendered (see `render_cache.rs`).
+    pub fn render_shared(&self, format: Format) -> Arc<[u8]> {
+        if format == Format::Json {
+            return self.envelope_json(None).into();
+        }
+        let stats = ProcessStats::sampled(self.start_time_seconds);
+        let mut values = Vec::with_capacity(VALUES_HINT);
+        self.walk(format, None, &mut values, &stats);
+        if let Some(text) = self.render_cache.lookup(format, &values) {
+            return text;
+        }
+        // The key is what this very walk wrote, so the text and its key always agree even
+        // while other threads record.
+        values.clear();
+        let mut out = Vec::with_capacity(TEXT_HINT);
+        self.walk(format, Some(&mut out), &mut values, &stats);
+        let text: Arc<[u8]> = out.into();
+        self.render_cache.store(format, values, text.clone());
+        text
+    }
+
+    /// Render with given process readings (benchmarks and tests pin them); never cached.
     pub fn render_with(&self, format: Format, out: &mut Vec<u8>, stats: &ProcessStats) {
         out.clear();
         if format == Format::Json {
             out.extend_from_slice(&self.envelope_json(None));
             return;
         }
-        let mut o = Out {
-            fmt: format,
-            buf: out,
-        };
+        self.walk(format, Some(out), &mut Vec::with_capacity(VALUES_HINT), stats);
+    }
+
+    /// Every family in exposition order: the text into `buf` when given, the values always.
+    fn walk(&self, format: Format, buf: Option<&mut Vec<u8>>, values: &mut Vec<u64>, stats: &ProcessStats) {
+        let mut o = Out { fmt: format, buf, values };
         self.render_seed003(&mut o);
         self.render_process(&mut o, stats);
         self.render_generation(&mut o);
@@ -122,16 +196,16 @@ impl Metrics {
             o.put("\",route=\"");
             o.put(self.routes.escaped(cell.route));
             o.put("\",status=\"");
-            write_u64(o.buf, cell.status as u64);
+            o.u64(cell.status as u64);
             o.put("\"} ");
-            write_u64(o.buf, v);
-            o.buf.push(b'\n');
+            o.u64(v);
+            o.nl();
         });
         let overflow = self.http_requests_total.overflow();
         if overflow > 0 {
             o.put("http_requests_total{method=\"other\",route=\"other\",status=\"other\"} ");
-            write_u64(o.buf, overflow);
-            o.buf.push(b'\n');
+            o.u64(overflow);
+            o.nl();
         }
         o.gauge(
             "http_requests_in_flight",
@@ -213,7 +287,7 @@ impl Metrics {
         }
         o.head("mtplx_build_info", Kind::Info, None, help::BUILD);
         o.put("mtplx_build_info");
-        o.put(&self.build_labels.read().unwrap_or_else(|e| e.into_inner()));
+        o.label_block(&self.build_labels.read().unwrap_or_else(|e| e.into_inner()));
         o.put(" 1\n");
     }
 
@@ -259,10 +333,10 @@ impl Metrics {
         for p in 0..pos.used() {
             o.put(name);
             o.put("{position=\"");
-            write_u64(o.buf, p as u64);
+            o.u64(p as u64);
             o.put("\"} ");
-            write_u64(o.buf, pos.get(p));
-            o.buf.push(b'\n');
+            o.u64(pos.get(p));
+            o.nl();
         }
         o.histogram(
             "llm_decode_tokens_per_second",
@@ -282,43 +356,6 @@ impl Metrics {
             &self.requests.dropped,
         );
     }
-}
-
-/// HELP texts: the meanings of seed 003 for its series, the usual ones for the rest.
-pub mod help {
-    pub const HTTP_REQUESTS: &str =
-        "Requests received, labelled by method, route, status; excludes /metrics itself.";
-    pub const IN_FLIGHT: &str = "Requests currently being handled.";
-    pub const ERRORS: &str = "Requests that ended in a 5xx response or an unhandled exception.";
-    pub const TTFT: &str =
-        "Time from the start of a generation to its first token reaching the client.";
-    pub const TTLT: &str = "Time from the start of a generation to it reaching a terminal state (done, timed out, errored, or interrupted).";
-    pub const QUESTION: &str = "Length of each accepted user message, in characters.";
-    pub const ANSWER: &str =
-        "Length of each persisted (completed) assistant message, in characters.";
-    pub const REJECTED: &str = "Requests rejected by rate limiting: every 429 the limiter raised.";
-    pub const PER_IP: &str = "Requests seen by the rate limiter, labelled by route (not by client IP, to keep cardinality bounded).";
-    pub const START: &str = "Start time of the process since unix epoch in seconds.";
-    pub const RSS: &str = "Resident memory size in bytes.";
-    pub const CPU: &str = "Total user and system CPU time spent in seconds.";
-    pub const FDS: &str = "Number of open file descriptors.";
-    pub const BUILD: &str =
-        "Build of the running server: version, compute backend and loaded model (always 1).";
-    pub const PROMPT_TOKENS: &str =
-        "Prompt tokens of finished generations (cached plus newly prefilled).";
-    pub const GEN_TOKENS: &str = "Tokens generated.";
-    pub const RUNNING: &str = "Generations being decoded.";
-    pub const WAITING: &str = "Generations queued for the decode thread.";
-    pub const DRAFTS: &str = "Speculative decoding rounds (drafts verified by the target model).";
-    pub const DRAFT_TOKENS: &str = "Tokens proposed by the draft (MTP) head.";
-    pub const ACCEPTED: &str = "Draft tokens accepted by verification.";
-    pub const PER_POS: &str =
-        "Draft tokens accepted, by position in the draft (0 is the first drafted token).";
-    pub const DECODE_TOK_S: &str =
-        "Decode speed of each generation: tokens after the first over the time after the first.";
-    pub const ITL: &str = "Time between consecutive token deliveries of a generation.";
-    pub const DROPPED: &str =
-        "Records dropped (oldest first) from the queues of slow live-stream subscribers.";
 }
 
 #[cfg(test)]

@@ -99,6 +99,8 @@ pub struct Metrics {
     pub(crate) start_time_seconds: f64,
     pub(crate) build_labels: RwLock<String>,
     build: RwLock<BuildInfo>,
+    /// The last `/metrics` text per format, reused while nothing in it changed.
+    pub(crate) render_cache: super::render_cache::RenderCache,
 
     pub llm_prompt_tokens_total: Counter,
     pub llm_generation_tokens_total: Counter,
@@ -145,6 +147,7 @@ impl Metrics {
             start_time_seconds: start,
             build_labels: RwLock::new(build.label_block()),
             build: RwLock::new(build),
+            render_cache: Default::default(),
             llm_prompt_tokens_total: Counter::default(),
             llm_generation_tokens_total: Counter::default(),
             llm_requests_running: Gauge::default(),

@@ -96,7 +96,7 @@ impl Handler for TestHandler {
                 "/nocontent" => Response {
                     status: 204,
                     headers: vec![],
-                    body: mtplx_lite::http::Body::Full(vec![]),
+                    body: mtplx_lite::http::Body::Full(Vec::new().into()),
                 },
                 _ => Response::new(404, "text/plain", &b"not found"[..]),
             }
