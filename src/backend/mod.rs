@@ -194,4 +194,23 @@ pub trait Backend: Send {
         scale: f32,
         out: &mut [f32],
     );
+
+    /// [`Backend::attention`] for every sequence of a batched step at once, so that a backend
+    /// can spread all of them over its threads in one go. The default runs them one by one.
+    fn attention_batch(&self, seqs: &mut [AttnSeq<'_>], heads: Heads, scale: f32) {
+        for s in seqs.iter_mut() {
+            self.attention(s.q, s.keys, s.values, heads, s.start_pos, s.n_q, scale, s.out);
+        }
+    }
+}
+
+/// One sequence's part of [`Backend::attention_batch`]: the arguments of
+/// [`Backend::attention`] that differ between sequences.
+pub struct AttnSeq<'a> {
+    pub q: &'a [f32],
+    pub keys: &'a [f32],
+    pub values: &'a [f32],
+    pub start_pos: usize,
+    pub n_q: usize,
+    pub out: &'a mut [f32],
 }

@@ -7,7 +7,7 @@ use super::files::ModelFiles;
 use super::weights::ModelWeights;
 use super::{ForwardError, LogitsWanted, Model, ModelError, ModelInfo, SeqBatch, Tensor};
 use crate::backend::cpu::dequant::dequantize_row;
-use crate::backend::{Backend, CpuBackend, Heads, Rope, WeightRef};
+use crate::backend::{AttnSeq, Backend, CpuBackend, Heads, Rope, WeightRef};
 use std::sync::Mutex;
 
 /// Per-layer vectors (norm weights, biases) converted to f32 once at load.
@@ -190,12 +190,24 @@ impl Model for Llama {
             let mut r = 0;
             for b in batch.iter_mut() {
                 let n = b.tokens.len();
-                let start = b.cache.len();
                 b.cache.k[l].extend_from_slice(&s.k[r * kvd..(r + n) * kvd]);
                 b.cache.v[l].extend_from_slice(&s.v[r * kvd..(r + n) * kvd]);
-                be.attention(&s.q[r * qd..(r + n) * qd], &b.cache.k[l], &b.cache.v[l], heads, start, n, scale, &mut s.att[r * qd..(r + n) * qd]);
                 r += n;
             }
+            // Every sequence's attention in one call: one pool dispatch per layer, not one each.
+            let mut att_rows = s.att.as_mut_slice();
+            let mut q_rows = s.q.as_slice();
+            let mut seqs = Vec::with_capacity(batch.len());
+            for b in batch.iter() {
+                let n = b.tokens.len();
+                let (out, rest) = std::mem::take(&mut att_rows).split_at_mut(n * qd);
+                let (q, q_rest) = q_rows.split_at(n * qd);
+                (att_rows, q_rows) = (rest, q_rest);
+                // The cache's length advances after the last layer, so it is still the start.
+                seqs.push(AttnSeq { q, keys: &b.cache.k[l], values: &b.cache.v[l], start_pos: b.cache.len(), n_q: n, out });
+            }
+            be.attention_batch(&mut seqs, heads, scale);
+            drop(seqs);
             be.matmul(weight(&layer.wo), &s.att, t, &mut s.o);
             add_bias(&mut s.o, &layer.bo);
             add(&mut s.x, &s.o);

@@ -17,7 +17,7 @@ mod kern_scalar;
 #[cfg(test)]
 mod test_util;
 
-use crate::backend::{Backend, Heads, Rope, WeightRef};
+use crate::backend::{AttnSeq, Backend, Heads, Rope, WeightRef};
 use pool::Pool;
 use q8act::QuantRows;
 use std::sync::Mutex;
@@ -156,5 +156,9 @@ impl Backend for CpuBackend {
         ops::attention(
             &self.pool, self.isa, q, keys, values, heads, start_pos, n_q, scale, out,
         );
+    }
+
+    fn attention_batch(&self, seqs: &mut [AttnSeq<'_>], heads: Heads, scale: f32) {
+        ops::attention_batch(&self.pool, self.isa, seqs, heads, scale);
     }
 }

@@ -4,7 +4,7 @@
 use super::matmul::dot_f32;
 use super::pool::Pool;
 use super::Isa;
-use crate::backend::{Heads, Rope, RopeLayout};
+use crate::backend::{AttnSeq, Heads, Rope, RopeLayout};
 use std::cell::RefCell;
 
 /// Below this many multiply-adds attention runs on the calling thread alone.
@@ -159,39 +159,63 @@ pub(crate) fn attention(
     scale: f32,
     out: &mut [f32],
 ) {
+    let seq = AttnSeq { q, keys, values, start_pos, n_q, out };
+    attention_batch(pool, isa, &mut [seq], heads, scale);
+}
+
+/// One sequence of a batched attention call, checked, with its output as a raw pointer.
+struct Part<'a> {
+    q: &'a [f32],
+    keys: &'a [f32],
+    values: &'a [f32],
+    start_pos: usize,
+    out: OutPtr,
+    /// Tasks (query row, head) of the sequences before this one.
+    first_task: usize,
+}
+
+/// [`attention`] for several sequences in one pool dispatch (a batched decode step would
+/// otherwise pay a dispatch, and an uneven split of a few heads, per sequence and layer).
+pub(crate) fn attention_batch(pool: &Pool, isa: Isa, seqs: &mut [AttnSeq<'_>], heads: Heads, scale: f32) {
     let (qd, kvd, hd) = (heads.q_dim(), heads.kv_dim(), heads.head_dim);
-    let ctx = start_pos + n_q;
     assert!(
         heads.n_kv_heads > 0 && heads.n_heads.is_multiple_of(heads.n_kv_heads),
         "attention: {heads:?}"
     );
-    assert_eq!(
-        q.len(),
-        n_q * qd,
-        "attention: q has {} values, want {n_q} x {qd}",
-        q.len()
-    );
-    assert_eq!(
-        out.len(),
-        n_q * qd,
-        "attention: out has {} values, want {n_q} x {qd}",
-        out.len()
-    );
-    assert!(
-        keys.len() >= ctx * kvd && values.len() >= ctx * kvd,
-        "attention: the cache holds fewer than {ctx} positions"
-    );
+    let (mut tasks, mut macs) = (0, 0);
+    let mut parts = Vec::with_capacity(seqs.len());
+    for s in seqs.iter_mut() {
+        let (n_q, ctx) = (s.n_q, s.start_pos + s.n_q);
+        assert_eq!(s.q.len(), n_q * qd, "attention: q has {} values, want {n_q} x {qd}", s.q.len());
+        assert_eq!(s.out.len(), n_q * qd, "attention: out has {} values, want {n_q} x {qd}", s.out.len());
+        assert!(
+            s.keys.len() >= ctx * kvd && s.values.len() >= ctx * kvd,
+            "attention: the cache holds fewer than {ctx} positions"
+        );
+        parts.push(Part {
+            q: s.q,
+            keys: s.keys,
+            values: s.values,
+            start_pos: s.start_pos,
+            out: OutPtr(s.out.as_mut_ptr()),
+            first_task: tasks,
+        });
+        tasks += n_q * heads.n_heads;
+        macs += n_q * heads.n_heads * ctx * hd * 2;
+    }
     let group = heads.n_heads / heads.n_kv_heads;
-    let outp = OutPtr(out.as_mut_ptr());
-    let outp = &outp;
+    let parts = &parts;
     let task = move |t: usize| {
+        let part = &parts[parts.partition_point(|p| p.first_task <= t) - 1];
+        let t = t - part.first_task;
         let (row, h) = (t / heads.n_heads, t % heads.n_heads);
         let kvh = h / group;
-        let seen = start_pos + row + 1;
-        let qh = &q[row * qd + h * hd..row * qd + (h + 1) * hd];
-        // SAFETY: task t alone writes out[row * qd + h * hd ..][..hd], inside `out` (checked).
-        let o = unsafe { std::slice::from_raw_parts_mut(outp.0.add(row * qd + h * hd), hd) };
-        let (k, v) = (&keys[kvh * hd..], &values[kvh * hd..]);
+        let seen = part.start_pos + row + 1;
+        let qh = &part.q[row * qd + h * hd..row * qd + (h + 1) * hd];
+        // SAFETY: task t alone writes out[row * qd + h * hd ..][..hd] of its sequence, inside
+        // that sequence's `out` (its length was checked above).
+        let o = unsafe { std::slice::from_raw_parts_mut(part.out.0.add(row * qd + h * hd), hd) };
+        let (k, v) = (&part.keys[kvh * hd..], &part.values[kvh * hd..]);
         SCORES.with_borrow_mut(|sc| {
             sc.resize(seen, 0.0);
             attn_scores(isa, qh, k, kvd, scale, sc);
@@ -200,8 +224,7 @@ pub(crate) fn attention(
             attn_weighted_sum(isa, sc, v, kvd, o);
         });
     };
-    let tasks = n_q * heads.n_heads;
-    if tasks * ctx * hd * 2 < ATTN_PARALLEL_MIN_MACS || pool.threads() == 1 {
+    if macs < ATTN_PARALLEL_MIN_MACS || pool.threads() == 1 {
         (0..tasks).for_each(task);
     } else {
         // Small chunks: later rows see more positions, and claiming balances the load.
@@ -378,5 +401,45 @@ mod tests {
         attention(&pool, Isa::Scalar, &q, &k, &v, hs, 2, 3, 0.3, &mut b);
         assert_eq!(&a[..32], &b[..32]);
         assert_ne!(&a[32..], &b[32..]);
+    }
+
+    #[test]
+    fn batched_attention_equals_one_call_per_sequence() {
+        let hs = Heads {
+            n_heads: 4,
+            n_kv_heads: 2,
+            head_dim: 16,
+        };
+        let (qd, kvd) = (hs.q_dim(), hs.kv_dim());
+        // (cached positions, new query rows): decode rows, a prefill chunk, a long context.
+        let shapes = [(0, 1), (7, 3), (300, 1), (40, 1)];
+        let seqs: Vec<_> = shapes
+            .iter()
+            .enumerate()
+            .map(|(i, &(start, n))| {
+                let ctx = start + n;
+                let s = 10 * i as u64;
+                (start, n, noise(n * qd, s + 1), noise(ctx * kvd, s + 2), noise(ctx * kvd, s + 3))
+            })
+            .collect();
+        for isa in [Isa::Scalar, Isa::detect()] {
+            // Two threads, so that the batched call splits tasks across sequences.
+            let pool = Pool::new(2);
+            let mut alone: Vec<Vec<f32>> = Vec::new();
+            for (start, n, q, k, v) in &seqs {
+                let mut o = vec![0f32; n * qd];
+                attention(&pool, isa, q, k, v, hs, *start, *n, 0.25, &mut o);
+                alone.push(o);
+            }
+            let mut outs: Vec<Vec<f32>> = seqs.iter().map(|s| vec![f32::NAN; s.1 * qd]).collect();
+            let mut batch: Vec<AttnSeq<'_>> = seqs
+                .iter()
+                .zip(outs.iter_mut())
+                .map(|((start, n, q, k, v), out)| AttnSeq { q, keys: k, values: v, start_pos: *start, n_q: *n, out })
+                .collect();
+            attention_batch(&pool, isa, &mut batch, hs, 0.25);
+            drop(batch);
+            assert_eq!(outs, alone, "{isa:?}");
+        }
     }
 }
