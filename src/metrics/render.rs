@@ -257,6 +257,10 @@ impl Metrics {
     }
 
     fn render_process(&self, o: &mut Out<'_>, s: &ProcessStats) {
+        // Which optional series are shown, so that two readings missing different series can
+        // never share a cache key.
+        let shown = [s.resident_memory_bytes.is_some(), s.cpu_seconds.is_some(), s.open_fds.is_some()];
+        o.values.push(shown.iter().fold(0, |bits, &b| bits << 1 | b as u64));
         o.gauge_f64(
             "process_start_time_seconds",
             Kind::Gauge,
