@@ -31,42 +31,7 @@ pub unsafe fn matmul_q(
     }
 }
 
-#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
-#[inline]
-unsafe fn drive<const K: u8>(
-    w: &[u8],
-    row_bytes: usize,
-    rows: Range<usize>,
-    x: &QuantRows,
-    acts: Range<usize>,
-    out: &OutRows,
-) {
-    let nb = x.cols() / 32;
-    for r in rows {
-        let wr = w[r * row_bytes..(r + 1) * row_bytes].as_ptr();
-        let mut i = acts.start;
-        while i + 4 <= acts.end {
-            let v = tile::<K, 4>(wr, nb, x, i);
-            for (j, &y) in v.iter().enumerate() {
-                out.write(i + j, r, y);
-            }
-            i += 4;
-        }
-        // The last 1-3 rows in one pass too (speculative verification batches are 2-4 rows).
-        match acts.end - i {
-            3 => tile::<K, 3>(wr, nb, x, i)
-                .iter()
-                .enumerate()
-                .for_each(|(j, &y)| out.write(i + j, r, y)),
-            2 => tile::<K, 2>(wr, nb, x, i)
-                .iter()
-                .enumerate()
-                .for_each(|(j, &y)| out.write(i + j, r, y)),
-            1 => out.write(i, r, tile::<K, 1>(wr, nb, x, i)[0]),
-            _ => {}
-        }
-    }
-}
+tile_driver!("avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c");
 
 /// The 32 weight bytes of block `blk` as a 256-bit vector: nibbles expanded, or Q8_0's int8s.
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]

@@ -10,6 +10,9 @@ pub mod q8act;
 pub mod quantize;
 
 #[cfg(target_arch = "x86_64")]
+#[macro_use]
+mod drive;
+#[cfg(target_arch = "x86_64")]
 mod kern_avx2;
 #[cfg(target_arch = "x86_64")]
 mod kern_avx512;
