@@ -42,14 +42,7 @@ pub fn prefill_tok_s(model: &dyn Model, prompt: usize, reps: usize) -> f64 {
 
 /// Decode `n` tokens one at a time from an empty context (llama-bench's tg); tokens per second.
 pub fn decode_tok_s(model: &dyn Model, n: usize) -> f64 {
-    let mut cache = model.new_cache(n + 1);
-    let mut tok = model.info().bos_token.unwrap_or(0);
-    let t = Instant::now();
-    for _ in 0..n {
-        let logits = model.forward(&mut [SeqBatch { tokens: &[tok], cache: &mut cache, logits: LogitsWanted::Last }]).expect("decode");
-        tok = argmax(&logits[0]);
-    }
-    n as f64 / t.elapsed().as_secs_f64()
+    decode_batched_tok_s(model, 1, n)
 }
 
 /// `seqs` sequences decoding `n` tokens each from empty contexts, in one batched forward pass

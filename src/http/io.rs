@@ -99,11 +99,7 @@ async fn expire(timeout: Duration) -> bool {
 
 /// Writes all of `buf` within the write timeout; false if the client is gone or too slow.
 pub async fn write_timed<S: AsyncWrite + Unpin>(io: &mut S, buf: &[u8], timeout: Duration) -> bool {
-    if buf.is_empty() {
-        return true;
-    }
-    let write = async { io.write_all(buf).await.is_ok() && io.flush().await.is_ok() };
-    write.or(expire(timeout)).await
+    buf.is_empty() || write_pair_timed(io, buf, &[], timeout).await
 }
 
 #[cfg(test)]

@@ -115,19 +115,19 @@ pub struct Response {
 
 impl Response {
     pub fn new(status: u16, content_type: &str, body: impl Into<Vec<u8>>) -> Response {
-        Response {
-            status,
-            headers: vec![("Content-Type".into(), content_type.into())],
-            body: Body::Full(Bytes::Owned(body.into())),
-        }
+        Response::full(status, content_type, Bytes::Owned(body.into()))
     }
 
     /// A response whose body is shared with a cache (sent without copying it).
     pub fn shared(status: u16, content_type: &str, body: std::sync::Arc<[u8]>) -> Response {
+        Response::full(status, content_type, Bytes::Shared(body))
+    }
+
+    fn full(status: u16, content_type: &str, body: Bytes) -> Response {
         Response {
             status,
             headers: vec![("Content-Type".into(), content_type.into())],
-            body: Body::Full(Bytes::Shared(body)),
+            body: Body::Full(body),
         }
     }
 

@@ -47,14 +47,16 @@ fn read_small(path: &str, buf: &mut [u8; PROC_READ_BYTES]) -> Option<usize> {
     Some(n)
 }
 
-/// utime + stime from `/proc/self/stat` (fields 14 and 15, counted after the `(comm)` field,
-/// which may itself contain spaces and parentheses, hence the search for the last `)`).
+/// Field `n` of `/proc/self/stat`, numbered as in proc(5) (1 is the pid). Field 2, `(comm)`, may
+/// itself contain spaces and parentheses, hence counting from the last `)`; `n` must be over 2.
+fn stat_field(stat: &str, n: usize) -> Option<&str> {
+    stat[stat.rfind(')')? + 1..].split_ascii_whitespace().nth(n.checked_sub(3)?)
+}
+
+/// utime + stime (fields 14 and 15 of `/proc/self/stat`).
 fn cpu_seconds(stat: &str) -> Option<f64> {
-    let rest = &stat[stat.rfind(')')? + 1..];
-    let mut fields = rest.split_ascii_whitespace();
-    // After `)` come field 3 (state) onwards; utime is field 14.
-    let utime: u64 = fields.nth(11)?.parse().ok()?;
-    let stime: u64 = fields.next()?.parse().ok()?;
+    let utime: u64 = stat_field(stat, 14)?.parse().ok()?;
+    let stime: u64 = stat_field(stat, 15)?.parse().ok()?;
     Some((utime + stime) as f64 / USER_HZ)
 }
 
@@ -64,11 +66,7 @@ pub fn start_time() -> Option<f64> {
     let mut buf = [0u8; PROC_READ_BYTES];
     let n = read_small("/proc/self/stat", &mut buf)?;
     let stat = std::str::from_utf8(&buf[..n]).ok()?;
-    let ticks: u64 = stat[stat.rfind(')')? + 1..]
-        .split_ascii_whitespace()
-        .nth(19)?
-        .parse()
-        .ok()?;
+    let ticks: u64 = stat_field(stat, 22)?.parse().ok()?;
     // /proc/stat is larger than one small buffer; btime sits near its end.
     let all = std::fs::read_to_string("/proc/stat").ok()?;
     let btime: u64 = all
@@ -80,10 +78,9 @@ pub fn start_time() -> Option<f64> {
     Some(btime as f64 + ticks as f64 / USER_HZ)
 }
 
-/// Resident pages, field 24 of `/proc/self/stat` (counted like [`cpu_seconds`]).
+/// Resident pages, field 24 of `/proc/self/stat`.
 fn rss_pages(stat: &str) -> Option<u64> {
-    let rest = &stat[stat.rfind(')')? + 1..];
-    rest.split_ascii_whitespace().nth(21)?.parse().ok()
+    stat_field(stat, 24)?.parse().ok()
 }
 
 /// The page size, from the kernel's auxiliary vector: (key, value) pairs of native words.

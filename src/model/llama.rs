@@ -187,22 +187,22 @@ impl Model for Llama {
             }
             be.rope(&mut s.q, hp.n_heads, hp.head_dim, &s.positions, self.rope);
             be.rope(&mut s.k, hp.n_kv_heads, hp.head_dim, &s.positions, self.rope);
-            let mut r = 0;
+            // Each sequence's new keys and values into its cache, then every sequence's
+            // attention in one call: one pool dispatch per layer, not one per sequence.
+            let (mut q_rows, mut att_rows) = (s.q.as_slice(), s.att.as_mut_slice());
+            let (mut k_rows, mut v_rows) = (s.k.as_slice(), s.v.as_slice());
+            let mut seqs = Vec::with_capacity(batch.len());
             for b in batch.iter_mut() {
                 let n = b.tokens.len();
-                b.cache.k[l].extend_from_slice(&s.k[r * kvd..(r + n) * kvd]);
-                b.cache.v[l].extend_from_slice(&s.v[r * kvd..(r + n) * kvd]);
-                r += n;
-            }
-            // Every sequence's attention in one call: one pool dispatch per layer, not one each.
-            let mut att_rows = s.att.as_mut_slice();
-            let mut q_rows = s.q.as_slice();
-            let mut seqs = Vec::with_capacity(batch.len());
-            for b in batch.iter() {
-                let n = b.tokens.len();
+                let (k, v, q);
+                (k, k_rows) = k_rows.split_at(n * kvd);
+                (v, v_rows) = v_rows.split_at(n * kvd);
+                (q, q_rows) = q_rows.split_at(n * qd);
                 let (out, rest) = std::mem::take(&mut att_rows).split_at_mut(n * qd);
-                let (q, q_rest) = q_rows.split_at(n * qd);
-                (att_rows, q_rows) = (rest, q_rest);
+                att_rows = rest;
+                b.cache.k[l].extend_from_slice(k);
+                b.cache.v[l].extend_from_slice(v);
+                let b = &*b;
                 // The cache's length advances after the last layer, so it is still the start.
                 seqs.push(AttnSeq { q, keys: &b.cache.k[l], values: &b.cache.v[l], start_pos: b.cache.len(), n_q: n, out });
             }
