@@ -11,9 +11,12 @@ use std::sync::OnceLock;
 
 /// Largest difference allowed between our logits and llama.cpp's on its top-10 tokens. Both
 /// quantize activations to ggml's Q8_1 blocks before the integer dot products, but llama.cpp
-/// also keeps the KV cache, the attention queries and probabilities in f16, and each strays up
-/// to about 0.7 from the exact float64 logits, in different directions.
-const LOGIT_TOL: f32 = 1.5;
+/// also keeps the KV cache, the attention queries and probabilities in f16, and each strays
+/// from the exact float64 logits in its own direction: at worst 1.20 for llama.cpp and 1.50
+/// for us (2026-11-30), so their difference can approach the sum. Measured: 1.59. (With our
+/// earlier AVX-512 kernel the difference was 1.24 but our own worst error was 1.72: being
+/// closer to the exact logits moved us further from llama.cpp's errors.)
+const LOGIT_TOL: f32 = 2.0;
 /// Share of decisive teacher-forced positions (top-2 margin at least NEAR_TIE) whose top-1
 /// token must agree with llama.cpp.
 const MIN_TOP1_AGREEMENT: f64 = 0.99;
@@ -103,6 +106,7 @@ fn teacher_forced_logits_agree_with_llama_cpp() {
     let logits = d.model.forward(&mut [SeqBatch { tokens: &tokens, cache: &mut cache, logits: LogitsWanted::All }]).unwrap().remove(0);
     let (mut agree, mut decisive, mut decisive_agree, mut worst) = (0usize, 0usize, 0usize, 0f32);
     let (mut ours_err, mut theirs_err, mut n_err) = (0f64, 0f64, 0usize);
+    let (mut ours_worst, mut theirs_worst) = (0f64, 0f64);
     // Positions where each implementation's top-1 is the exact forward pass's top-1.
     let (mut ours_exact, mut theirs_exact) = (0usize, 0usize);
     for (pos, want) in top10.iter().enumerate() {
@@ -128,6 +132,8 @@ fn teacher_forced_logits_agree_with_llama_cpp() {
                 let v = v.as_f64().unwrap();
                 ours_err += (row[*id as usize] as f64 - v).abs();
                 theirs_err += (want_logits[j] as f64 - v).abs();
+                ours_worst = ours_worst.max((row[*id as usize] as f64 - v).abs());
+                theirs_worst = theirs_worst.max((want_logits[j] as f64 - v).abs());
                 n_err += 1;
             }
         }
@@ -136,7 +142,8 @@ fn teacher_forced_logits_agree_with_llama_cpp() {
     eprintln!(
         "teacher-forced over {} positions: top-1 agrees with llama.cpp at {agree} ({:.1}%), at {decisive_agree} of {decisive} decisive positions; \
          worst logit difference {worst:.3}; mean distance from exact logits: ours {ours_err:.4}, llama.cpp {theirs_err:.4}; \
-         top-1 equal to the exact forward's: ours {ours_exact}, llama.cpp {theirs_exact}",
+         top-1 equal to the exact forward's: ours {ours_exact}, llama.cpp {theirs_exact}; \
+         worst distance from the exact logits: ours {ours_worst:.3}, llama.cpp {theirs_worst:.3}",
         top10.len(),
         100.0 * agree as f64 / top10.len() as f64
     );

@@ -1,11 +1,14 @@
 //! Activations quantized to 8-bit blocks of 32, once per matmul call, so that the 4- and 8-bit
 //! weight types can use integer dot products (as llama.cpp does with its Q8_0/Q8_1 blocks).
 //!
-//! Layout is structure-of-arrays: the int8 values of a row are contiguous (two blocks fill one
-//! 512-bit register), and per block we keep the scale `d` and `s = d * sum(q)`, which the
-//! offset terms of Q4_0 (`-8`) and Q4_1 (`+m`) need. The SIMD kernels also get both repeated
-//! over the 8 lanes a block's integer dot occupies (`s` pre-divided by 8, so that the 8 lanes
-//! sum to it): a plain vector load then replaces a broadcast and blend per block and row.
+//! Layout is structure-of-arrays: the int8 values of a row are contiguous, and per block we
+//! keep the scale `d` and `s = d * sum(q)`, which the offset terms of Q4_0 (`-8`) and Q4_1
+//! (`+m`) need. Each SIMD kernel also gets its own copy, laid out as it reads it, so that a
+//! plain vector load replaces shuffles per block and row (the copy is made once per call and
+//! read once per weight row):
+//! - AVX2: `d` and `s` repeated over the 8 lanes a block's integer dot occupies (`s`
+//!   pre-divided by 8, so that the 8 lanes sum to it);
+//! - AVX-512: blocks in groups of four, one per 128-bit lane (see [`Grouped`]).
 //!
 //! The numbers are ggml's Q8_1 exactly (`quantize_row_q8_1` on x86): `q = round_half_even(x *
 //! 127 / amax)`, `d` and `s` rounded to f16. Matching the reference format bit for bit moved the
@@ -15,10 +18,31 @@
 use super::dequant::QK;
 use super::Isa;
 
-/// f32 lanes one block's integer dot fills in the SIMD kernels.
+/// f32 lanes one block's integer dot fills in the AVX2 kernel.
 const LANES: usize = 8;
 /// Largest magnitude of a quantized activation (symmetric int8, as ggml's Q8_0).
 const Q8_MAX: f32 = 127.0;
+/// Blocks the AVX-512 kernel takes at once: one per 128-bit lane.
+pub(crate) const GROUP: usize = 4;
+/// What the AVX-512 kernel adds to a signed Q8_0 weight to make it the unsigned operand of
+/// `vpdpbusd`: `w + 128` is in 0..=255 for every int8.
+const Q8_BIAS: i32 = 128;
+/// Integer lanes per block in the AVX-512 kernel: lane `k` sums values `4k..4k+4` and
+/// `16+4k..16+4k+4`.
+const INT_LANES: usize = 4;
+
+/// The activations as the AVX-512 kernel reads them, per row and group of [`GROUP`] blocks (the
+/// last group padded with zero blocks): values `0..16` of the four blocks (64 bytes), then
+/// values `16..32`; each block's `d` over its 4 integer lanes; `s` per block; and per integer
+/// lane `-128 * sum(q)`, the start value that cancels the +128 bias of Q8_0 weights.
+#[derive(Default)]
+struct Grouped {
+    qs: Vec<i8>,
+    d: Vec<f32>,
+    s: Vec<f32>,
+    bias: Vec<i32>,
+    groups: usize,
+}
 
 #[derive(Default)]
 pub struct QuantRows {
@@ -27,6 +51,7 @@ pub struct QuantRows {
     s: Vec<f32>,
     d8: Vec<f32>,
     s8: Vec<f32>,
+    grouped: Grouped,
     cols: usize,
     n: usize,
 }
@@ -59,11 +84,52 @@ impl QuantRows {
                 _ => quantize_block(xb, qb),
             };
         }
+        if isa == Isa::Avx512 {
+            self.group();
+            return;
+        }
         self.d8.clear();
         self.s8.clear();
         for (&d, &s) in self.d.iter().zip(&self.s) {
             self.d8.extend_from_slice(&[d; LANES]);
             self.s8.extend_from_slice(&[s / LANES as f32; LANES]);
+        }
+    }
+
+    /// Fills [`Grouped`] from the row-major blocks.
+    fn group(&mut self) {
+        let nb = self.cols / QK;
+        let groups = nb.div_ceil(GROUP);
+        let g = &mut self.grouped;
+        g.groups = groups;
+        g.qs.clear();
+        g.qs.resize(self.n * groups * GROUP * QK, 0);
+        g.d.clear();
+        g.s.clear();
+        g.bias.clear();
+        for i in 0..self.n {
+            for b in 0..groups * GROUP {
+                let (gi, lane) = (i * groups + b / GROUP, b % GROUP);
+                if b >= nb {
+                    g.d.extend_from_slice(&[0.0; INT_LANES]);
+                    g.s.push(0.0);
+                    g.bias.extend_from_slice(&[0; INT_LANES]);
+                    continue;
+                }
+                let k = i * nb + b;
+                let q = &self.qs[k * QK..(k + 1) * QK];
+                let half = QK / 2;
+                let at = gi * GROUP * QK + lane * half;
+                g.qs[at..at + half].copy_from_slice(&q[..half]);
+                let at = at + GROUP * half;
+                g.qs[at..at + half].copy_from_slice(&q[half..]);
+                g.d.extend_from_slice(&[self.d[k]; INT_LANES]);
+                g.s.push(self.s[k]);
+                g.bias.extend((0..INT_LANES).map(|l| {
+                    let sum = |o: usize| q[o + 4 * l..o + 4 * l + 4].iter().map(|&v| v as i32);
+                    -Q8_BIAS * sum(0).chain(sum(half)).sum::<i32>()
+                }));
+            }
         }
     }
 
@@ -89,6 +155,35 @@ impl QuantRows {
     pub fn s(&self, i: usize) -> &[f32] {
         let nb = self.cols / QK;
         &self.s[i * nb..(i + 1) * nb]
+    }
+}
+
+/// Row `i` as [`Grouped`]: filled only when quantizing for AVX-512.
+impl QuantRows {
+    /// Groups of [`GROUP`] blocks per row.
+    #[inline]
+    pub fn groups(&self) -> usize {
+        self.grouped.groups
+    }
+    #[inline]
+    pub fn grouped_qs(&self, i: usize) -> &[i8] {
+        let n = self.grouped.groups * GROUP * QK;
+        &self.grouped.qs[i * n..(i + 1) * n]
+    }
+    #[inline]
+    pub fn grouped_d(&self, i: usize) -> &[f32] {
+        let n = self.grouped.groups * GROUP * INT_LANES;
+        &self.grouped.d[i * n..(i + 1) * n]
+    }
+    #[inline]
+    pub fn grouped_s(&self, i: usize) -> &[f32] {
+        let n = self.grouped.groups * GROUP;
+        &self.grouped.s[i * n..(i + 1) * n]
+    }
+    #[inline]
+    pub fn grouped_bias(&self, i: usize) -> &[i32] {
+        let n = self.grouped.groups * GROUP * INT_LANES;
+        &self.grouped.bias[i * n..(i + 1) * n]
     }
 }
 
@@ -125,7 +220,10 @@ fn quantize_block(x: &[f32], q: &mut [i8]) -> (f32, f32) {
 #[inline]
 pub(crate) fn f16_scales(d: f32, sum: i32) -> (f32, f32) {
     use super::float16::{f16_to_f32, f32_to_f16};
-    (f16_to_f32(f32_to_f16(d)), f16_to_f32(f32_to_f16(d * sum as f32)))
+    (
+        f16_to_f32(f32_to_f16(d)),
+        f16_to_f32(f32_to_f16(d * sum as f32)),
+    )
 }
 
 #[cfg(test)]
@@ -190,12 +288,57 @@ mod tests {
                     "{}",
                     isa.name()
                 );
-                assert_eq!(
-                    (got.d8(i), got.s8(i)),
-                    (want.d8(i), want.s8(i)),
-                    "{}",
-                    isa.name()
-                );
+                if isa != Isa::Avx512 {
+                    assert_eq!(
+                        (got.d8(i), got.s8(i)),
+                        (want.d8(i), want.s8(i)),
+                        "{}",
+                        isa.name()
+                    );
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn the_grouped_copy_holds_every_block_in_its_lane_and_pads_with_zeros() {
+        // 6 blocks per row: one full group and one of 2 blocks plus 2 of padding.
+        let (n, cols) = (2, 6 * QK);
+        let x: Vec<f32> = (0..n * cols)
+            .map(|i| ((i * 31 % 97) as f32 - 48.0) * 0.07)
+            .collect();
+        let mut q = QuantRows::new();
+        q.quantize(Isa::Avx512, &x, n, cols);
+        assert_eq!(q.groups(), 2);
+        for i in 0..n {
+            let (gq, gd, gs, gb) = (
+                q.grouped_qs(i),
+                q.grouped_d(i),
+                q.grouped_s(i),
+                q.grouped_bias(i),
+            );
+            for b in 0..2 * GROUP {
+                let (g, lane) = (b / GROUP, b % GROUP);
+                let lo = &gq[g * 128 + lane * 16..][..16];
+                let hi = &gq[g * 128 + 64 + lane * 16..][..16];
+                let (d, s) = (&gd[b * 4..b * 4 + 4], gs[b]);
+                let bias = &gb[b * 4..b * 4 + 4];
+                if b >= 6 {
+                    assert!(lo.iter().chain(hi).all(|&v| v == 0) && s == 0.0);
+                    assert!(d == [0.0; 4] && bias == [0; 4]);
+                    continue;
+                }
+                let block = &q.qs(i)[b * QK..(b + 1) * QK];
+                assert_eq!((lo, hi), (&block[..16], &block[16..]));
+                assert_eq!((d, s), (&[q.d(i)[b]; 4][..], q.s(i)[b]));
+                for (l, &c) in bias.iter().enumerate() {
+                    let sum: i32 = [4 * l, 16 + 4 * l]
+                        .iter()
+                        .flat_map(|&o| &block[o..o + 4])
+                        .map(|&v| v as i32)
+                        .sum();
+                    assert_eq!(c, -128 * sum, "row {i} block {b} lane {l}");
+                }
             }
         }
     }
