@@ -1,6 +1,6 @@
 //! AVX2 + FMA + F16C kernels (x86-64). Integer block dots in the style of llama.cpp: unsigned
 //! 4-bit weights times signed 8-bit activations with `maddubs`, widened with `madd`, one f32
-//! scale per block. Every function here requires those CPU features: `matmul.rs` only calls them
+//! scale per block and integer lane. Every function here requires those CPU features: `matmul.rs` only calls them
 //! after `is_x86_feature_detected!` said yes.
 
 use super::matmul::{OutRows, QKind};
@@ -33,23 +33,6 @@ pub unsafe fn matmul_q(
 
 tile_driver!("avx2,fma,f16c");
 
-/// One f16 at `p` as f32.
-#[target_feature(enable = "avx2,fma,f16c")]
-#[inline]
-pub(crate) unsafe fn f16_load(p: *const u8) -> f32 {
-    let h = std::ptr::read_unaligned(p as *const u16);
-    _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(h as i32)))
-}
-
-/// 16 bytes of packed nibbles as 32 bytes: low nibbles (elements 0..16) then high (16..32).
-#[target_feature(enable = "avx2,fma,f16c")]
-#[inline]
-pub(crate) unsafe fn nibbles(p: *const u8) -> __m256i {
-    let q = _mm_loadu_si128(p as *const __m128i);
-    let m = _mm_set1_epi8(0x0f);
-    _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(q, 4), m), _mm_and_si128(q, m))
-}
-
 #[target_feature(enable = "avx2,fma,f16c")]
 #[inline]
 pub(crate) unsafe fn hsum(v: __m256) -> f32 {
@@ -58,7 +41,17 @@ pub(crate) unsafe fn hsum(v: __m256) -> f32 {
     _mm_cvtss_f32(_mm_add_ss(s, _mm_shuffle_ps(s, s, 1)))
 }
 
+/// Blocks per group of the activations' grouped copy (`q8act::GROUP`); a 256-bit register holds
+/// half a group, one block per 128-bit lane.
+const GROUP: usize = 4;
+
 /// Dots of one weight row (`nb` blocks at `w`) with activation rows `i0..i0 + NR`.
+///
+/// Two blocks per register, one per 128-bit lane, with a block's values `0..16` and `16..32`
+/// in two registers whose products add into the same integer lanes: per activation row two
+/// blocks then cost one convert, one scale multiply and one FMA (one per block before). The
+/// activations come from `QuantRows`' grouped copy, as for AVX-512. Every activation row runs
+/// the same operations in the same order, so a row's result does not depend on its batch.
 #[target_feature(enable = "avx2,fma,f16c")]
 #[inline]
 unsafe fn tile<const K: u8, const NR: usize>(
@@ -67,45 +60,109 @@ unsafe fn tile<const K: u8, const NR: usize>(
     x: &QuantRows,
     i0: usize,
 ) -> [f32; NR] {
-    let block_bytes = [18, 20, 34][K as usize];
+    let bb = [18, 20, 34][K as usize];
     let ones = _mm256_set1_epi16(1);
+    let nib = _mm256_set1_epi8(0x0f);
     let mut acc = [_mm256_setzero_ps(); NR];
-    let mut xq = [std::ptr::null::<i8>(); NR];
-    let mut xd = [std::ptr::null::<f32>(); NR];
-    let mut xs = [std::ptr::null::<f32>(); NR];
-    for j in 0..NR {
-        xq[j] = x.qs(i0 + j).as_ptr();
-        xd[j] = x.d8(i0 + j).as_ptr();
-        xs[j] = x.s8(i0 + j).as_ptr();
-    }
-    for b in 0..nb {
-        let blk = w.add(b * block_bytes);
-        let dw = f16_load(blk);
-        let (wv, mw) = match K {
-            0 => (nibbles(blk.add(2)), -8.0 * dw),
-            1 => (nibbles(blk.add(4)), f16_load(blk.add(2))),
-            _ => (_mm256_loadu_si256(blk.add(2) as *const __m256i), 0.0),
+    let mut off = [_mm_setzero_ps(); NR];
+    let xq: [*const i8; NR] = std::array::from_fn(|j| x.grouped_qs(i0 + j).as_ptr());
+    let xd: [*const f32; NR] = std::array::from_fn(|j| x.grouped_d(i0 + j).as_ptr());
+    let xs: [*const f32; NR] = std::array::from_fn(|j| x.grouped_s(i0 + j).as_ptr());
+    for g in 0..nb.div_ceil(GROUP) {
+        let blk = w.add(g * GROUP * bb);
+        let t = (nb - g * GROUP).min(GROUP);
+        // 16 bytes at `o` of block `k` of the group, zeros past the row's last block.
+        let ld = |k: usize, o: usize| {
+            if k < t {
+                _mm_loadu_si128(blk.add(k * bb + o) as *const __m128i)
+            } else {
+                _mm_setzero_si128()
+            }
         };
-        let (dwv, mwv) = (_mm256_set1_ps(dw), _mm256_set1_ps(mw));
-        // maddubs wants unsigned weights: for Q8_0 move the weight's sign onto the activation.
-        let wu = if K == 2 { _mm256_sign_epi8(wv, wv) } else { wv };
-        for j in 0..NR {
-            let xv = _mm256_loadu_si256(xq[j].add(b * 32) as *const __m256i);
-            let xv = if K == 2 { _mm256_sign_epi8(xv, wv) } else { xv };
-            let p = _mm256_madd_epi16(_mm256_maddubs_epi16(wu, xv), ones);
-            let scale = _mm256_mul_ps(dwv, _mm256_loadu_ps(xd[j].add(b * 8)));
-            acc[j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), scale, acc[j]);
-            if K != 2 {
-                // Q4_1's `+ m` and Q4_0's `- 8 d`, times the block's activation sum.
-                acc[j] = _mm256_fmadd_ps(mwv, _mm256_loadu_ps(xs[j].add(b * 8)), acc[j]);
+        // The group's scales as [d0, m0, d1, m1, ...] (Q4_1) or [d0, d1, d2, d3] (others).
+        let h32 = |k: usize| {
+            if k < t {
+                std::ptr::read_unaligned(blk.add(k * bb) as *const i32)
+            } else {
+                0
+            }
+        };
+        let h16 = |k: usize| h32(k) & 0xffff;
+        let (d, m) = if K == 1 {
+            let f = _mm256_cvtph_ps(_mm_setr_epi32(h32(0), h32(1), h32(2), h32(3)));
+            let m = _mm256_permutevar8x32_ps(f, _mm256_setr_epi32(1, 3, 5, 7, 1, 3, 5, 7));
+            (f, _mm256_castps256_ps128(m))
+        } else {
+            let v = _mm_setr_epi32(h16(0), h16(1), h16(2), h16(3));
+            let f = _mm_cvtph_ps(_mm_packus_epi32(v, v));
+            let m = if K == 0 {
+                _mm_mul_ps(_mm_set1_ps(-8.0), f)
+            } else {
+                _mm_setzero_ps()
+            };
+            // [d0, d0, d1, d1, ...]: d of block k at 2k, as in Q4_1's, so one permute serves both.
+            let d = _mm256_set_m128(_mm_unpackhi_ps(f, f), _mm_unpacklo_ps(f, f));
+            (d, m)
+        };
+        for half in 0..2 {
+            if 2 * half >= t {
+                break;
+            }
+            let (k0, k1) = (2 * half, 2 * half + 1);
+            let sel = if half == 0 {
+                _mm256_setr_epi32(0, 0, 0, 0, 2, 2, 2, 2)
+            } else {
+                _mm256_setr_epi32(4, 4, 4, 4, 6, 6, 6, 6)
+            };
+            let dh = _mm256_permutevar8x32_ps(d, sel);
+            let (lo, hi) = if K == 2 {
+                (
+                    _mm256_set_m128i(ld(k1, 2), ld(k0, 2)),
+                    _mm256_set_m128i(ld(k1, 18), ld(k0, 18)),
+                )
+            } else {
+                let q = _mm256_set_m128i(ld(k1, 2 + 2 * K as usize), ld(k0, 2 + 2 * K as usize));
+                (
+                    _mm256_and_si256(q, nib),
+                    _mm256_and_si256(_mm256_srli_epi16(q, 4), nib),
+                )
+            };
+            for j in 0..NR {
+                let a = xq[j].add(g * GROUP * 32 + half * 32);
+                let alo = _mm256_loadu_si256(a as *const __m256i);
+                let ahi = _mm256_loadu_si256(a.add(64) as *const __m256i);
+                let p = if K == 2 {
+                    // maddubs wants unsigned weights: move the weight's sign onto the activation.
+                    // Each half is widened on its own: two int16 sums of 128 * 127 would overflow.
+                    let pl =
+                        _mm256_maddubs_epi16(_mm256_sign_epi8(lo, lo), _mm256_sign_epi8(alo, lo));
+                    let ph =
+                        _mm256_maddubs_epi16(_mm256_sign_epi8(hi, hi), _mm256_sign_epi8(ahi, hi));
+                    _mm256_add_epi32(_mm256_madd_epi16(pl, ones), _mm256_madd_epi16(ph, ones))
+                } else {
+                    // 4-bit weights: the two int16 sums stay within 4 * 15 * 127.
+                    let s = _mm256_add_epi16(
+                        _mm256_maddubs_epi16(lo, alo),
+                        _mm256_maddubs_epi16(hi, ahi),
+                    );
+                    _mm256_madd_epi16(s, ones)
+                };
+                let scale = _mm256_mul_ps(dh, _mm256_loadu_ps(xd[j].add(g * 16 + half * 8)));
+                acc[j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), scale, acc[j]);
+            }
+        }
+        if K != 2 {
+            for j in 0..NR {
+                off[j] = _mm_fmadd_ps(m, _mm_loadu_ps(xs[j].add(g * GROUP)), off[j]);
             }
         }
     }
-    let mut res = [0f32; NR];
-    for j in 0..NR {
-        res[j] = hsum(acc[j]);
-    }
-    res
+    std::array::from_fn(|j| {
+        hsum(_mm256_add_ps(
+            acc[j],
+            _mm256_insertf128_ps(_mm256_setzero_ps(), off[j], 0),
+        ))
+    })
 }
 
 /// f32 dot product with four FMA accumulators.

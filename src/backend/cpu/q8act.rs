@@ -3,12 +3,9 @@
 //!
 //! Layout is structure-of-arrays: the int8 values of a row are contiguous, and per block we
 //! keep the scale `d` and `s = d * sum(q)`, which the offset terms of Q4_0 (`-8`) and Q4_1
-//! (`+m`) need. Each SIMD kernel also gets its own copy, laid out as it reads it, so that a
+//! (`+m`) need. The SIMD kernels also get a copy laid out as they read it, so that a
 //! plain vector load replaces shuffles per block and row (the copy is made once per call and
-//! read once per weight row):
-//! - AVX2: `d` and `s` repeated over the 8 lanes a block's integer dot occupies (`s`
-//!   pre-divided by 8, so that the 8 lanes sum to it);
-//! - AVX-512: blocks in groups of four, one per 128-bit lane (see [`Grouped`]).
+//! read once per weight row): blocks in groups of four, one per 128-bit lane (see [`Grouped`]).
 //!
 //! The numbers are ggml's Q8_1 exactly (`quantize_row_q8_1` on x86): `q = round_half_even(x *
 //! 127 / amax)`, `d` and `s` rounded to f16. Matching the reference format bit for bit moved the
@@ -18,8 +15,6 @@
 use super::dequant::QK;
 use super::Isa;
 
-/// f32 lanes one block's integer dot fills in the AVX2 kernel.
-const LANES: usize = 8;
 /// Largest magnitude of a quantized activation (symmetric int8, as ggml's Q8_0).
 const Q8_MAX: f32 = 127.0;
 /// Blocks the AVX-512 kernel takes at once: one per 128-bit lane.
@@ -27,11 +22,11 @@ pub(crate) const GROUP: usize = 4;
 /// What the AVX-512 kernel adds to a signed Q8_0 weight to make it the unsigned operand of
 /// `vpdpbusd`: `w + 128` is in 0..=255 for every int8.
 const Q8_BIAS: i32 = 128;
-/// Integer lanes per block in the AVX-512 kernel: lane `k` sums values `4k..4k+4` and
+/// Integer lanes per block in the SIMD kernels: lane `k` sums values `4k..4k+4` and
 /// `16+4k..16+4k+4`.
 const INT_LANES: usize = 4;
 
-/// The activations as the AVX-512 kernel reads them, per row and group of [`GROUP`] blocks (the
+/// The activations as the SIMD kernels read them, per row and group of [`GROUP`] blocks (the
 /// last group padded with zero blocks): values `0..16` of the four blocks (64 bytes), then
 /// values `16..32`; each block's `d` over its 4 integer lanes; `s` per block; and per integer
 /// lane `-128 * sum(q)`, the start value that cancels the +128 bias of Q8_0 weights.
@@ -49,8 +44,6 @@ pub struct QuantRows {
     qs: Vec<i8>,
     d: Vec<f32>,
     s: Vec<f32>,
-    d8: Vec<f32>,
-    s8: Vec<f32>,
     grouped: Grouped,
     cols: usize,
     n: usize,
@@ -84,15 +77,8 @@ impl QuantRows {
                 _ => quantize_block(xb, qb),
             };
         }
-        if isa == Isa::Avx512 {
+        if matches!(isa, Isa::Avx2 | Isa::Avx512) {
             self.group();
-            return;
-        }
-        self.d8.clear();
-        self.s8.clear();
-        for (&d, &s) in self.d.iter().zip(&self.s) {
-            self.d8.extend_from_slice(&[d; LANES]);
-            self.s8.extend_from_slice(&[s / LANES as f32; LANES]);
         }
     }
 
@@ -158,7 +144,7 @@ impl QuantRows {
     }
 }
 
-/// Row `i` as [`Grouped`]: filled only when quantizing for AVX-512.
+/// Row `i` as [`Grouped`]: filled only when quantizing for AVX2 or AVX-512.
 impl QuantRows {
     /// Groups of [`GROUP`] blocks per row.
     #[inline]
@@ -184,21 +170,6 @@ impl QuantRows {
     pub fn grouped_bias(&self, i: usize) -> &[i32] {
         let n = self.grouped.groups * GROUP * INT_LANES;
         &self.grouped.bias[i * n..(i + 1) * n]
-    }
-}
-
-impl QuantRows {
-    /// Row `i`'s block scales, each repeated 8 times.
-    #[inline]
-    pub fn d8(&self, i: usize) -> &[f32] {
-        let n = self.cols / QK * LANES;
-        &self.d8[i * n..(i + 1) * n]
-    }
-    /// Row `i`'s `d * sum(q) / 8` per block, each repeated 8 times.
-    #[inline]
-    pub fn s8(&self, i: usize) -> &[f32] {
-        let n = self.cols / QK * LANES;
-        &self.s8[i * n..(i + 1) * n]
     }
 }
 
@@ -288,14 +259,6 @@ mod tests {
                     "{}",
                     isa.name()
                 );
-                if isa != Isa::Avx512 {
-                    assert_eq!(
-                        (got.d8(i), got.s8(i)),
-                        (want.d8(i), want.s8(i)),
-                        "{}",
-                        isa.name()
-                    );
-                }
             }
         }
     }
