@@ -4,7 +4,7 @@
 //! after `is_x86_feature_detected!` said yes.
 
 use super::matmul::{OutRows, QKind};
-use super::q8act::QuantRows;
+use super::q8act::{QuantRows, GROUP};
 use std::arch::x86_64::*;
 use std::ops::Range;
 
@@ -40,10 +40,6 @@ pub(crate) unsafe fn hsum(v: __m256) -> f32 {
     let s = _mm_add_ps(s, _mm_movehl_ps(s, s));
     _mm_cvtss_f32(_mm_add_ss(s, _mm_shuffle_ps(s, s, 1)))
 }
-
-/// Blocks per group of the activations' grouped copy (`q8act::GROUP`); a 256-bit register holds
-/// half a group, one block per 128-bit lane.
-const GROUP: usize = 4;
 
 /// Dots of one weight row (`nb` blocks at `w`) with activation rows `i0..i0 + NR`.
 ///

@@ -14,7 +14,7 @@
 //! so a row's result does not depend on the batch it is in.
 
 use super::matmul::{OutRows, QKind};
-use super::q8act::QuantRows;
+use super::q8act::{QuantRows, GROUP};
 use std::arch::x86_64::*;
 use std::ops::Range;
 
@@ -42,9 +42,6 @@ pub unsafe fn matmul_q(
 }
 
 tile_driver!("avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c");
-
-/// Blocks per register, one per 128-bit lane (as `q8act::GROUP`).
-const GROUP: usize = 4;
 
 /// 16 bytes at `off` in each of `t` (at most four) blocks `bb` bytes apart, block `k` in lane
 /// `k`; zeros in the lanes from `t` on.

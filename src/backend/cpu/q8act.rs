@@ -17,7 +17,8 @@ use super::Isa;
 
 /// Largest magnitude of a quantized activation (symmetric int8, as ggml's Q8_0).
 const Q8_MAX: f32 = 127.0;
-/// Blocks the AVX-512 kernel takes at once: one per 128-bit lane.
+/// Blocks per group of the grouped copy, one per 128-bit lane: an AVX-512 register holds a
+/// group, an AVX2 register half of one.
 pub(crate) const GROUP: usize = 4;
 /// What the AVX-512 kernel adds to a signed Q8_0 weight to make it the unsigned operand of
 /// `vpdpbusd`: `w + 128` is in 0..=255 for every int8.
