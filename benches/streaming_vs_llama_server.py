@@ -561,3 +561,35 @@ if __name__ == "__main__":
 #
 # HTTP + SSE cost per token, 1 client, decode tok/s (medians, interleaved runs): engine alone `bench tg128` 130.8 (runs: 130.8, 109.9, 135.5); through the server as the client sees the deltas 110.4 (6 requests); the server's own mtplx_stats.decode_tok_s 110.4
 # overhead vs engine alone: +18.5% of decode time per token (engine -> server decode loop +18.5%, server -> client over HTTP/SSE -0.0%)
+
+# ---------------------------------------------------------------------------------------------
+# Measured 2026-11-30 04:50 UTC (load 1.4-1.9), main at 9c332db: after the faster integer kernels
+# (862654d, 185070c). Single stream 1.64x llama-server, 16 clients 1.65x; our TTFT p99 at 16
+# clients is now 0.68x llama-server's (it was 1.11x). The HTTP + SSE line puts the server's
+# decode loop 9% under `generate` in this run (the generate runs spread 134-159 tok/s); the
+# HTTP/SSE leg itself is -0.1%.
+#
+# streaming_vs_llama_server: 2026-11-30 04:50 UTC, model SmolLM2-135M-Instruct.Q4_1.gguf, threads 2, max_tokens 128, ctx/seq 1024, greedy, llama-server extra flags [], load average at start 1.41 1.68 1.83, at end 1.94 1.43 1.58
+# mlx_lm.server: mlx 0.32.4, mlx-lm 0.32.2, model /root/.cache/mtplx-lite/hf-from-gguf/SmolLM2-135M-Instruct.Q4_1-f32 (float32 from the same GGUF), one compute thread (MLX CPU has no thread setting), extra flags []
+#
+# | clients | server | requests | prompt tok/req | tokens | aggregate tok/s | TTFT p50 ms | TTFT p99 ms | per-stream decode tok/s |
+# |---:|---|---:|---:|---:|---:|---:|---:|---:|
+# | 1 | llama-server | 6 | 68.8 | 768 | 89.2 | 148.3 | 178.4 | 101.5 |
+# | 1 | mlx_lm.server | 2 | 69.5 | 256 | 5.5 | 3539.3 | 4356.7 | 6.5 |
+# | 1 | mtplx-lite | 6 | 68.8 | 768 | 146.6 | 68.5 | 82.0 | 153.1 |
+# | 4 | llama-server | 16 | 69.3 | 2048 | 122.4 | 641.5 | 1125.1 | 36.7 |
+# | 4 | mlx_lm.server | 4 | 69.0 | 512 | 5.9 | 15218.6 | 15223.5 | 1.8 |
+# | 4 | mtplx-lite | 16 | 69.3 | 2048 | 206.7 | 285.3 | 583.3 | 59.7 |
+# | 16 | llama-server | 48 | 69.6 | 6144 | 139.2 | 2828.7 | 3634.5 | 11.1 |
+# | 16 | mlx_lm.server | 16 | 69.4 | 2048 | 6.3 | 58256.4 | 62682.0 | 0.5 |
+# | 16 | mtplx-lite | 48 | 69.6 | 6144 | 229.8 | 1292.0 | 2465.9 | 16.6 |
+#
+# | clients | aggregate tok/s ours/llama-server | aggregate tok/s ours/mlx | TTFT p50 ours/llama-server | TTFT p50 ours/mlx | TTFT p99 ours/llama-server | TTFT p99 ours/mlx |
+# |---:|---:|---:|---:|---:|---:|---:|
+# | 1 | 1.64x | 26.81x | 0.46x | 0.02x | 0.46x | 0.02x |
+# | 4 | 1.69x | 35.22x | 0.44x | 0.02x | 0.52x | 0.04x |
+# | 16 | 1.65x | 36.75x | 0.46x | 0.02x | 0.68x | 0.04x |
+# (ratios are ours / reference: above 1 is better for tok/s, below 1 is better for TTFT)
+#
+# HTTP + SSE cost per token, 1 client, decode tok/s (medians, interleaved runs): engine alone `generate` 150.6 (runs: 145.7, 155.4, 159.2, 157.4, 134.2, 143.7); through the server as the client sees the deltas 138.2 (6 requests); the server's own mtplx_stats.decode_tok_s 138.0
+# overhead vs engine alone: +8.9% of decode time per token (engine -> server decode loop +9.1%, server -> client over HTTP/SSE -0.1%)
