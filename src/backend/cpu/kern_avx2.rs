@@ -1,35 +1,12 @@
 //! AVX2 + FMA + F16C kernels (x86-64). Integer block dots in the style of llama.cpp: unsigned
 //! 4-bit weights times signed 8-bit activations with `maddubs`, widened with `madd`, one f32
-//! scale per block and integer lane. Every function here requires those CPU features: `matmul.rs` only calls them
-//! after `is_x86_feature_detected!` said yes.
+//! scale per block and integer lane. Every function here requires those CPU features:
+//! `matmul.rs` only calls them after `is_x86_feature_detected!` said yes.
 
 use super::matmul::{OutRows, QKind};
 use super::q8act::{QuantRows, GROUP};
 use std::arch::x86_64::*;
 use std::ops::Range;
-
-/// Matmul rows `rows` of a Q4_0/Q4_1/Q8_0 weight (`row_bytes` bytes per row) against the
-/// activation rows `acts` of `x`, in tiles of up to four activation rows per pass over a weight row.
-///
-/// # Safety
-/// The CPU must support AVX2, FMA and F16C; `w` holds every row in `rows`; `out` has room for
-/// `acts.end` rows of at least `rows.end` values and no other thread writes these entries.
-#[target_feature(enable = "avx2,fma,f16c")]
-pub unsafe fn matmul_q(
-    kind: QKind,
-    w: &[u8],
-    row_bytes: usize,
-    rows: Range<usize>,
-    x: &QuantRows,
-    acts: Range<usize>,
-    out: &OutRows,
-) {
-    match kind {
-        QKind::Q4_0 => drive::<0>(w, row_bytes, rows, x, acts, out),
-        QKind::Q4_1 => drive::<1>(w, row_bytes, rows, x, acts, out),
-        QKind::Q8_0 => drive::<2>(w, row_bytes, rows, x, acts, out),
-    }
-}
 
 tile_driver!("avx2,fma,f16c");
 
@@ -111,6 +88,8 @@ unsafe fn tile<const K: u8, const NR: usize>(
                 _mm256_setr_epi32(4, 4, 4, 4, 6, 6, 6, 6)
             };
             let dh = _mm256_permutevar8x32_ps(d, sel);
+            // maddubs wants unsigned weights: Q8_0's magnitudes here, their signs moved onto the
+            // activations below.
             let (lo, hi) = if K == 2 {
                 (
                     _mm256_set_m128i(ld(k1, 2), ld(k0, 2)),
@@ -123,17 +102,15 @@ unsafe fn tile<const K: u8, const NR: usize>(
                     _mm256_and_si256(_mm256_srli_epi16(q, 4), nib),
                 )
             };
+            let (lo_abs, hi_abs) = (_mm256_sign_epi8(lo, lo), _mm256_sign_epi8(hi, hi));
             for j in 0..NR {
                 let a = xq[j].add(g * GROUP * 32 + half * 32);
                 let alo = _mm256_loadu_si256(a as *const __m256i);
                 let ahi = _mm256_loadu_si256(a.add(64) as *const __m256i);
                 let p = if K == 2 {
-                    // maddubs wants unsigned weights: move the weight's sign onto the activation.
                     // Each half is widened on its own: two int16 sums of 128 * 127 would overflow.
-                    let pl =
-                        _mm256_maddubs_epi16(_mm256_sign_epi8(lo, lo), _mm256_sign_epi8(alo, lo));
-                    let ph =
-                        _mm256_maddubs_epi16(_mm256_sign_epi8(hi, hi), _mm256_sign_epi8(ahi, hi));
+                    let pl = _mm256_maddubs_epi16(lo_abs, _mm256_sign_epi8(alo, lo));
+                    let ph = _mm256_maddubs_epi16(hi_abs, _mm256_sign_epi8(ahi, hi));
                     _mm256_add_epi32(_mm256_madd_epi16(pl, ones), _mm256_madd_epi16(ph, ones))
                 } else {
                     // 4-bit weights: the two int16 sums stay within 4 * 15 * 127.

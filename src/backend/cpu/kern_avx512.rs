@@ -18,29 +18,6 @@ use super::q8act::{QuantRows, GROUP};
 use std::arch::x86_64::*;
 use std::ops::Range;
 
-/// As `kern_avx2::matmul_q`.
-///
-/// # Safety
-/// The CPU must support AVX-512 F/BW/VL/VNNI, AVX2, FMA and F16C; `w` holds every row in
-/// `rows`; `out` has room for `acts.end` rows of at least `rows.end` values and no other thread
-/// writes these entries.
-#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
-pub unsafe fn matmul_q(
-    kind: QKind,
-    w: &[u8],
-    row_bytes: usize,
-    rows: Range<usize>,
-    x: &QuantRows,
-    acts: Range<usize>,
-    out: &OutRows,
-) {
-    match kind {
-        QKind::Q4_0 => drive::<0>(w, row_bytes, rows, x, acts, out),
-        QKind::Q4_1 => drive::<1>(w, row_bytes, rows, x, acts, out),
-        QKind::Q8_0 => drive::<2>(w, row_bytes, rows, x, acts, out),
-    }
-}
-
 tile_driver!("avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c");
 
 /// 16 bytes at `off` in each of `t` (at most four) blocks `bb` bytes apart, block `k` in lane

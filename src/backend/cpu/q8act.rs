@@ -79,12 +79,13 @@ impl QuantRows {
             };
         }
         if matches!(isa, Isa::Avx2 | Isa::Avx512) {
-            self.group();
+            // Only the AVX-512 kernel biases Q8_0 weights; AVX2 moves their signs instead.
+            self.group(isa == Isa::Avx512);
         }
     }
 
-    /// Fills [`Grouped`] from the row-major blocks.
-    fn group(&mut self) {
+    /// Fills [`Grouped`] from the row-major blocks; its bias start values only `with_bias`.
+    fn group(&mut self, with_bias: bool) {
         let nb = self.cols / QK;
         let groups = nb.div_ceil(GROUP);
         let g = &mut self.grouped;
@@ -100,7 +101,9 @@ impl QuantRows {
                 if b >= nb {
                     g.d.extend_from_slice(&[0.0; INT_LANES]);
                     g.s.push(0.0);
-                    g.bias.extend_from_slice(&[0; INT_LANES]);
+                    if with_bias {
+                        g.bias.extend_from_slice(&[0; INT_LANES]);
+                    }
                     continue;
                 }
                 let k = i * nb + b;
@@ -112,10 +115,12 @@ impl QuantRows {
                 g.qs[at..at + half].copy_from_slice(&q[half..]);
                 g.d.extend_from_slice(&[self.d[k]; INT_LANES]);
                 g.s.push(self.s[k]);
-                g.bias.extend((0..INT_LANES).map(|l| {
-                    let sum = |o: usize| q[o + 4 * l..o + 4 * l + 4].iter().map(|&v| v as i32);
-                    -Q8_BIAS * sum(0).chain(sum(half)).sum::<i32>()
-                }));
+                if with_bias {
+                    g.bias.extend((0..INT_LANES).map(|l| {
+                        let sum = |o: usize| q[o + 4 * l..o + 4 * l + 4].iter().map(|&v| v as i32);
+                        -Q8_BIAS * sum(0).chain(sum(half)).sum::<i32>()
+                    }));
+                }
             }
         }
     }
@@ -271,37 +276,36 @@ mod tests {
         let x: Vec<f32> = (0..n * cols)
             .map(|i| ((i * 31 % 97) as f32 - 48.0) * 0.07)
             .collect();
-        let mut q = QuantRows::new();
-        q.quantize(Isa::Avx512, &x, n, cols);
-        assert_eq!(q.groups(), 2);
-        for i in 0..n {
-            let (gq, gd, gs, gb) = (
-                q.grouped_qs(i),
-                q.grouped_d(i),
-                q.grouped_s(i),
-                q.grouped_bias(i),
-            );
-            for b in 0..2 * GROUP {
-                let (g, lane) = (b / GROUP, b % GROUP);
-                let lo = &gq[g * 128 + lane * 16..][..16];
-                let hi = &gq[g * 128 + 64 + lane * 16..][..16];
-                let (d, s) = (&gd[b * 4..b * 4 + 4], gs[b]);
-                let bias = &gb[b * 4..b * 4 + 4];
-                if b >= 6 {
-                    assert!(lo.iter().chain(hi).all(|&v| v == 0) && s == 0.0);
-                    assert!(d == [0.0; 4] && bias == [0; 4]);
-                    continue;
-                }
-                let block = &q.qs(i)[b * QK..(b + 1) * QK];
-                assert_eq!((lo, hi), (&block[..16], &block[16..]));
-                assert_eq!((d, s), (&[q.d(i)[b]; 4][..], q.s(i)[b]));
-                for (l, &c) in bias.iter().enumerate() {
-                    let sum: i32 = [4 * l, 16 + 4 * l]
-                        .iter()
-                        .flat_map(|&o| &block[o..o + 4])
-                        .map(|&v| v as i32)
-                        .sum();
-                    assert_eq!(c, -128 * sum, "row {i} block {b} lane {l}");
+        for isa in Isa::available().into_iter().filter(|&i| i != Isa::Scalar) {
+            let mut q = QuantRows::new();
+            q.quantize(isa, &x, n, cols);
+            assert_eq!(q.groups(), 2);
+            // The bias start values are the AVX-512 kernel's alone.
+            let with_bias = isa == Isa::Avx512;
+            for i in 0..n {
+                let (gq, gd, gs) = (q.grouped_qs(i), q.grouped_d(i), q.grouped_s(i));
+                for b in 0..2 * GROUP {
+                    let (g, lane) = (b / GROUP, b % GROUP);
+                    let lo = &gq[g * 128 + lane * 16..][..16];
+                    let hi = &gq[g * 128 + 64 + lane * 16..][..16];
+                    let (d, s) = (&gd[b * 4..b * 4 + 4], gs[b]);
+                    let bias = with_bias.then(|| &q.grouped_bias(i)[b * 4..b * 4 + 4]);
+                    if b >= 6 {
+                        assert!(lo.iter().chain(hi).all(|&v| v == 0) && s == 0.0);
+                        assert!(d == [0.0; 4] && bias.is_none_or(|c| c == [0; 4]));
+                        continue;
+                    }
+                    let block = &q.qs(i)[b * QK..(b + 1) * QK];
+                    assert_eq!((lo, hi), (&block[..16], &block[16..]));
+                    assert_eq!((d, s), (&[q.d(i)[b]; 4][..], q.s(i)[b]));
+                    for (l, &c) in bias.unwrap_or_default().iter().enumerate() {
+                        let sum: i32 = [4 * l, 16 + 4 * l]
+                            .iter()
+                            .flat_map(|&o| &block[o..o + 4])
+                            .map(|&v| v as i32)
+                            .sum();
+                        assert_eq!(c, -128 * sum, "row {i} block {b} lane {l}");
+                    }
                 }
             }
         }
