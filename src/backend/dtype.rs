@@ -18,8 +18,17 @@ pub enum DType {
 
 impl DType {
     /// Every supported type, for tests that cover them all.
-    pub const ALL: [DType; 9] =
-        [DType::F32, DType::F16, DType::BF16, DType::Q8_0, DType::Q4_0, DType::Q4_1, DType::Q4K, DType::Q5K, DType::Q6K];
+    pub const ALL: [DType; 9] = [
+        DType::F32,
+        DType::F16,
+        DType::BF16,
+        DType::Q8_0,
+        DType::Q4_0,
+        DType::Q4_1,
+        DType::Q4K,
+        DType::Q5K,
+        DType::Q6K,
+    ];
 
     /// The ggml type id stored in GGUF tensor infos; `None` for ids we do not support.
     pub fn from_ggml_id(id: u32) -> Option<DType> {
@@ -52,7 +61,7 @@ impl DType {
     }
 
     /// Values per block (1 for plain float types).
-    pub fn block_len(self) -> usize {
+    pub const fn block_len(self) -> usize {
         match self {
             DType::F32 | DType::F16 | DType::BF16 => 1,
             DType::Q4_0 | DType::Q4_1 | DType::Q8_0 => 32,
@@ -61,7 +70,7 @@ impl DType {
     }
 
     /// Bytes per block.
-    pub fn block_bytes(self) -> usize {
+    pub const fn block_bytes(self) -> usize {
         match self {
             DType::F32 => 4,
             DType::F16 | DType::BF16 => 2,
@@ -76,7 +85,8 @@ impl DType {
 
     /// Bytes taken by `n` values, or `None` when `n` is not a whole number of blocks.
     pub fn bytes_for(self, n: usize) -> Option<usize> {
-        (n % self.block_len() == 0).then(|| n / self.block_len() * self.block_bytes())
+        n.is_multiple_of(self.block_len())
+            .then(|| n / self.block_len() * self.block_bytes())
     }
 
     pub fn name(self) -> &'static str {

@@ -6,7 +6,7 @@ use super::config::HParams;
 use super::files::ModelFiles;
 use super::weights::ModelWeights;
 use super::{ForwardError, LogitsWanted, Model, ModelError, ModelInfo, SeqBatch, Tensor};
-use crate::backend::cpu::dequant::dequantize_row;
+use crate::backend::cpu::dequantize_row;
 use crate::backend::{AttnSeq, Backend, CpuBackend, Heads, Rope, WeightRef};
 use std::sync::Mutex;
 

@@ -69,6 +69,12 @@ pub fn f32_to_f16(x: f32) -> u16 {
     sign | r as u16
 }
 
+/// The little-endian f16 at byte `i` of `b`, as f32 (block scales and mins).
+#[inline]
+pub(crate) fn f16_at(b: &[u8], i: usize) -> f32 {
+    f16_to_f32(u16::from_le_bytes([b[i], b[i + 1]]))
+}
+
 /// bf16 bits to f32: bf16 is the top half of an f32.
 #[inline]
 pub fn bf16_to_f32(h: u16) -> f32 {

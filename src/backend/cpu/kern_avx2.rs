@@ -1,22 +1,14 @@
-//! AVX2 + FMA + F16C kernels (x86-64). Integer block dots in the style of llama.cpp: unsigned
-//! 4-bit weights times signed 8-bit activations with `maddubs`, widened with `madd`, one f32
-//! scale per block and integer lane. Every function here requires those CPU features:
-//! `matmul.rs` only calls them after `is_x86_feature_detected!` said yes.
+//! AVX2 + FMA + F16C integer-dot kernels (x86-64) for the 32-value block types, in the style
+//! of llama.cpp: unsigned 4-bit weights times signed 8-bit activations with `maddubs`, widened
+//! with `madd`, one f32 scale per block and integer lane. Every function here requires those
+//! CPU features: `matmul.rs` only calls them after `is_x86_feature_detected!` said yes.
 
-use super::matmul::{OutRows, QKind};
-use super::q8act::{QuantRows, GROUP};
+use super::block::{IntBlock, Offset, Weights, QK};
+use super::kern_avx2_f32::hsum;
+use super::quantized_activations::{QuantRows, GROUP};
 use std::arch::x86_64::*;
-use std::ops::Range;
 
 tile_driver!("avx2,fma,f16c");
-
-#[target_feature(enable = "avx2,fma,f16c")]
-#[inline]
-pub(crate) unsafe fn hsum(v: __m256) -> f32 {
-    let s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-    let s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-    _mm_cvtss_f32(_mm_add_ss(s, _mm_shuffle_ps(s, s, 1)))
-}
 
 /// Dots of one weight row (`nb` blocks at `w`) with activation rows `i0..i0 + NR`.
 ///
@@ -25,15 +17,19 @@ pub(crate) unsafe fn hsum(v: __m256) -> f32 {
 /// blocks then cost one convert, one scale multiply and one FMA (one per block before). The
 /// activations come from `QuantRows`' grouped copy, as for AVX-512. Every activation row runs
 /// the same operations in the same order, so a row's result does not depend on its batch.
+///
+/// # Safety
+/// The CPU supports AVX2, FMA and F16C; `w` points at `nb` readable blocks of `B`, `x` holds
+/// rows `i0..i0 + NR` of `nb` blocks, quantized for this level (its grouped copy).
 #[target_feature(enable = "avx2,fma,f16c")]
 #[inline]
-unsafe fn tile<const K: u8, const NR: usize>(
+unsafe fn tile<B: IntBlock, const NR: usize>(
     w: *const u8,
     nb: usize,
     x: &QuantRows,
     i0: usize,
 ) -> [f32; NR] {
-    let bb = [18, 20, 34][K as usize];
+    let bb = B::BYTES;
     let ones = _mm256_set1_epi16(1);
     let nib = _mm256_set1_epi8(0x0f);
     let mut acc = [_mm256_setzero_ps(); NR];
@@ -42,12 +38,14 @@ unsafe fn tile<const K: u8, const NR: usize>(
     let xd: [*const f32; NR] = std::array::from_fn(|j| x.grouped_d(i0 + j).as_ptr());
     let xs: [*const f32; NR] = std::array::from_fn(|j| x.grouped_s(i0 + j).as_ptr());
     for g in 0..nb.div_ceil(GROUP) {
-        let blk = w.add(g * GROUP * bb);
+        // SAFETY: group `g` starts inside the row (`g * GROUP < nb`).
+        let blk = unsafe { w.add(g * GROUP * bb) };
         let t = (nb - g * GROUP).min(GROUP);
         // 16 bytes at `o` of block `k` of the group, zeros past the row's last block.
         let ld = |k: usize, o: usize| {
             if k < t {
-                _mm_loadu_si128(blk.add(k * bb + o) as *const __m128i)
+                // SAFETY: block `k < t` is in the row, and `o + 16` is within a block.
+                unsafe { _mm_loadu_si128(blk.add(k * bb + o) as *const __m128i) }
             } else {
                 _mm_setzero_si128()
             }
@@ -55,23 +53,24 @@ unsafe fn tile<const K: u8, const NR: usize>(
         // The group's scales as [d0, m0, d1, m1, ...] (Q4_1) or [d0, d1, d2, d3] (others).
         let h32 = |k: usize| {
             if k < t {
-                std::ptr::read_unaligned(blk.add(k * bb) as *const i32)
+                // SAFETY: block `k < t` is in the row, and starts with at least 4 bytes of
+                // scales (or scale and weights).
+                unsafe { std::ptr::read_unaligned(blk.add(k * bb) as *const i32) }
             } else {
                 0
             }
         };
         let h16 = |k: usize| h32(k) & 0xffff;
-        let (d, m) = if K == 1 {
+        let (d, m) = if matches!(B::OFFSET, Offset::Min) {
             let f = _mm256_cvtph_ps(_mm_setr_epi32(h32(0), h32(1), h32(2), h32(3)));
             let m = _mm256_permutevar8x32_ps(f, _mm256_setr_epi32(1, 3, 5, 7, 1, 3, 5, 7));
             (f, _mm256_castps256_ps128(m))
         } else {
             let v = _mm_setr_epi32(h16(0), h16(1), h16(2), h16(3));
             let f = _mm_cvtph_ps(_mm_packus_epi32(v, v));
-            let m = if K == 0 {
-                _mm_mul_ps(_mm_set1_ps(-8.0), f)
-            } else {
-                _mm_setzero_ps()
+            let m = match B::OFFSET {
+                Offset::TimesScale(c) => _mm_mul_ps(_mm_set1_ps(c), f),
+                _ => _mm_setzero_ps(),
             };
             // [d0, d0, d1, d1, ...]: d of block k at 2k, as in Q4_1's, so one permute serves both.
             let d = _mm256_set_m128(_mm_unpackhi_ps(f, f), _mm_unpacklo_ps(f, f));
@@ -90,24 +89,33 @@ unsafe fn tile<const K: u8, const NR: usize>(
             let dh = _mm256_permutevar8x32_ps(d, sel);
             // maddubs wants unsigned weights: Q8_0's magnitudes here, their signs moved onto the
             // activations below.
-            let (lo, hi) = if K == 2 {
-                (
-                    _mm256_set_m128i(ld(k1, 2), ld(k0, 2)),
-                    _mm256_set_m128i(ld(k1, 18), ld(k0, 18)),
-                )
-            } else {
-                let q = _mm256_set_m128i(ld(k1, 2 + 2 * K as usize), ld(k0, 2 + 2 * K as usize));
-                (
-                    _mm256_and_si256(q, nib),
-                    _mm256_and_si256(_mm256_srli_epi16(q, 4), nib),
-                )
+            let (lo, hi) = match B::WEIGHTS {
+                Weights::Int8 => (
+                    _mm256_set_m128i(ld(k1, B::QS_AT), ld(k0, B::QS_AT)),
+                    _mm256_set_m128i(ld(k1, B::QS_AT + 16), ld(k0, B::QS_AT + 16)),
+                ),
+                Weights::Nibbles => {
+                    let q = _mm256_set_m128i(ld(k1, B::QS_AT), ld(k0, B::QS_AT));
+                    (
+                        _mm256_and_si256(q, nib),
+                        _mm256_and_si256(_mm256_srli_epi16(q, 4), nib),
+                    )
+                }
             };
             let (lo_abs, hi_abs) = (_mm256_sign_epi8(lo, lo), _mm256_sign_epi8(hi, hi));
             for j in 0..NR {
-                let a = xq[j].add(g * GROUP * 32 + half * 32);
-                let alo = _mm256_loadu_si256(a as *const __m256i);
-                let ahi = _mm256_loadu_si256(a.add(64) as *const __m256i);
-                let p = if K == 2 {
+                // SAFETY: each grouped activation row holds `nb.div_ceil(GROUP)` groups of
+                // `GROUP * QK` int8s (values 0..16 of the group's blocks, then 16..32) and
+                // 16 scales per group.
+                let (alo, ahi, xdh) = unsafe {
+                    let a = xq[j].add(g * GROUP * QK + half * 32);
+                    (
+                        _mm256_loadu_si256(a as *const __m256i),
+                        _mm256_loadu_si256(a.add(64) as *const __m256i),
+                        _mm256_loadu_ps(xd[j].add(g * 16 + half * 8)),
+                    )
+                };
+                let p = if matches!(B::WEIGHTS, Weights::Int8) {
                     // Each half is widened on its own: two int16 sums of 128 * 127 would overflow.
                     let pl = _mm256_maddubs_epi16(lo_abs, _mm256_sign_epi8(alo, lo));
                     let ph = _mm256_maddubs_epi16(hi_abs, _mm256_sign_epi8(ahi, hi));
@@ -120,13 +128,15 @@ unsafe fn tile<const K: u8, const NR: usize>(
                     );
                     _mm256_madd_epi16(s, ones)
                 };
-                let scale = _mm256_mul_ps(dh, _mm256_loadu_ps(xd[j].add(g * 16 + half * 8)));
+                let scale = _mm256_mul_ps(dh, xdh);
                 acc[j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), scale, acc[j]);
             }
         }
-        if K != 2 {
+        if !matches!(B::OFFSET, Offset::None) {
             for j in 0..NR {
-                off[j] = _mm_fmadd_ps(m, _mm_loadu_ps(xs[j].add(g * GROUP)), off[j]);
+                // SAFETY: each grouped activation row holds `GROUP` sums per group.
+                let xsg = unsafe { _mm_loadu_ps(xs[j].add(g * GROUP)) };
+                off[j] = _mm_fmadd_ps(m, xsg, off[j]);
             }
         }
     }
@@ -136,231 +146,4 @@ unsafe fn tile<const K: u8, const NR: usize>(
             _mm256_insertf128_ps(_mm256_setzero_ps(), off[j], 0),
         ))
     })
-}
-
-/// f32 dot product with four FMA accumulators.
-///
-/// # Safety
-/// The CPU must support AVX2 and FMA; `a` and `b` have the same length.
-#[target_feature(enable = "avx2,fma,f16c")]
-pub unsafe fn dot_f32(a: &[f32], b: &[f32]) -> f32 {
-    let n = a.len().min(b.len());
-    let (pa, pb) = (a.as_ptr(), b.as_ptr());
-    let mut acc = [_mm256_setzero_ps(); 4];
-    let mut k = 0;
-    while k + 32 <= n {
-        for (u, accu) in acc.iter_mut().enumerate() {
-            let o = k + 8 * u;
-            *accu = _mm256_fmadd_ps(
-                _mm256_loadu_ps(pa.add(o)),
-                _mm256_loadu_ps(pb.add(o)),
-                *accu,
-            );
-        }
-        k += 32;
-    }
-    while k + 8 <= n {
-        acc[0] = _mm256_fmadd_ps(
-            _mm256_loadu_ps(pa.add(k)),
-            _mm256_loadu_ps(pb.add(k)),
-            acc[0],
-        );
-        k += 8;
-    }
-    let mut s = hsum(_mm256_add_ps(
-        _mm256_add_ps(acc[0], acc[1]),
-        _mm256_add_ps(acc[2], acc[3]),
-    ));
-    while k < n {
-        s += *pa.add(k) * *pb.add(k);
-        k += 1;
-    }
-    s
-}
-
-/// f16 bytes to f32 values with F16C (exact, like the scalar conversion).
-///
-/// # Safety
-/// The CPU must support F16C and AVX; `src` holds `2 * out.len()` bytes.
-#[target_feature(enable = "avx2,fma,f16c")]
-pub unsafe fn f16_row(src: &[u8], out: &mut [f32]) {
-    let n = out.len().min(src.len() / 2);
-    let mut k = 0;
-    while k + 8 <= n {
-        let h = _mm_loadu_si128(src.as_ptr().add(2 * k) as *const __m128i);
-        _mm256_storeu_ps(out.as_mut_ptr().add(k), _mm256_cvtph_ps(h));
-        k += 8;
-    }
-    for j in k..n {
-        out[j] = super::float16::f16_to_f32(u16::from_le_bytes([src[2 * j], src[2 * j + 1]]));
-    }
-}
-
-/// Quantizes one block of 32 activations to int8 with scale `amax / 127`; returns
-/// `(d, d * sum(q))`. Bit-identical to `q8act::quantize_block` (same max, same products, the
-/// same half-away-from-zero rounding).
-///
-/// # Safety
-/// The CPU must support AVX2; `x` and `q` hold at least 32 values.
-#[target_feature(enable = "avx2,fma,f16c")]
-pub unsafe fn quantize_block(x: &[f32], q: &mut [i8]) -> (f32, f32) {
-    assert!(x.len() >= 32 && q.len() >= 32);
-    let p = x.as_ptr();
-    let v = [
-        _mm256_loadu_ps(p),
-        _mm256_loadu_ps(p.add(8)),
-        _mm256_loadu_ps(p.add(16)),
-        _mm256_loadu_ps(p.add(24)),
-    ];
-    let abs = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fff_ffff));
-    let m = _mm256_max_ps(
-        _mm256_max_ps(_mm256_and_ps(v[0], abs), _mm256_and_ps(v[1], abs)),
-        _mm256_max_ps(_mm256_and_ps(v[2], abs), _mm256_and_ps(v[3], abs)),
-    );
-    let m = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps(m, 1));
-    let m = _mm_max_ps(m, _mm_movehl_ps(m, m));
-    let amax = _mm_cvtss_f32(_mm_max_ss(m, _mm_shuffle_ps(m, m, 1)));
-    let d = amax / 127.0;
-    let id = _mm256_set1_ps(if amax != 0.0 { 127.0 / amax } else { 0.0 });
-    let mut t = [_mm256_setzero_si256(); 4];
-    for k in 0..4 {
-        // The default MXCSR mode rounds half to even, as ggml's `_mm256_round_ps(_MM_ROUND_NEAREST)`.
-        t[k] = _mm256_cvtps_epi32(_mm256_mul_ps(v[k], id));
-    }
-    let sum = _mm256_add_epi32(_mm256_add_epi32(t[0], t[1]), _mm256_add_epi32(t[2], t[3]));
-    let sum = _mm_add_epi32(
-        _mm256_castsi256_si128(sum),
-        _mm256_extracti128_si256(sum, 1),
-    );
-    let sum = _mm_add_epi32(sum, _mm_shuffle_epi32(sum, 0b01_00_11_10));
-    let sum = _mm_cvtsi128_si32(_mm_add_epi32(sum, _mm_shuffle_epi32(sum, 0b10_11_00_01)));
-    // The packs interleave 128-bit lanes; the permute puts the 32 bytes back in order.
-    let p16 = _mm256_packs_epi16(
-        _mm256_packs_epi32(t[0], t[1]),
-        _mm256_packs_epi32(t[2], t[3]),
-    );
-    let ordered = _mm256_permutevar8x32_epi32(p16, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
-    _mm256_storeu_si256(q.as_mut_ptr() as *mut __m256i, ordered);
-    super::q8act::f16_scales(d, sum)
-}
-
-/// Attention scores: `out[p] = scale * dot(q, keys[p * stride..][..q.len()])`, all positions
-/// in one call (a call per position costs as much as its 64-value dot).
-///
-/// # Safety
-/// The CPU must support AVX2 and FMA.
-///
-/// # Panics
-/// When `keys` is too short for `out.len()` positions.
-#[target_feature(enable = "avx2,fma,f16c")]
-pub unsafe fn attn_scores(q: &[f32], keys: &[f32], stride: usize, scale: f32, out: &mut [f32]) {
-    let hd = q.len();
-    if let Some(last) = out.len().checked_sub(1) {
-        assert!(
-            keys.len() >= last * stride + hd,
-            "attention: keys too short"
-        );
-    }
-    let (pq, pk) = (q.as_ptr(), keys.as_ptr());
-    let body = hd & !7;
-    let n = out.len();
-    let mut p = 0;
-    if body == hd {
-        // Eight positions at a time, their eight sums reduced together by a tree of hadds.
-        while p + 8 <= n {
-            let mut acc = [_mm256_setzero_ps(); 8];
-            let mut c = 0;
-            while c < hd {
-                let qv = _mm256_loadu_ps(pq.add(c));
-                for (u, a) in acc.iter_mut().enumerate() {
-                    *a = _mm256_fmadd_ps(qv, _mm256_loadu_ps(pk.add((p + u) * stride + c)), *a);
-                }
-                c += 8;
-            }
-            let s01 = _mm256_hadd_ps(acc[0], acc[1]);
-            let s23 = _mm256_hadd_ps(acc[2], acc[3]);
-            let s45 = _mm256_hadd_ps(acc[4], acc[5]);
-            let s67 = _mm256_hadd_ps(acc[6], acc[7]);
-            let (t0, t1) = (_mm256_hadd_ps(s01, s23), _mm256_hadd_ps(s45, s67));
-            let sums = _mm256_add_ps(
-                _mm256_permute2f128_ps(t0, t1, 0x20),
-                _mm256_permute2f128_ps(t0, t1, 0x31),
-            );
-            _mm256_storeu_ps(
-                out.as_mut_ptr().add(p),
-                _mm256_mul_ps(sums, _mm256_set1_ps(scale)),
-            );
-            p += 8;
-        }
-    }
-    for (p, o) in out.iter_mut().enumerate().skip(p) {
-        let kp = pk.add(p * stride);
-        let mut acc = _mm256_setzero_ps();
-        let mut c = 0;
-        while c < body {
-            acc = _mm256_fmadd_ps(_mm256_loadu_ps(pq.add(c)), _mm256_loadu_ps(kp.add(c)), acc);
-            c += 8;
-        }
-        let mut s = hsum(acc);
-        for c in body..hd {
-            s += *pq.add(c) * *kp.add(c);
-        }
-        *o = s * scale;
-    }
-}
-
-/// `o += sum over p of w[p] * values[p * stride..][..o.len()]`, with the head's accumulators
-/// in registers when it is 64 wide (the usual head size), else 8 at a time.
-///
-/// # Safety
-/// The CPU must support AVX2 and FMA.
-///
-/// # Panics
-/// When `values` is too short for `w.len()` positions.
-#[target_feature(enable = "avx2,fma,f16c")]
-pub unsafe fn attn_weighted_sum(w: &[f32], values: &[f32], stride: usize, o: &mut [f32]) {
-    let hd = o.len();
-    if let Some(last) = w.len().checked_sub(1) {
-        assert!(
-            values.len() >= last * stride + hd,
-            "attention: values too short"
-        );
-    }
-    let pv = values.as_ptr();
-    let po = o.as_mut_ptr();
-    let mut c0 = 0;
-    while c0 + 64 <= hd {
-        let mut acc = [_mm256_setzero_ps(); 8];
-        for (u, a) in acc.iter_mut().enumerate() {
-            *a = _mm256_loadu_ps(po.add(c0 + 8 * u));
-        }
-        for (p, &wp) in w.iter().enumerate() {
-            let wv = _mm256_set1_ps(wp);
-            let vp = pv.add(p * stride + c0);
-            for (u, a) in acc.iter_mut().enumerate() {
-                *a = _mm256_fmadd_ps(wv, _mm256_loadu_ps(vp.add(8 * u)), *a);
-            }
-        }
-        for (u, a) in acc.iter().enumerate() {
-            _mm256_storeu_ps(po.add(c0 + 8 * u), *a);
-        }
-        c0 += 64;
-    }
-    while c0 + 8 <= hd {
-        let mut a = _mm256_loadu_ps(po.add(c0));
-        for (p, &wp) in w.iter().enumerate() {
-            a = _mm256_fmadd_ps(
-                _mm256_set1_ps(wp),
-                _mm256_loadu_ps(pv.add(p * stride + c0)),
-                a,
-            );
-        }
-        _mm256_storeu_ps(po.add(c0), a);
-        c0 += 8;
-    }
-    for c in c0..hd {
-        for (p, &wp) in w.iter().enumerate() {
-            *po.add(c) += wp * *pv.add(p * stride + c);
-        }
-    }
 }

@@ -13,21 +13,25 @@
 //! with software prefetch.) Every activation row runs the same operations in the same order,
 //! so a row's result does not depend on the batch it is in.
 
-use super::matmul::{OutRows, QKind};
-use super::q8act::{QuantRows, GROUP};
+use super::block::{IntBlock, Offset, Weights, QK};
+use super::quantized_activations::{QuantRows, GROUP};
 use std::arch::x86_64::*;
-use std::ops::Range;
 
 tile_driver!("avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c");
 
 /// 16 bytes at `off` in each of `t` (at most four) blocks `bb` bytes apart, block `k` in lane
 /// `k`; zeros in the lanes from `t` on.
+///
+/// # Safety
+/// The CPU has the features enabled here; `blk` points at `t` readable blocks of `bb` bytes
+/// and `off + 16 <= bb`.
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
 #[inline]
 unsafe fn lanes(blk: *const u8, bb: usize, off: usize, t: usize) -> __m512i {
     let ld = |k: usize| {
         if k < t {
-            _mm_loadu_si128(blk.add(k * bb + off) as *const __m128i)
+            // SAFETY: block `k < t` is readable and its bytes `off..off + 16` are inside it.
+            unsafe { _mm_loadu_si128(blk.add(k * bb + off) as *const __m128i) }
         } else {
             _mm_setzero_si128()
         }
@@ -38,37 +42,45 @@ unsafe fn lanes(blk: *const u8, bb: usize, off: usize, t: usize) -> __m512i {
     _mm512_inserti32x4(v, ld(3), 3)
 }
 
-/// `t` (at most four) blocks' weights as unsigned bytes (values `0..16` of each block in its lane, then
-/// `16..32`), scales over their lanes (`[d0 x4 | d1 x4 | d2 x4 | d3 x4]`) and offsets per value
-/// (Q4_1: `m`; Q4_0: `-8 d`; Q8_0: none) as `[o0, o1, o2, o3]`. Q8_0's int8s are biased by
-/// +128; the activations' bias start values take it out again. Lanes from `t` on are zero
-/// blocks, which add exactly nothing.
+/// `t` (at most four) blocks' weights as unsigned bytes (values `0..16` of each block in its
+/// lane, then `16..32`), scales over their lanes (`[d0 x4 | d1 x4 | d2 x4 | d3 x4]`) and
+/// offsets per value (Q4_1: `m`; Q4_0: `-8 d`; Q8_0: none) as `[o0, o1, o2, o3]`. Q8_0's int8s
+/// are biased by +128; the activations' bias start values take it out again. Lanes from `t` on
+/// are zero blocks, which add exactly nothing.
+///
+/// # Safety
+/// The CPU has the features enabled here; `blk` points at `t` readable blocks of `B`.
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
 #[inline]
-unsafe fn group<const K: u8>(
-    blk: *const u8,
-    bb: usize,
-    t: usize,
-) -> (__m512i, __m512i, __m512, __m128) {
-    let (lo, hi) = if K == 2 {
-        let flip = _mm512_set1_epi8(i8::MIN);
-        (
-            _mm512_xor_si512(lanes(blk, bb, 2, t), flip),
-            _mm512_xor_si512(lanes(blk, bb, 18, t), flip),
-        )
-    } else {
-        let q = lanes(blk, bb, if K == 0 { 2 } else { 4 }, t);
-        let m = _mm512_set1_epi8(0x0f);
-        (
-            _mm512_and_si512(q, m),
-            _mm512_and_si512(_mm512_srli_epi16(q, 4), m),
-        )
+unsafe fn group<B: IntBlock>(blk: *const u8, t: usize) -> (__m512i, __m512i, __m512, __m128) {
+    let bb = B::BYTES;
+    // SAFETY: the blocks are readable (our contract) and hold 16 (Int8: 32) weight bytes at
+    // `QS_AT`.
+    let (lo, hi) = unsafe {
+        match B::WEIGHTS {
+            Weights::Int8 => {
+                let flip = _mm512_set1_epi8(i8::MIN);
+                (
+                    _mm512_xor_si512(lanes(blk, bb, B::QS_AT, t), flip),
+                    _mm512_xor_si512(lanes(blk, bb, B::QS_AT + 16, t), flip),
+                )
+            }
+            Weights::Nibbles => {
+                let q = lanes(blk, bb, B::QS_AT, t);
+                let m = _mm512_set1_epi8(0x0f);
+                (
+                    _mm512_and_si512(q, m),
+                    _mm512_and_si512(_mm512_srli_epi16(q, 4), m),
+                )
+            }
+        }
     };
-    if K == 1 {
+    if matches!(B::OFFSET, Offset::Min) {
         // Q4_1 blocks start with (d, m): [d0, m0, d1, m1, ...] from one conversion.
         let h = |k: usize| {
             if k < t {
-                std::ptr::read_unaligned(blk.add(k * bb) as *const i32)
+                // SAFETY: block `k < t` is readable and starts with its two f16s.
+                unsafe { std::ptr::read_unaligned(blk.add(k * bb) as *const i32) }
             } else {
                 0
             }
@@ -83,7 +95,8 @@ unsafe fn group<const K: u8>(
     }
     let h = |k: usize| {
         if k < t {
-            std::ptr::read_unaligned(blk.add(k * bb) as *const i16)
+            // SAFETY: block `k < t` is readable and starts with its f16 scale.
+            unsafe { std::ptr::read_unaligned(blk.add(k * bb) as *const i16) }
         } else {
             0
         }
@@ -93,24 +106,27 @@ unsafe fn group<const K: u8>(
         _mm512_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3),
         _mm512_castps128_ps512(f),
     );
-    let o = if K == 0 {
-        _mm_mul_ps(_mm_set1_ps(-8.0), f)
-    } else {
-        _mm_setzero_ps()
+    let o = match B::OFFSET {
+        Offset::TimesScale(c) => _mm_mul_ps(_mm_set1_ps(c), f),
+        _ => _mm_setzero_ps(),
     };
     (lo, hi, d, o)
 }
 
 /// Dots of one weight row (`nb` blocks at `w`) with activation rows `i0..i0 + NR`.
+///
+/// # Safety
+/// The CPU has the features enabled here; `w` points at `nb` readable blocks of `B`, `x` holds
+/// rows `i0..i0 + NR` of `nb` blocks, quantized for this level (its grouped copy).
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
 #[inline]
-unsafe fn tile<const K: u8, const NR: usize>(
+unsafe fn tile<B: IntBlock, const NR: usize>(
     w: *const u8,
     nb: usize,
     x: &QuantRows,
     i0: usize,
 ) -> [f32; NR] {
-    let bb = [18, 20, 34][K as usize];
+    let bb = B::BYTES;
     let mut acc = [_mm512_setzero_ps(); NR];
     let mut off = [_mm_setzero_ps(); NR];
     let xq: [*const i8; NR] = std::array::from_fn(|j| x.grouped_qs(i0 + j).as_ptr());
@@ -122,19 +138,24 @@ unsafe fn tile<const K: u8, const NR: usize>(
                 (lo, hi, d, o): (__m512i, __m512i, __m512, __m128),
                 acc: &mut [__m512; NR],
                 off: &mut [__m128; NR]| {
-        for j in 0..NR {
-            let a = xq[j].add(g * GROUP * 32);
-            let start = if K == 2 {
-                _mm512_loadu_si512(xb[j].add(g * 16) as *const _)
-            } else {
-                _mm512_setzero_si512()
-            };
-            let dot = _mm512_dpbusd_epi32(start, lo, _mm512_loadu_si512(a as *const _));
-            let dot = _mm512_dpbusd_epi32(dot, hi, _mm512_loadu_si512(a.add(64) as *const _));
-            let scale = _mm512_mul_ps(d, _mm512_loadu_ps(xd[j].add(g * 16)));
-            acc[j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), scale, acc[j]);
-            if K != 2 {
-                off[j] = _mm_fmadd_ps(o, _mm_loadu_ps(xs[j].add(g * GROUP)), off[j]);
+        // SAFETY: `g < nb.div_ceil(GROUP)`, the groups each grouped row holds, and a group is
+        // `GROUP * QK` int8s, 16 scales and bias start values, and `GROUP` sums; the bias copy
+        // exists for int8 weights, which only this level biases.
+        unsafe {
+            for j in 0..NR {
+                let a = xq[j].add(g * GROUP * QK);
+                let start = if matches!(B::WEIGHTS, Weights::Int8) {
+                    _mm512_loadu_si512(xb[j].add(g * 16) as *const _)
+                } else {
+                    _mm512_setzero_si512()
+                };
+                let dot = _mm512_dpbusd_epi32(start, lo, _mm512_loadu_si512(a as *const _));
+                let dot = _mm512_dpbusd_epi32(dot, hi, _mm512_loadu_si512(a.add(64) as *const _));
+                let scale = _mm512_mul_ps(d, _mm512_loadu_ps(xd[j].add(g * 16)));
+                acc[j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), scale, acc[j]);
+                if !matches!(B::OFFSET, Offset::None) {
+                    off[j] = _mm_fmadd_ps(o, _mm_loadu_ps(xs[j].add(g * GROUP)), off[j]);
+                }
             }
         }
     };
@@ -142,13 +163,15 @@ unsafe fn tile<const K: u8, const NR: usize>(
     for g in 0..full {
         step(
             g,
-            group::<K>(w.add(g * GROUP * bb), bb, GROUP),
+            // SAFETY: group `g` of the row is `GROUP` whole blocks (`g < nb / GROUP`).
+            unsafe { group::<B>(w.add(g * GROUP * bb), GROUP) },
             &mut acc,
             &mut off,
         );
     }
-    if nb % GROUP != 0 {
-        let tail = group::<K>(w.add(full * GROUP * bb), bb, nb % GROUP);
+    if !nb.is_multiple_of(GROUP) {
+        // SAFETY: the last `nb % GROUP` blocks of the row.
+        let tail = unsafe { group::<B>(w.add(full * GROUP * bb), nb % GROUP) };
         step(full, tail, &mut acc, &mut off);
     }
     // The offsets join lane 0, then each row's 16 lanes are summed by one fixed tree that
@@ -173,7 +196,8 @@ unsafe fn tile<const K: u8, const NR: usize>(
     );
     let sums = _mm_add_ps(_mm256_castps256_ps128(t), _mm256_extractf128_ps(t, 1));
     let mut all = [0f32; 4];
-    _mm_storeu_ps(all.as_mut_ptr(), sums);
+    // SAFETY: `all` has room for the four lanes.
+    unsafe { _mm_storeu_ps(all.as_mut_ptr(), sums) };
     let mut res = [0f32; NR];
     res.copy_from_slice(&all[..NR]);
     res

@@ -1,54 +1,15 @@
 //! Portable kernels: the reference every SIMD path is tested against, and the fallback on CPUs
 //! without AVX2. Same arithmetic as the SIMD paths (integer block dots, one f32 scale per block).
 
-use super::dequant::{f16_at, QK};
-use super::q8act::QuantRows;
+use super::block::{IntBlock, QK};
+use super::quantized_activations::QuantRows;
 
-/// Dot of one Q4_0 weight row with activation row `i`.
-pub fn dot_q4_0(w: &[u8], x: &QuantRows, i: usize) -> f32 {
+/// Dot of one weight row of `B` with activation row `i`, a block at a time.
+pub fn vec_dot<B: IntBlock>(w: &[u8], x: &QuantRows, i: usize) -> f32 {
     let (xq, xd, xs) = (x.qs(i), x.d(i), x.s(i));
     let mut acc = 0f32;
-    for (b, blk) in w.chunks_exact(18).enumerate() {
-        let dw = f16_at(blk, 0);
-        let xb = &xq[b * QK..(b + 1) * QK];
-        let mut sum = 0i32;
-        for (j, &q) in blk[2..18].iter().enumerate() {
-            sum += (q & 0x0f) as i32 * xb[j] as i32 + (q >> 4) as i32 * xb[j + 16] as i32;
-        }
-        acc += dw * xd[b] * sum as f32 - 8.0 * dw * xs[b];
-    }
-    acc
-}
-
-/// Dot of one Q4_1 weight row with activation row `i`.
-pub fn dot_q4_1(w: &[u8], x: &QuantRows, i: usize) -> f32 {
-    let (xq, xd, xs) = (x.qs(i), x.d(i), x.s(i));
-    let mut acc = 0f32;
-    for (b, blk) in w.chunks_exact(20).enumerate() {
-        let (dw, mw) = (f16_at(blk, 0), f16_at(blk, 2));
-        let xb = &xq[b * QK..(b + 1) * QK];
-        let mut sum = 0i32;
-        for (j, &q) in blk[4..20].iter().enumerate() {
-            sum += (q & 0x0f) as i32 * xb[j] as i32 + (q >> 4) as i32 * xb[j + 16] as i32;
-        }
-        acc += dw * xd[b] * sum as f32 + mw * xs[b];
-    }
-    acc
-}
-
-/// Dot of one Q8_0 weight row with activation row `i`.
-pub fn dot_q8_0(w: &[u8], x: &QuantRows, i: usize) -> f32 {
-    let (xq, xd) = (x.qs(i), x.d(i));
-    let mut acc = 0f32;
-    for (b, blk) in w.chunks_exact(34).enumerate() {
-        let dw = f16_at(blk, 0);
-        let xb = &xq[b * QK..(b + 1) * QK];
-        let sum: i32 = blk[2..34]
-            .iter()
-            .zip(xb)
-            .map(|(&q, &v)| (q as i8) as i32 * v as i32)
-            .sum();
-        acc += dw * xd[b] * sum as f32;
+    for (b, blk) in w.chunks_exact(B::BYTES).enumerate() {
+        acc += B::block_dot(blk, &xq[b * QK..(b + 1) * QK], xd[b], xs[b]);
     }
     acc
 }

@@ -9,10 +9,12 @@
 //! activation rows in tiles of four. So with `n` rows up to `ACT_CHUNK` the weights stream from
 //! memory once per call, which is what makes a 4-row pass cheaper than four 1-row passes.
 
-use super::dequant::dequantize_row;
+use super::isa::Isa;
+use super::kern_scalar;
+use super::kernel_io::OutRows;
 use super::pool::{self, Pool};
-use super::q8act::QuantRows;
-use super::{kern_scalar, Isa};
+use super::quantized_activations::QuantRows;
+use super::type_traits::{dequantize_row, type_traits, IntDot};
 use crate::backend::{DType, WeightRef};
 use std::cell::RefCell;
 use std::ops::Range;
@@ -29,37 +31,6 @@ const MIN_ROWS_PER_CHUNK: usize = 16;
 /// Pieces per thread a parallel matmul is cut into: enough to rebalance when a thread starts
 /// late (the machine may be shared), few enough that claiming stays cheap.
 const CHUNKS_PER_THREAD: usize = 4;
-
-/// The integer-dot weight types.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum QKind {
-    Q4_0,
-    Q4_1,
-    Q8_0,
-}
-
-/// Where the workers write results: `out[i * stride + r]`, each entry by exactly one worker.
-pub struct OutRows {
-    ptr: *mut f32,
-    stride: usize,
-    len: usize,
-}
-
-// SAFETY: workers write disjoint entries (disjoint weight-row ranges) of a buffer that outlives
-// the pool job; no entry is read during the job.
-unsafe impl Sync for OutRows {}
-
-impl OutRows {
-    /// # Safety
-    /// No other thread may access entry `(i, r)` during the job.
-    #[inline]
-    pub unsafe fn write(&self, i: usize, r: usize, v: f32) {
-        let k = i * self.stride + r;
-        assert!(k < self.len, "matmul output index {k} outside {}", self.len);
-        // SAFETY: in bounds (checked above) and exclusively ours (the caller's contract).
-        unsafe { *self.ptr.add(k) = v };
-    }
-}
 
 thread_local! {
     /// Per-thread buffer for one dequantized weight row (float and K-quant paths).
@@ -135,23 +106,16 @@ pub(crate) fn matmul_many(
     if n == 0 {
         return;
     }
-    if ws.iter().any(|w| q_kind(w.dtype).is_some()) {
+    if ws.iter().any(|w| type_traits(w.dtype).int_dot.is_some()) {
         xq.quantize(isa, x, n, cols);
     }
-    let outps: Vec<OutRows> = outs
-        .iter_mut()
-        .map(|o| OutRows {
-            ptr: o.as_mut_ptr(),
-            stride: o.len() / n,
-            len: o.len(),
-        })
-        .collect();
+    let outps: Vec<OutRows<'_>> = outs.iter_mut().map(|o| OutRows::new(o, n)).collect();
     let xq = &*xq;
     let work = |m: usize, rows: Range<usize>| {
         let w = ws[m];
         for a in (0..n).step_by(ACT_CHUNK) {
             let acts = a..(a + ACT_CHUNK).min(n);
-            match q_kind(w.dtype) {
+            match type_traits(w.dtype).int_dot {
                 Some(k) => matmul_q(isa, k, w, rows.clone(), xq, acts, &outps[m]),
                 None => matmul_float(isa, w, rows.clone(), x, acts, &outps[m]),
             }
@@ -176,23 +140,14 @@ pub(crate) fn matmul_many(
     pool.run(tasks.len(), &|t| work(tasks[t].0, tasks[t].1.clone()));
 }
 
-fn q_kind(dtype: DType) -> Option<QKind> {
-    match dtype {
-        DType::Q4_0 => Some(QKind::Q4_0),
-        DType::Q4_1 => Some(QKind::Q4_1),
-        DType::Q8_0 => Some(QKind::Q8_0),
-        _ => None,
-    }
-}
-
 fn matmul_q(
     isa: Isa,
-    kind: QKind,
+    int_dot: IntDot,
     w: WeightRef<'_>,
     rows: Range<usize>,
     x: &QuantRows,
     acts: Range<usize>,
-    out: &OutRows,
+    out: &OutRows<'_>,
 ) {
     let rb = w.row_bytes();
     match isa {
@@ -200,17 +155,15 @@ fn matmul_q(
         // SAFETY: `Isa::Avx512` is only produced after detecting AVX-512 F/BW/VL/VNNI, AVX2,
         // FMA and F16C; rows, acts and out were checked against the shapes by `matmul`.
         Isa::Avx512 => unsafe {
-            super::kern_avx512::matmul_q(kind, w.bytes, rb, rows, x, acts, out)
+            super::kern_avx512::matmul_q(int_dot.kind, w.bytes, rb, rows, x, acts, out)
         },
         #[cfg(target_arch = "x86_64")]
         // SAFETY: `Isa::Avx2` is only produced after detecting AVX2, FMA and F16C; shapes as above.
-        Isa::Avx2 => unsafe { super::kern_avx2::matmul_q(kind, w.bytes, rb, rows, x, acts, out) },
+        Isa::Avx2 => unsafe {
+            super::kern_avx2::matmul_q(int_dot.kind, w.bytes, rb, rows, x, acts, out)
+        },
         _ => {
-            let dot = match kind {
-                QKind::Q4_0 => kern_scalar::dot_q4_0,
-                QKind::Q4_1 => kern_scalar::dot_q4_1,
-                QKind::Q8_0 => kern_scalar::dot_q8_0,
-            };
+            let dot = int_dot.scalar;
             for r in rows {
                 let wr = w.row(r);
                 for i in acts.clone() {
@@ -230,7 +183,7 @@ fn matmul_float(
     rows: Range<usize>,
     x: &[f32],
     acts: Range<usize>,
-    out: &OutRows,
+    out: &OutRows<'_>,
 ) {
     let cols = w.cols;
     ROW.with_borrow_mut(|buf| {
@@ -241,7 +194,7 @@ fn matmul_float(
                 #[cfg(target_arch = "x86_64")]
                 // SAFETY: AVX2/F16C were detected for both x86 SIMD levels; `wr` is `cols` f16s.
                 (Isa::Avx2 | Isa::Avx512, DType::F16) => unsafe {
-                    super::kern_avx2::f16_row(wr, buf)
+                    super::kern_avx2_f32::f16_row(wr, buf)
                 },
                 _ => dequantize_row(w.dtype, wr, buf),
             }
@@ -260,15 +213,15 @@ pub(crate) fn dot_f32(isa: Isa, a: &[f32], b: &[f32]) -> f32 {
     match isa {
         #[cfg(target_arch = "x86_64")]
         // SAFETY: AVX2 and FMA were detected for both x86 SIMD levels; lengths are equal.
-        Isa::Avx2 | Isa::Avx512 => unsafe { super::kern_avx2::dot_f32(a, b) },
+        Isa::Avx2 | Isa::Avx512 => unsafe { super::kern_avx2_f32::dot_f32(a, b) },
         _ => kern_scalar::dot_f32(a, b),
     }
 }
 
 #[cfg(test)]
 mod tests {
-    use super::super::quantize::quantize_row;
-    use super::super::test_util::{noise, weight};
+    use super::super::test_inputs::{noise, weight};
+    use super::super::type_traits::quantize_row;
     use super::*;
 
     /// The plain f32 product of the dequantized weight and `x`, in f64.

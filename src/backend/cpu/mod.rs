@@ -1,77 +1,44 @@
 //! The CPU backend: quantized kernels with runtime SIMD dispatch and a worker pool.
+//!
+//! Files, leaves first: `isa` (the SIMD levels), `float16`, `kernel_io` (what the driver hands
+//! the kernels); `block` (the block traits) and the block types in `block_float`, `block_q`
+//! and `block_k`; `type_traits` (one table entry per type); `quantized_activations`; the
+//! kernels `kern_scalar`, `kern_avx2`, `kern_avx2_f32` and `kern_avx512` (the integer ones
+//! around `tile_driver!`); `matmul` (the driver) and `ops` (norms, RoPE, attention); `pool`.
 
-pub mod dequant;
-pub mod dequant_k;
+pub mod block;
+pub mod block_float;
+pub mod block_k;
+pub mod block_q;
 pub mod float16;
+pub mod isa;
+pub mod kernel_io;
 pub mod matmul;
 pub mod ops;
 pub mod pool;
-pub mod q8act;
-pub mod quantize;
+pub mod quantized_activations;
+pub mod type_traits;
 
 #[cfg(target_arch = "x86_64")]
 #[macro_use]
-mod drive;
+mod tile_driver;
 #[cfg(target_arch = "x86_64")]
 mod kern_avx2;
+#[cfg(target_arch = "x86_64")]
+mod kern_avx2_f32;
 #[cfg(target_arch = "x86_64")]
 mod kern_avx512;
 mod kern_scalar;
 #[cfg(test)]
-mod test_util;
+mod test_inputs;
+
+pub use isa::Isa;
+pub use type_traits::{dequantize_row, quantize_row};
 
 use crate::backend::{AttnSeq, Backend, Heads, Rope, WeightRef};
 use pool::Pool;
-use q8act::QuantRows;
+use quantized_activations::QuantRows;
 use std::sync::Mutex;
-
-/// The instruction-set level the kernels run at.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Isa {
-    /// Portable Rust; the reference the others are tested against.
-    Scalar,
-    /// AVX2 + FMA + F16C.
-    Avx2,
-    /// AVX-512 F/BW/VL/VNNI on top of `Avx2`.
-    Avx512,
-}
-
-impl Isa {
-    /// The best level this CPU supports.
-    pub fn detect() -> Isa {
-        *Isa::available().last().unwrap_or(&Isa::Scalar)
-    }
-
-    /// Every level this CPU supports, from `Scalar` up.
-    pub fn available() -> Vec<Isa> {
-        let mut v = vec![Isa::Scalar];
-        #[cfg(target_arch = "x86_64")]
-        {
-            let avx2 = is_x86_feature_detected!("avx2")
-                && is_x86_feature_detected!("fma")
-                && is_x86_feature_detected!("f16c");
-            if avx2 {
-                v.push(Isa::Avx2);
-                if is_x86_feature_detected!("avx512f")
-                    && is_x86_feature_detected!("avx512bw")
-                    && is_x86_feature_detected!("avx512vl")
-                    && is_x86_feature_detected!("avx512vnni")
-                {
-                    v.push(Isa::Avx512);
-                }
-            }
-        }
-        v
-    }
-
-    pub fn name(self) -> &'static str {
-        match self {
-            Isa::Scalar => "scalar",
-            Isa::Avx2 => "avx2",
-            Isa::Avx512 => "avx512",
-        }
-    }
-}
 
 /// The CPU implementation of [`Backend`]: owns the worker pool and the scratch buffers.
 pub struct CpuBackend {

@@ -1,9 +1,9 @@
 //! The non-matmul operations of a forward pass: RMSNorm, RoPE (both layouts), SwiGLU, softmax
 //! and causal GQA attention over a position-major key/value cache.
 
+use super::isa::Isa;
 use super::matmul::dot_f32;
 use super::pool::Pool;
-use super::Isa;
 use crate::backend::{AttnSeq, Heads, Rope, RopeLayout};
 use std::cell::RefCell;
 
@@ -116,7 +116,7 @@ fn attn_scores(isa: Isa, q: &[f32], keys: &[f32], stride: usize, scale: f32, out
         #[cfg(target_arch = "x86_64")]
         // SAFETY: both x86 SIMD levels imply AVX2 and FMA (detected); bounds are checked inside.
         Isa::Avx2 | Isa::Avx512 => unsafe {
-            super::kern_avx2::attn_scores(q, keys, stride, scale, out)
+            super::kern_avx2_f32::attn_scores(q, keys, stride, scale, out)
         },
         _ => {
             for (p, o) in out.iter_mut().enumerate() {
@@ -132,7 +132,7 @@ fn attn_weighted_sum(isa: Isa, w: &[f32], values: &[f32], stride: usize, o: &mut
         #[cfg(target_arch = "x86_64")]
         // SAFETY: both x86 SIMD levels imply AVX2 and FMA (detected); bounds are checked inside.
         Isa::Avx2 | Isa::Avx512 => unsafe {
-            super::kern_avx2::attn_weighted_sum(w, values, stride, o)
+            super::kern_avx2_f32::attn_weighted_sum(w, values, stride, o)
         },
         _ => {
             for (p, &wp) in w.iter().enumerate() {
@@ -159,7 +159,14 @@ pub(crate) fn attention(
     scale: f32,
     out: &mut [f32],
 ) {
-    let seq = AttnSeq { q, keys, values, start_pos, n_q, out };
+    let seq = AttnSeq {
+        q,
+        keys,
+        values,
+        start_pos,
+        n_q,
+        out,
+    };
     attention_batch(pool, isa, &mut [seq], heads, scale);
 }
 
@@ -176,7 +183,13 @@ struct Part<'a> {
 
 /// [`attention`] for several sequences in one pool dispatch (a batched decode step would
 /// otherwise pay a dispatch, and an uneven split of a few heads, per sequence and layer).
-pub(crate) fn attention_batch(pool: &Pool, isa: Isa, seqs: &mut [AttnSeq<'_>], heads: Heads, scale: f32) {
+pub(crate) fn attention_batch(
+    pool: &Pool,
+    isa: Isa,
+    seqs: &mut [AttnSeq<'_>],
+    heads: Heads,
+    scale: f32,
+) {
     let (qd, kvd, hd) = (heads.q_dim(), heads.kv_dim(), heads.head_dim);
     assert!(
         heads.n_kv_heads > 0 && heads.n_heads.is_multiple_of(heads.n_kv_heads),
@@ -186,8 +199,18 @@ pub(crate) fn attention_batch(pool: &Pool, isa: Isa, seqs: &mut [AttnSeq<'_>], h
     let mut parts = Vec::with_capacity(seqs.len());
     for s in seqs.iter_mut() {
         let (n_q, ctx) = (s.n_q, s.start_pos + s.n_q);
-        assert_eq!(s.q.len(), n_q * qd, "attention: q has {} values, want {n_q} x {qd}", s.q.len());
-        assert_eq!(s.out.len(), n_q * qd, "attention: out has {} values, want {n_q} x {qd}", s.out.len());
+        assert_eq!(
+            s.q.len(),
+            n_q * qd,
+            "attention: q has {} values, want {n_q} x {qd}",
+            s.q.len()
+        );
+        assert_eq!(
+            s.out.len(),
+            n_q * qd,
+            "attention: out has {} values, want {n_q} x {qd}",
+            s.out.len()
+        );
         assert!(
             s.keys.len() >= ctx * kvd && s.values.len() >= ctx * kvd,
             "attention: the cache holds fewer than {ctx} positions"
@@ -237,7 +260,7 @@ pub(crate) fn attention_batch(pool: &Pool, isa: Isa, seqs: &mut [AttnSeq<'_>], h
 
 #[cfg(test)]
 mod tests {
-    use super::super::test_util::noise;
+    use super::super::test_inputs::noise;
     use super::*;
 
     fn near(a: f32, b: f32, tol: f32) -> bool {
@@ -419,7 +442,13 @@ mod tests {
             .map(|(i, &(start, n))| {
                 let ctx = start + n;
                 let s = 10 * i as u64;
-                (start, n, noise(n * qd, s + 1), noise(ctx * kvd, s + 2), noise(ctx * kvd, s + 3))
+                (
+                    start,
+                    n,
+                    noise(n * qd, s + 1),
+                    noise(ctx * kvd, s + 2),
+                    noise(ctx * kvd, s + 3),
+                )
             })
             .collect();
         for isa in [Isa::Scalar, Isa::detect()] {
@@ -435,7 +464,14 @@ mod tests {
             let mut batch: Vec<AttnSeq<'_>> = seqs
                 .iter()
                 .zip(outs.iter_mut())
-                .map(|((start, n, q, k, v), out)| AttnSeq { q, keys: k, values: v, start_pos: *start, n_q: *n, out })
+                .map(|((start, n, q, k, v), out)| AttnSeq {
+                    q,
+                    keys: k,
+                    values: v,
+                    start_pos: *start,
+                    n_q: *n,
+                    out,
+                })
                 .collect();
             attention_batch(&pool, isa, &mut batch, hs, 0.25);
             drop(batch);

@@ -1,6 +1,7 @@
-//! Deterministic test inputs shared by the kernel tests.
+//! Deterministic inputs for the kernel tests: noise vectors and weight matrices.
 
-use super::quantize::quantize_row;
+use super::float16::f32_to_f16;
+use super::type_traits::quantize_row;
 use crate::backend::DType;
 
 /// Deterministic pseudo-random values in [-1, 1) (an LCG: tests must not depend on a crate).
@@ -36,7 +37,7 @@ pub fn weight(dtype: DType, rows: usize, cols: usize, seed: u64) -> Vec<u8> {
     };
     for blk in bytes.chunks_exact_mut(bb) {
         for &o in scale_offsets {
-            blk[o..o + 2].copy_from_slice(&super::float16::f32_to_f16(0.003).to_le_bytes());
+            blk[o..o + 2].copy_from_slice(&f32_to_f16(0.003).to_le_bytes());
         }
     }
     bytes

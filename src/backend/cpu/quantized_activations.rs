@@ -1,5 +1,6 @@
-//! Activations quantized to 8-bit blocks of 32, once per matmul call, so that the 4- and 8-bit
-//! weight types can use integer dot products (as llama.cpp does with its Q8_0/Q8_1 blocks).
+//! [`QuantRows`]: activations quantized to 8-bit blocks of 32, once per matmul call, so that
+//! the 4- and 8-bit weight types can use integer dot products (as llama.cpp does with its
+//! Q8_0/Q8_1 blocks).
 //!
 //! Layout is structure-of-arrays: the int8 values of a row are contiguous, and per block we
 //! keep the scale `d` and `s = d * sum(q)`, which the offset terms of Q4_0 (`-8`) and Q4_1
@@ -12,8 +13,9 @@
 //! demo model's teacher-forced top-1 agreement with llama.cpp from 230 to 232 of 239 positions,
 //! and our distance from the exact float64 logits down a little (0.163 to 0.161).
 
-use super::dequant::QK;
-use super::Isa;
+use super::block::QK;
+use super::float16::{f16_to_f32, f32_to_f16};
+use super::isa::Isa;
 
 /// Largest magnitude of a quantized activation (symmetric int8, as ggml's Q8_0).
 const Q8_MAX: f32 = 127.0;
@@ -71,12 +73,13 @@ impl QuantRows {
         self.n = n;
         let blocks = x.chunks_exact(QK).zip(self.qs.chunks_exact_mut(QK));
         for ((xb, qb), (d, s)) in blocks.zip(self.d.iter_mut().zip(self.s.iter_mut())) {
-            (*d, *s) = match isa {
+            let (dq, sum) = match isa {
                 #[cfg(target_arch = "x86_64")]
                 // SAFETY: both x86 SIMD levels imply AVX2 (detected); the blocks are 32 long.
-                Isa::Avx2 | Isa::Avx512 => unsafe { super::kern_avx2::quantize_block(xb, qb) },
+                Isa::Avx2 | Isa::Avx512 => unsafe { super::kern_avx2_f32::quantize_block(xb, qb) },
                 _ => quantize_block(xb, qb),
             };
+            (*d, *s) = f16_scales(dq, sum);
         }
         if matches!(isa, Isa::Avx2 | Isa::Avx512) {
             // Only the AVX-512 kernel biases Q8_0 weights; AVX2 moves their signs instead.
@@ -179,8 +182,8 @@ impl QuantRows {
     }
 }
 
-/// Symmetric quantization of one block: returns `(d, d * sum(q))`.
-fn quantize_block(x: &[f32], q: &mut [i8]) -> (f32, f32) {
+/// Symmetric quantization of one block: returns `(d, sum(q))`.
+fn quantize_block(x: &[f32], q: &mut [i8]) -> (f32, i32) {
     let amax = x.iter().fold(0f32, |m, v| m.max(v.abs()));
     let d = amax / Q8_MAX;
     let id = if amax != 0.0 { Q8_MAX / amax } else { 0.0 };
@@ -190,13 +193,12 @@ fn quantize_block(x: &[f32], q: &mut [i8]) -> (f32, f32) {
         *qv = r as i8;
         sum += r;
     }
-    f16_scales(d, sum)
+    (d, sum)
 }
 
 /// The block's `(d, d * sum)` as ggml keeps them in its Q8_1 blocks: rounded to f16.
 #[inline]
-pub(crate) fn f16_scales(d: f32, sum: i32) -> (f32, f32) {
-    use super::float16::{f16_to_f32, f32_to_f16};
+fn f16_scales(d: f32, sum: i32) -> (f32, f32) {
     (
         f16_to_f32(f32_to_f16(d)),
         f16_to_f32(f32_to_f16(d * sum as f32)),
@@ -234,7 +236,6 @@ mod tests {
     }
 
     fn f16_round(v: f32) -> f32 {
-        use super::super::float16::{f16_to_f32, f32_to_f16};
         f16_to_f32(f32_to_f16(v))
     }
 

@@ -1,0 +1,61 @@
+//! The instruction-set levels the kernels come in, and which of them this CPU runs.
+
+/// The instruction-set level the kernels run at.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Isa {
+    /// Portable Rust; the reference the others are tested against.
+    Scalar,
+    /// AVX2 + FMA + F16C.
+    Avx2,
+    /// AVX-512 F/BW/VL/VNNI on top of `Avx2`.
+    Avx512,
+}
+
+impl Isa {
+    /// Every level, from `Scalar` up.
+    pub const ALL: [Isa; 3] = [Isa::Scalar, Isa::Avx2, Isa::Avx512];
+
+    /// The best level this CPU supports.
+    pub fn detect() -> Isa {
+        *Isa::available().last().unwrap_or(&Isa::Scalar)
+    }
+
+    /// Every level this CPU supports, from `Scalar` up.
+    pub fn available() -> Vec<Isa> {
+        let mut v = vec![Isa::Scalar];
+        #[cfg(target_arch = "x86_64")]
+        {
+            let avx2 = is_x86_feature_detected!("avx2")
+                && is_x86_feature_detected!("fma")
+                && is_x86_feature_detected!("f16c");
+            if avx2 {
+                v.push(Isa::Avx2);
+                if is_x86_feature_detected!("avx512f")
+                    && is_x86_feature_detected!("avx512bw")
+                    && is_x86_feature_detected!("avx512vl")
+                    && is_x86_feature_detected!("avx512vnni")
+                {
+                    v.push(Isa::Avx512);
+                }
+            }
+        }
+        v
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Isa::Scalar => "scalar",
+            Isa::Avx2 => "avx2",
+            Isa::Avx512 => "avx512",
+        }
+    }
+
+    /// The level named `name`: its [`Isa::name`], or `avx512vnni` for `Avx512` (the level
+    /// needs VNNI, and that is the name `/proc/cpuinfo` readers look for).
+    pub fn from_name(name: &str) -> Option<Isa> {
+        match name {
+            "avx512vnni" => Some(Isa::Avx512),
+            _ => Isa::ALL.into_iter().find(|i| i.name() == name),
+        }
+    }
+}

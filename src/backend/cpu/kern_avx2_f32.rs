@@ -1,0 +1,268 @@
+//! AVX2 + FMA + F16C kernels (x86-64) over f32 rows: the float dot product, f16 row
+//! conversion, attention's scores and weighted sums, and the activation block quantizer. Every
+//! function here requires those CPU features: the callers only reach them at `Isa::Avx2` or
+//! `Isa::Avx512`, which `Isa::available` grants after `is_x86_feature_detected!` said yes.
+
+use std::arch::x86_64::*;
+
+/// The sum of the eight lanes of `v`.
+#[target_feature(enable = "avx2,fma,f16c")]
+#[inline]
+pub(crate) fn hsum(v: __m256) -> f32 {
+    let s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    let s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    _mm_cvtss_f32(_mm_add_ss(s, _mm_shuffle_ps(s, s, 1)))
+}
+
+/// f32 dot product with four FMA accumulators.
+///
+/// # Safety
+/// The CPU must support AVX2 and FMA; `a` and `b` have the same length.
+#[target_feature(enable = "avx2,fma,f16c")]
+pub unsafe fn dot_f32(a: &[f32], b: &[f32]) -> f32 {
+    let n = a.len().min(b.len());
+    let (pa, pb) = (a.as_ptr(), b.as_ptr());
+    let mut acc = [_mm256_setzero_ps(); 4];
+    let mut k = 0;
+    // SAFETY: every read is at an offset below `n` (the loop conditions), inside both slices.
+    unsafe {
+        while k + 32 <= n {
+            for (u, accu) in acc.iter_mut().enumerate() {
+                let o = k + 8 * u;
+                *accu = _mm256_fmadd_ps(
+                    _mm256_loadu_ps(pa.add(o)),
+                    _mm256_loadu_ps(pb.add(o)),
+                    *accu,
+                );
+            }
+            k += 32;
+        }
+        while k + 8 <= n {
+            acc[0] = _mm256_fmadd_ps(
+                _mm256_loadu_ps(pa.add(k)),
+                _mm256_loadu_ps(pb.add(k)),
+                acc[0],
+            );
+            k += 8;
+        }
+    }
+    let mut s = hsum(_mm256_add_ps(
+        _mm256_add_ps(acc[0], acc[1]),
+        _mm256_add_ps(acc[2], acc[3]),
+    ));
+    while k < n {
+        // SAFETY: `k < n`, inside both slices.
+        s += unsafe { *pa.add(k) * *pb.add(k) };
+        k += 1;
+    }
+    s
+}
+
+/// f16 bytes to f32 values with F16C (exact, like the scalar conversion).
+///
+/// # Safety
+/// The CPU must support F16C and AVX; `src` holds `2 * out.len()` bytes.
+#[target_feature(enable = "avx2,fma,f16c")]
+pub unsafe fn f16_row(src: &[u8], out: &mut [f32]) {
+    let n = out.len().min(src.len() / 2);
+    let mut k = 0;
+    while k + 8 <= n {
+        // SAFETY: values `k..k + 8` are within `out` and their bytes within `src` (`k + 8 <= n`).
+        unsafe {
+            let h = _mm_loadu_si128(src.as_ptr().add(2 * k) as *const __m128i);
+            _mm256_storeu_ps(out.as_mut_ptr().add(k), _mm256_cvtph_ps(h));
+        }
+        k += 8;
+    }
+    for j in k..n {
+        out[j] = super::float16::f16_to_f32(u16::from_le_bytes([src[2 * j], src[2 * j + 1]]));
+    }
+}
+
+/// Quantizes one block of 32 activations to int8 with scale `d = amax / 127`; returns
+/// `(d, sum(q))`. Bit-identical to the portable `quantize_block` of `quantized_activations.rs`
+/// (same max, same products, the same half-to-even rounding).
+///
+/// # Safety
+/// The CPU must support AVX2.
+///
+/// # Panics
+/// When `x` or `q` holds fewer than 32 values.
+#[target_feature(enable = "avx2,fma,f16c")]
+pub unsafe fn quantize_block(x: &[f32], q: &mut [i8]) -> (f32, i32) {
+    assert!(x.len() >= 32 && q.len() >= 32);
+    let p = x.as_ptr();
+    // SAFETY: `x` holds at least 32 values (asserted).
+    let v = unsafe {
+        [
+            _mm256_loadu_ps(p),
+            _mm256_loadu_ps(p.add(8)),
+            _mm256_loadu_ps(p.add(16)),
+            _mm256_loadu_ps(p.add(24)),
+        ]
+    };
+    let abs = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fff_ffff));
+    let m = _mm256_max_ps(
+        _mm256_max_ps(_mm256_and_ps(v[0], abs), _mm256_and_ps(v[1], abs)),
+        _mm256_max_ps(_mm256_and_ps(v[2], abs), _mm256_and_ps(v[3], abs)),
+    );
+    let m = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps(m, 1));
+    let m = _mm_max_ps(m, _mm_movehl_ps(m, m));
+    let amax = _mm_cvtss_f32(_mm_max_ss(m, _mm_shuffle_ps(m, m, 1)));
+    let d = amax / 127.0;
+    let id = _mm256_set1_ps(if amax != 0.0 { 127.0 / amax } else { 0.0 });
+    let mut t = [_mm256_setzero_si256(); 4];
+    for k in 0..4 {
+        // The default MXCSR mode rounds half to even, as ggml's `_mm256_round_ps(_MM_ROUND_NEAREST)`.
+        t[k] = _mm256_cvtps_epi32(_mm256_mul_ps(v[k], id));
+    }
+    let sum = _mm256_add_epi32(_mm256_add_epi32(t[0], t[1]), _mm256_add_epi32(t[2], t[3]));
+    let sum = _mm_add_epi32(
+        _mm256_castsi256_si128(sum),
+        _mm256_extracti128_si256(sum, 1),
+    );
+    let sum = _mm_add_epi32(sum, _mm_shuffle_epi32(sum, 0b01_00_11_10));
+    let sum = _mm_cvtsi128_si32(_mm_add_epi32(sum, _mm_shuffle_epi32(sum, 0b10_11_00_01)));
+    // The packs interleave 128-bit lanes; the permute puts the 32 bytes back in order.
+    let p16 = _mm256_packs_epi16(
+        _mm256_packs_epi32(t[0], t[1]),
+        _mm256_packs_epi32(t[2], t[3]),
+    );
+    let ordered = _mm256_permutevar8x32_epi32(p16, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+    // SAFETY: `q` holds at least 32 values (asserted).
+    unsafe { _mm256_storeu_si256(q.as_mut_ptr() as *mut __m256i, ordered) };
+    (d, sum)
+}
+
+/// Attention scores: `out[p] = scale * dot(q, keys[p * stride..][..q.len()])`, all positions
+/// in one call (a call per position costs as much as its 64-value dot).
+///
+/// # Safety
+/// The CPU must support AVX2 and FMA.
+///
+/// # Panics
+/// When `keys` is too short for `out.len()` positions.
+#[target_feature(enable = "avx2,fma,f16c")]
+pub unsafe fn attn_scores(q: &[f32], keys: &[f32], stride: usize, scale: f32, out: &mut [f32]) {
+    let hd = q.len();
+    if let Some(last) = out.len().checked_sub(1) {
+        assert!(
+            keys.len() >= last * stride + hd,
+            "attention: keys too short"
+        );
+    }
+    let (pq, pk) = (q.as_ptr(), keys.as_ptr());
+    let body = hd & !7;
+    let n = out.len();
+    let mut p = 0;
+    // SAFETY (this block and the next): positions below `n` lie within `keys` (asserted above)
+    // with their `hd` values, columns below `hd` within `q`, and `out` has `n` entries.
+    if body == hd {
+        // Eight positions at a time, their eight sums reduced together by a tree of hadds.
+        while p + 8 <= n {
+            // SAFETY: see above (`p + 8 <= n`).
+            unsafe {
+                let mut acc = [_mm256_setzero_ps(); 8];
+                let mut c = 0;
+                while c < hd {
+                    let qv = _mm256_loadu_ps(pq.add(c));
+                    for (u, a) in acc.iter_mut().enumerate() {
+                        *a = _mm256_fmadd_ps(qv, _mm256_loadu_ps(pk.add((p + u) * stride + c)), *a);
+                    }
+                    c += 8;
+                }
+                let s01 = _mm256_hadd_ps(acc[0], acc[1]);
+                let s23 = _mm256_hadd_ps(acc[2], acc[3]);
+                let s45 = _mm256_hadd_ps(acc[4], acc[5]);
+                let s67 = _mm256_hadd_ps(acc[6], acc[7]);
+                let (t0, t1) = (_mm256_hadd_ps(s01, s23), _mm256_hadd_ps(s45, s67));
+                let sums = _mm256_add_ps(
+                    _mm256_permute2f128_ps(t0, t1, 0x20),
+                    _mm256_permute2f128_ps(t0, t1, 0x31),
+                );
+                _mm256_storeu_ps(
+                    out.as_mut_ptr().add(p),
+                    _mm256_mul_ps(sums, _mm256_set1_ps(scale)),
+                );
+            }
+            p += 8;
+        }
+    }
+    for (p, o) in out.iter_mut().enumerate().skip(p) {
+        // SAFETY: see above (`p < n`).
+        *o = unsafe {
+            let kp = pk.add(p * stride);
+            let mut acc = _mm256_setzero_ps();
+            let mut c = 0;
+            while c < body {
+                acc = _mm256_fmadd_ps(_mm256_loadu_ps(pq.add(c)), _mm256_loadu_ps(kp.add(c)), acc);
+                c += 8;
+            }
+            let mut s = hsum(acc);
+            for c in body..hd {
+                s += *pq.add(c) * *kp.add(c);
+            }
+            s * scale
+        };
+    }
+}
+
+/// `o += sum over p of w[p] * values[p * stride..][..o.len()]`, with the head's accumulators
+/// in registers when it is 64 wide (the usual head size), else 8 at a time.
+///
+/// # Safety
+/// The CPU must support AVX2 and FMA.
+///
+/// # Panics
+/// When `values` is too short for `w.len()` positions.
+#[target_feature(enable = "avx2,fma,f16c")]
+pub unsafe fn attn_weighted_sum(w: &[f32], values: &[f32], stride: usize, o: &mut [f32]) {
+    let hd = o.len();
+    if let Some(last) = w.len().checked_sub(1) {
+        assert!(
+            values.len() >= last * stride + hd,
+            "attention: values too short"
+        );
+    }
+    let pv = values.as_ptr();
+    let po = o.as_mut_ptr();
+    let mut c0 = 0;
+    // SAFETY: columns below `hd` lie within `o`, and positions below `w.len()` with their `hd`
+    // columns within `values` (asserted above).
+    unsafe {
+        while c0 + 64 <= hd {
+            let mut acc = [_mm256_setzero_ps(); 8];
+            for (u, a) in acc.iter_mut().enumerate() {
+                *a = _mm256_loadu_ps(po.add(c0 + 8 * u));
+            }
+            for (p, &wp) in w.iter().enumerate() {
+                let wv = _mm256_set1_ps(wp);
+                let vp = pv.add(p * stride + c0);
+                for (u, a) in acc.iter_mut().enumerate() {
+                    *a = _mm256_fmadd_ps(wv, _mm256_loadu_ps(vp.add(8 * u)), *a);
+                }
+            }
+            for (u, a) in acc.iter().enumerate() {
+                _mm256_storeu_ps(po.add(c0 + 8 * u), *a);
+            }
+            c0 += 64;
+        }
+        while c0 + 8 <= hd {
+            let mut a = _mm256_loadu_ps(po.add(c0));
+            for (p, &wp) in w.iter().enumerate() {
+                a = _mm256_fmadd_ps(
+                    _mm256_set1_ps(wp),
+                    _mm256_loadu_ps(pv.add(p * stride + c0)),
+                    a,
+                );
+            }
+            _mm256_storeu_ps(po.add(c0), a);
+            c0 += 8;
+        }
+        for c in c0..hd {
+            for (p, &wp) in w.iter().enumerate() {
+                *po.add(c) += wp * *pv.add(p * stride + c);
+            }
+        }
+    }
+}
