@@ -11,7 +11,7 @@
 //! (c) 1 thread against 2 threads, and each instruction-set level.
 
 use mtplx_lite::backend::cpu::Isa;
-use mtplx_lite::backend::{Backend, CpuBackend, DType, Heads, WeightRef};
+use mtplx_lite::backend::{AttnSeq, Backend, CpuBackend, DType, Heads, WeightRef};
 use std::time::Instant;
 
 const LAYERS: usize = 30;
@@ -347,7 +347,15 @@ fn main() {
         for threads in [1, 2] {
             let be = CpuBackend::with_isa(threads, best_isa);
             let secs = best(200, || {
-                be.attention(q, &kv, &kv, heads, ctx - 1, 1, 0.125, &mut o)
+                let seq = AttnSeq {
+                    q,
+                    keys: &kv,
+                    values: &kv,
+                    start_pos: ctx - 1,
+                    n_q: 1,
+                    out: &mut o,
+                };
+                be.attention(seq, heads, 0.125)
             });
             print!(
                 "  ctx {ctx:>5}, {threads} thread(s): {:>6.1} us",

@@ -178,34 +178,23 @@ pub trait Backend: Send {
     /// `gate[k] = silu(gate[k]) * up[k]`.
     fn swiglu(&self, gate: &mut [f32], up: &[f32]);
 
-    /// Causal GQA attention of `q` (`n_q` rows of `heads.q_dim()`, the tokens at positions
-    /// `start_pos..start_pos + n_q`) over `keys`/`values` (position-major rows of
-    /// `heads.kv_dim()`, holding at least positions `0..start_pos + n_q`), scores scaled by
-    /// `scale`; writes `n_q` rows of `heads.q_dim()` to `out`.
-    #[allow(clippy::too_many_arguments)]
-    fn attention(
-        &self,
-        q: &[f32],
-        keys: &[f32],
-        values: &[f32],
-        heads: Heads,
-        start_pos: usize,
-        n_q: usize,
-        scale: f32,
-        out: &mut [f32],
-    );
+    /// Causal GQA attention of one sequence (see [`AttnSeq`]) with `heads`, scores scaled by
+    /// `scale`.
+    fn attention(&self, seq: AttnSeq<'_>, heads: Heads, scale: f32);
 
     /// [`Backend::attention`] for every sequence of a batched step at once, so that a backend
     /// can spread all of them over its threads in one go. The default runs them one by one.
     fn attention_batch(&self, seqs: &mut [AttnSeq<'_>], heads: Heads, scale: f32) {
         for s in seqs.iter_mut() {
-            self.attention(s.q, s.keys, s.values, heads, s.start_pos, s.n_q, scale, s.out);
+            self.attention(s.reborrow(), heads, scale);
         }
     }
 }
 
-/// One sequence's part of [`Backend::attention_batch`]: the arguments of
-/// [`Backend::attention`] that differ between sequences.
+/// One sequence's attention: `q` holds `n_q` rows of `heads.q_dim()`, the tokens at positions
+/// `start_pos..start_pos + n_q`; `keys`/`values` are position-major rows of `heads.kv_dim()`
+/// holding at least positions `0..start_pos + n_q`; `n_q` rows of `heads.q_dim()` are written
+/// to `out`.
 pub struct AttnSeq<'a> {
     pub q: &'a [f32],
     pub keys: &'a [f32],
@@ -213,4 +202,18 @@ pub struct AttnSeq<'a> {
     pub start_pos: usize,
     pub n_q: usize,
     pub out: &'a mut [f32],
+}
+
+impl AttnSeq<'_> {
+    /// The same sequence with a shorter borrow of `out`, to pass on while keeping this one.
+    pub fn reborrow(&mut self) -> AttnSeq<'_> {
+        AttnSeq {
+            q: self.q,
+            keys: self.keys,
+            values: self.values,
+            start_pos: self.start_pos,
+            n_q: self.n_q,
+            out: self.out,
+        }
+    }
 }

@@ -112,20 +112,8 @@ impl Backend for CpuBackend {
         ops::swiglu(gate, up);
     }
 
-    fn attention(
-        &self,
-        q: &[f32],
-        keys: &[f32],
-        values: &[f32],
-        heads: Heads,
-        start_pos: usize,
-        n_q: usize,
-        scale: f32,
-        out: &mut [f32],
-    ) {
-        ops::attention(
-            &self.pool, self.isa, q, keys, values, heads, start_pos, n_q, scale, out,
-        );
+    fn attention(&self, seq: AttnSeq<'_>, heads: Heads, scale: f32) {
+        ops::attention(&self.pool, self.isa, seq, heads, scale);
     }
 
     fn attention_batch(&self, seqs: &mut [AttnSeq<'_>], heads: Heads, scale: f32) {

@@ -145,28 +145,9 @@ fn attn_weighted_sum(isa: Isa, w: &[f32], values: &[f32], stride: usize, o: &mut
     }
 }
 
-/// Causal GQA attention; see [`crate::backend::Backend::attention`] for the contract.
-#[allow(clippy::too_many_arguments)]
-pub(crate) fn attention(
-    pool: &Pool,
-    isa: Isa,
-    q: &[f32],
-    keys: &[f32],
-    values: &[f32],
-    heads: Heads,
-    start_pos: usize,
-    n_q: usize,
-    scale: f32,
-    out: &mut [f32],
-) {
-    let seq = AttnSeq {
-        q,
-        keys,
-        values,
-        start_pos,
-        n_q,
-        out,
-    };
+/// Causal GQA attention of one sequence; see [`crate::backend::Backend::attention`] for the
+/// contract.
+pub(crate) fn attention(pool: &Pool, isa: Isa, seq: AttnSeq<'_>, heads: Heads, scale: f32) {
     attention_batch(pool, isa, &mut [seq], heads, scale);
 }
 
@@ -262,6 +243,31 @@ pub(crate) fn attention_batch(
 mod tests {
     use super::super::test_inputs::noise;
     use super::*;
+
+    /// [`attention`] with the sequence's parts as arguments.
+    #[allow(clippy::too_many_arguments)]
+    fn attention(
+        pool: &Pool,
+        isa: Isa,
+        q: &[f32],
+        keys: &[f32],
+        values: &[f32],
+        heads: Heads,
+        start_pos: usize,
+        n_q: usize,
+        scale: f32,
+        out: &mut [f32],
+    ) {
+        let seq = AttnSeq {
+            q,
+            keys,
+            values,
+            start_pos,
+            n_q,
+            out,
+        };
+        super::attention(pool, isa, seq, heads, scale);
+    }
 
     fn near(a: f32, b: f32, tol: f32) -> bool {
         (a - b).abs() <= tol * b.abs().max(1.0)
