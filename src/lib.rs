@@ -4,6 +4,10 @@
 //! `http` (bytes to requests and back) → `api` (routes, admission, handlers) → `engine` (decode
 //! thread, scheduling, sampling, speculation) → `model` (file formats, tokenizer, architectures)
 //! → `backend` (kernels). See `docs/` for users and `../shared/DESIGN.md` for the one-page design.
+//!
+//! `unsafe` lives only in the kernels and the memory maps of model files: every unsafe block
+//! says why it is sound, and the layers above the model forbid it.
+#![deny(unsafe_op_in_unsafe_fn, clippy::undocumented_unsafe_blocks)]
 
 pub mod api;
 pub mod backend;

@@ -1,4 +1,5 @@
 //! Routes and handlers: from a parsed request to a response.
+#![forbid(unsafe_code)]
 
 pub mod admission;
 pub mod app;

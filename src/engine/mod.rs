@@ -3,6 +3,7 @@
 //!
 //! The API layer builds a [`Job`] (with [`Job::new`] for the reply channel), submits it with
 //! [`Engine::submit`], and reads [`Event`]s until `Event::Done`.
+#![forbid(unsafe_code)]
 
 pub mod bench;
 pub mod detok;

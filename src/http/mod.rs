@@ -4,6 +4,7 @@
 //! [`Handler`], and writes the [`Response`] it gets back (fixed length, chunked, or SSE).
 //! Requests the server rejects itself (limits, smuggling, timeouts) never reach `handle`; the
 //! handler hears of them through [`Handler::on_rejected`] so that they can still be counted.
+#![forbid(unsafe_code)]
 
 pub mod conn;
 pub mod date;

@@ -11,6 +11,7 @@
 //! - `process`: `process_*` from `/proc/self`.
 //!
 //! See `docs/metrics.md` for every series, bucket and field.
+#![forbid(unsafe_code)]
 
 pub mod generation;
 pub mod histogram;
