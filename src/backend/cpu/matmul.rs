@@ -220,7 +220,7 @@ pub(crate) fn dot_f32(isa: Isa, a: &[f32], b: &[f32]) -> f32 {
 
 #[cfg(test)]
 mod tests {
-    use super::super::test_inputs::{noise, weight};
+    use super::super::test_inputs::{isas_under_test, noise, weight};
     use super::super::type_traits::quantize_row;
     use super::*;
 
@@ -280,7 +280,7 @@ mod tests {
                 for n in [1, 3, 4, 6] {
                     let x = noise(n * cols, 99 + n as u64);
                     let want = run(&pool, Isa::Scalar, w, &x, n);
-                    for isa in Isa::available() {
+                    for isa in isas_under_test() {
                         let got = run(&pool, isa, w, &x, n);
                         assert_close(
                             &got,
@@ -309,7 +309,7 @@ mod tests {
             } else {
                 1e-5
             };
-            for isa in Isa::available() {
+            for isa in isas_under_test() {
                 assert_close(
                     &run(&pool, isa, w, &x, n),
                     &want,
@@ -329,7 +329,7 @@ mod tests {
             let w = WeightRef::new(dtype, &wb, rows, cols).unwrap();
             let n = ACT_CHUNK + 5; // crosses an activation chunk and leaves a partial tile
             let x = noise(n * cols, 12);
-            for isa in Isa::available() {
+            for isa in isas_under_test() {
                 let batched = run(&p2, isa, w, &x, n);
                 assert_eq!(
                     batched,
@@ -371,7 +371,7 @@ mod tests {
             .collect();
         for n in [1, 5] {
             let x = noise(n * cols, 8);
-            for isa in Isa::available() {
+            for isa in isas_under_test() {
                 let mut outs: Vec<Vec<f32>> =
                     ws.iter().map(|w| vec![f32::NAN; n * w.rows]).collect();
                 let mut refs: Vec<&mut [f32]> = outs.iter_mut().map(|o| o.as_mut_slice()).collect();
@@ -399,7 +399,7 @@ mod tests {
         let w = WeightRef::new(DType::Q8_0, &wb, 1, cols).unwrap();
         let x = noise(cols, 2);
         let want = reference(w, &x, 1);
-        for isa in Isa::available() {
+        for isa in isas_under_test() {
             assert_close(&run(&Pool::new(1), isa, w, &x, 1), &want, 2e-2, isa.name());
         }
     }

@@ -1,8 +1,62 @@
-//! Deterministic inputs for the kernel tests: noise vectors and weight matrices.
+//! What the kernel tests share: the SIMD levels they run (and must run, per
+//! `MTPLX_REQUIRE_ISA`), and deterministic inputs (noise vectors and weight matrices).
 
 use super::float16::f32_to_f16;
+use super::isa::Isa;
 use super::type_traits::quantize_row;
 use crate::backend::DType;
+use std::io::Write;
+use std::sync::Once;
+
+/// Names the levels (comma-separated, as [`Isa::from_name`] reads them: `avx2`, `avx512vnni`,
+/// ...) that the kernel tests must run, so that a CI machine with them cannot skip them quietly.
+pub const REQUIRE_ISA_ENV: &str = "MTPLX_REQUIRE_ISA";
+
+/// The levels the kernel tests run: every level this CPU has.
+///
+/// Prints them once per test process (to stderr directly, past the test harness's capture, so
+/// that a CI log shows them).
+///
+/// # Panics
+/// When [`REQUIRE_ISA_ENV`] names a level this CPU lacks, or a name that is no level.
+pub fn isas_under_test() -> Vec<Isa> {
+    let available = Isa::available();
+    let required = std::env::var(REQUIRE_ISA_ENV).unwrap_or_default();
+    static PRINT: Once = Once::new();
+    PRINT.call_once(|| {
+        let names: Vec<&str> = available.iter().map(|i| i.name()).collect();
+        let line = format!(
+            "kernel tests: SIMD levels run: {} ({REQUIRE_ISA_ENV}={required:?})\n",
+            names.join(", ")
+        );
+        let _ = std::io::stderr().lock().write_all(line.as_bytes());
+    });
+    if let Err(e) = check_required(&required, &available) {
+        panic!("{e}");
+    }
+    available
+}
+
+/// `Ok` when every level named in `required` (comma-separated; empty: none) is in `available`.
+fn check_required(required: &str, available: &[Isa]) -> Result<(), String> {
+    let ran: Vec<&str> = available.iter().map(|i| i.name()).collect();
+    for name in required.split(',').map(str::trim).filter(|n| !n.is_empty()) {
+        let known: Vec<&str> = Isa::ALL.iter().map(|i| i.name()).collect();
+        let isa = Isa::from_name(name).ok_or_else(|| {
+            format!(
+                "{REQUIRE_ISA_ENV} names {name:?}, which is no SIMD level (known: {}, avx512vnni)",
+                known.join(", ")
+            )
+        })?;
+        if !available.contains(&isa) {
+            return Err(format!(
+                "{REQUIRE_ISA_ENV} requires {name}, but this CPU lacks it: the kernel tests ran only {}",
+                ran.join(", ")
+            ));
+        }
+    }
+    Ok(())
+}
 
 /// Deterministic pseudo-random values in [-1, 1) (an LCG: tests must not depend on a crate).
 pub fn noise(n: usize, seed: u64) -> Vec<f32> {
@@ -41,4 +95,34 @@ pub fn weight(dtype: DType, rows: usize, cols: usize, seed: u64) -> Vec<u8> {
         }
     }
     bytes
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_required_level_the_cpu_lacks_fails_and_one_it_has_passes() {
+        let no_avx512 = [Isa::Scalar, Isa::Avx2];
+        let err = check_required("avx512vnni", &no_avx512).unwrap_err();
+        assert!(
+            err.contains("requires avx512vnni") && err.contains("ran only scalar, avx2"),
+            "{err}"
+        );
+        assert!(check_required("avx2, avx512", &no_avx512).is_err());
+        assert_eq!(check_required("avx2,scalar", &no_avx512), Ok(()));
+        assert_eq!(check_required("", &no_avx512), Ok(()));
+        assert_eq!(check_required("avx512vnni", &Isa::ALL), Ok(()));
+    }
+
+    #[test]
+    fn a_misspelt_level_fails_instead_of_passing() {
+        let err = check_required("avx512_vnni", &Isa::ALL).unwrap_err();
+        assert!(err.contains("no SIMD level"), "{err}");
+    }
+
+    #[test]
+    fn the_levels_required_of_this_machine_run() {
+        assert!(isas_under_test().contains(&Isa::Scalar));
+    }
 }
