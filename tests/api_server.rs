@@ -125,7 +125,7 @@ fn rate_limit_answers_429_and_counts() {
     // Behind a trusted proxy, each X-Forwarded-For client has its own bucket; the scrape below
     // comes from the proxy itself (127.0.0.1), a client of its own.
     let s = start(&["--rate-limit-per-minute", "3", "--trusted-proxy", "127.0.0.1/32"]);
-    let as_client = |ip: &str| request(s.addr, "GET", "/health", &[("X-Forwarded-For", ip)], b"");
+    let as_client = |ip: &str| request(s.addr, "GET", "/v1/models", &[("X-Forwarded-For", ip)], b"");
     let statuses: Vec<u16> = (0..5).map(|_| as_client("198.51.100.7").status).collect();
     assert_eq!(statuses, [200, 200, 200, 429, 429]);
     let limited = as_client("198.51.100.7");
@@ -134,10 +134,17 @@ fn rate_limit_answers_429_and_counts() {
     let retry: u64 = limited.header("retry-after").unwrap().parse().unwrap();
     assert!((1..=20).contains(&retry), "{retry}");
     assert_eq!(as_client("198.51.100.8").status, 200, "another client has its own bucket");
+    // Probes and scrapes from a limited client are never limited, and never use up its budget.
+    for _ in 0..5 {
+        assert_eq!(request(s.addr, "GET", "/health", &[("X-Forwarded-For", "198.51.100.7")], b"").status, 200);
+        assert_eq!(request(s.addr, "GET", "/metrics", &[("X-Forwarded-For", "198.51.100.7")], b"").status, 200);
+    }
     let text = get(s.addr, "/metrics").text();
-    assert_eq!(sample(&text, r#"requests_per_ip_total{route="/health"}"#), Some(7.0), "{text}");
-    assert_eq!(sample(&text, r#"rejected_requests_total{route="/health"}"#), Some(3.0), "{text}");
-    assert_eq!(sample(&text, r#"http_requests_total{method="GET",route="/health",status="429"}"#), Some(3.0));
+    assert_eq!(sample(&text, r#"requests_per_ip_total{route="/v1/models"}"#), Some(7.0), "{text}");
+    assert_eq!(sample(&text, r#"rejected_requests_total{route="/v1/models"}"#), Some(3.0), "{text}");
+    assert_eq!(sample(&text, r#"http_requests_total{method="GET",route="/v1/models",status="429"}"#), Some(3.0));
+    assert_eq!(sample(&text, r#"requests_per_ip_total{route="/health"}"#).unwrap_or(0.0), 0.0, "{text}");
+    assert_eq!(sample(&text, r#"http_requests_total{method="GET",route="/health",status="200"}"#), Some(5.0));
 }
 
 #[test]

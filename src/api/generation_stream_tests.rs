@@ -2,10 +2,11 @@
 //! error in the middle of a stream, and keep-alive comments while nothing else is sent.
 
 use super::*;
-use crate::engine::testing::{Gate, ToyModel};
-use crate::engine::{Engine, EngineConfig};
+use crate::engine::toy_model::{Gate, ToyModel};
+use crate::engine::{Engine, EngineConfig, GenStats, SamplingParams};
 use crate::metrics::BuildInfo;
 use crate::model::{ChatTemplate, Model, Tokenizer};
+use serde_json::Value;
 use std::path::Path;
 
 fn llm() -> Arc<Llm> {
@@ -28,13 +29,7 @@ fn llm() -> Arc<Llm> {
 fn params() -> GenParams {
     GenParams {
         max_tokens: Some(8),
-        temperature: 0.0,
-        top_p: 1.0,
-        top_k: 0,
-        min_p: 0.0,
-        presence_penalty: 0.0,
-        frequency_penalty: 0.0,
-        seed: None,
+        sampling: SamplingParams::greedy(),
         stop: Vec::new(),
         logprobs: None,
         stream: true,

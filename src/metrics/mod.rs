@@ -26,6 +26,7 @@ pub mod requests;
 pub mod routes;
 pub mod series;
 
+pub use negotiate::negotiate_or;
 pub use generation::{GenerationClock, GenerationOutcome, SpecStats};
 pub use prometheus::{
     negotiate, negotiate_stream, Format, StreamFormat, JSON_CONTENT_TYPE, NDJSON_CONTENT_TYPE,
