@@ -7,7 +7,7 @@ use super::openai::{unix_now, Llm};
 use super::openai_request::GenParams;
 use super::stop::StopMatcher;
 use crate::engine::{Event, FinishReason, GenStats};
-use crate::metrics::{FinishStatus, GenerationClock, GenerationOutcome, KvSnapshot as KvRecord, Metrics, PrefixCommit};
+use crate::metrics::{FinishStatus, GenerationClock, GenerationOutcome, KvRecord, Metrics, PrefixCommit};
 use serde_json::{json, Value};
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, Ordering};

@@ -1,4 +1,5 @@
-//! HELP texts: the meanings of seed 003 for its series, the usual ones for the rest.
+//! HELP texts: the meanings `docs/metrics.md` gives each series (the contract dashboards are
+//! built on).
 
 pub const HTTP_REQUESTS: &str =
     "Requests received, labelled by method, route, status; excludes /metrics itself.";

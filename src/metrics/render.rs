@@ -92,7 +92,7 @@ impl Out<'_> {
     fn route_counter(&mut self, m: &Metrics, name: &str, help: &str, c: &RouteCounter) {
         self.head(name, Kind::Counter, None, help);
         for i in 0..m.routes.len() {
-            let id = super::routes::RouteId(i as u16);
+            let id = super::route_labels::RouteId(i as u16);
             let v = c.get(id);
             // Templates are shown from zero (so rate() works from the start); raw paths only
             // once counted.
@@ -179,7 +179,7 @@ impl Metrics {
     /// Every family in exposition order: the text into `buf` when given, the values always.
     fn walk(&self, format: Format, buf: Option<&mut Vec<u8>>, values: &mut Vec<u64>, stats: &ProcessStats) {
         let mut o = Out { fmt: format, buf, values };
-        self.render_seed003(&mut o);
+        self.render_request_series(&mut o);
         self.render_process(&mut o, stats);
         self.render_generation(&mut o);
         if format == Format::OpenMetrics {
@@ -187,7 +187,9 @@ impl Metrics {
         }
     }
 
-    fn render_seed003(&self, o: &mut Out<'_>) {
+    /// The request-level series: HTTP traffic, generation latency, message lengths and the
+    /// rate limiter.
+    fn render_request_series(&self, o: &mut Out<'_>) {
         let name = "http_requests_total";
         o.head(name, Kind::Counter, None, help::HTTP_REQUESTS);
         self.http_requests_total.for_each(|cell, v| {

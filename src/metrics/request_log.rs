@@ -10,7 +10,7 @@ use std::collections::VecDeque;
 use std::sync::{Arc, Mutex};
 
 use super::prometheus::StreamFormat;
-use super::records::{
+use super::request_record::{
     sse_frame, RequestRecord, KEEP_ALIVE, KEEP_ALIVE_INTERVAL, NDJSON_KEEP_ALIVE,
 };
 use super::registry::Counter;
@@ -256,7 +256,7 @@ impl Subscription {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::metrics::records::sample_record;
+    use crate::metrics::request_record::sample_record;
 
     fn seqs(v: &[Arc<Entry>]) -> Vec<u64> {
         v.iter().map(|e| e.seq).collect()

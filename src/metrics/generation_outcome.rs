@@ -7,8 +7,8 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
-use super::records::{rfc3339, FinishStatus, KvSnapshot, PrefixCommit, RequestRecord};
-use super::requests::Entry;
+use super::request_record::{rfc3339, FinishStatus, KvRecord, PrefixCommit, RequestRecord};
+use super::request_log::Entry;
 use super::series::Metrics;
 
 /// One clock per generation. Call [`token`](Self::token) each time tokens reach the client.
@@ -124,7 +124,7 @@ pub struct GenerationOutcome {
     pub prefill: Option<Duration>,
     pub spec: SpecStats,
     pub prefix: PrefixCommit,
-    pub snapshot: KvSnapshot,
+    pub snapshot: KvRecord,
     pub error: Option<String>,
 }
 
@@ -150,7 +150,7 @@ impl GenerationOutcome {
             prefill: None,
             spec: SpecStats::default(),
             prefix: PrefixCommit::default(),
-            snapshot: KvSnapshot::default(),
+            snapshot: KvRecord::default(),
             error: None,
         }
     }
