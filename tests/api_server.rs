@@ -151,6 +151,27 @@ fn counters_read_zero_while_limiting_is_off() {
     assert!(!text.lines().any(|l| l.starts_with("requests_per_ip_total{") && !l.ends_with(" 0")), "{text}");
 }
 
+/// With no `--model`, the server takes the demo model from `$XDG_CACHE_HOME/mtplx-lite/`, the
+/// one cache directory of the project, and not from `$HOME/.cache`.
+#[test]
+fn the_demo_model_is_found_under_xdg_cache_home() {
+    let model = common::demo_model();
+    let root = std::env::temp_dir().join(format!("mtplx-xdg-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&root);
+    let (xdg, home) = (root.join("xdg"), root.join("home"));
+    std::fs::create_dir_all(xdg.join("mtplx-lite")).unwrap();
+    std::fs::create_dir_all(&home).unwrap();
+    std::os::unix::fs::symlink(&model, xdg.join("mtplx-lite").join(mtplx_lite::model::demo::DEMO_FILE)).unwrap();
+    // HOME holds no cache: only XDG_CACHE_HOME leads to the model without a download.
+    let s = Server::start_with_env(&["--threads", "1"], &[("XDG_CACHE_HOME", xdg.to_str().unwrap()), ("HOME", home.to_str().unwrap())]);
+    assert_eq!(get(s.addr, "/health").json()["model"], "SmolLM2-135M-Instruct.Q4_1");
+    let log = s.log.lock().unwrap().join("\n");
+    assert!(!log.contains("fetching"), "{log}");
+    assert!(!home.join(".cache").exists(), "nothing was written under HOME");
+    drop(s);
+    let _ = std::fs::remove_dir_all(&root);
+}
+
 #[test]
 fn sigterm_shuts_down_cleanly() {
     let s = start(&[]);

@@ -176,12 +176,12 @@ fn missing_or_broken_tokenizer_files_are_clear_errors() {
     assert!(e.to_string().starts_with("invalid tokenizer_config.json"), "{e}");
 }
 
-/// The demo model (SmolLM2-135M-Instruct Q4_1 GGUF): `MTPLX_DEMO_MODEL`, else the cache path.
+/// The demo model (SmolLM2-135M-Instruct Q4_1 GGUF): `MTPLX_DEMO_MODEL`, else where the server
+/// caches it.
 fn demo_model() -> PathBuf {
-    let path = std::env::var_os("MTPLX_DEMO_MODEL").map(PathBuf::from).unwrap_or_else(|| {
-        let home = std::env::var_os("HOME").expect("HOME is not set");
-        Path::new(&home).join(".cache/mtplx-lite/SmolLM2-135M-Instruct.Q4_1.gguf")
-    });
+    let path = std::env::var_os("MTPLX_DEMO_MODEL")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| mtplx_lite::model::demo::cached_demo_model().unwrap_or_else(|e| panic!("{e}")));
     assert!(path.exists(), "demo model missing at {} (set MTPLX_DEMO_MODEL)", path.display());
     path
 }
