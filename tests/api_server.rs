@@ -187,7 +187,7 @@ fn read_events(r: &mut impl std::io::BufRead, n: usize) -> Vec<(u64, serde_json:
     let mut line = String::new();
     while out.len() < n {
         line.clear();
-        if r.read_line(&mut line).unwrap() == 0 {
+        if r.read_line(&mut line).expect("reading the stream (bounded by the socket's read timeout)") == 0 {
             break;
         }
         // Chunked framing: size lines are hex digits only; event lines have a field name.

@@ -38,12 +38,12 @@ impl Sse {
         write!(s, "POST {path} HTTP/1.1\r\nHost: t\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}", body.len()).unwrap();
         let mut r = BufReader::new(s);
         let mut line = String::new();
-        r.read_line(&mut line).unwrap();
+        r.read_line(&mut line).expect("reading the stream (bounded by the socket's read timeout)");
         let status = line.split_whitespace().nth(1).unwrap().parse().unwrap();
         let mut headers = Vec::new();
         loop {
             line.clear();
-            r.read_line(&mut line).unwrap();
+            r.read_line(&mut line).expect("reading the stream (bounded by the socket's read timeout)");
             if line.trim_end().is_empty() {
                 break;
             }
@@ -60,10 +60,10 @@ impl Sse {
     /// Reads one chunk of the chunked body into `buf`; false at the last chunk.
     fn fill(&mut self) -> bool {
         let mut line = String::new();
-        self.r.read_line(&mut line).unwrap();
+        self.r.read_line(&mut line).expect("reading the stream (bounded by the socket's read timeout)");
         let size = usize::from_str_radix(line.trim(), 16).unwrap_or_else(|_| panic!("chunk size {line:?}"));
         let mut chunk = vec![0; size + 2];
-        self.r.read_exact(&mut chunk).unwrap();
+        self.r.read_exact(&mut chunk).expect("reading the stream (bounded by the socket's read timeout)");
         self.buf.extend_from_slice(&chunk[..size]);
         size > 0
     }

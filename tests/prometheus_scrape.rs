@@ -1,5 +1,6 @@
 //! A real Prometheus server (Debian's `prometheus`) scrapes the real binary during a short load,
-//! and seed 003's dashboard queries answer with real values through Prometheus's HTTP API.
+//! and the dashboard queries `docs/metrics.md` gives answer with real values through
+//! Prometheus's HTTP API.
 
 mod common;
 
@@ -16,7 +17,7 @@ use std::time::{Duration, Instant};
 const LOAD: Duration = Duration::from_secs(10);
 /// Bound on the wait for Prometheus to start and for each query to answer.
 const DEADLINE: Duration = Duration::from_secs(60);
-/// Seed 003's dashboard queries.
+/// The dashboard queries of `docs/metrics.md` ("Examples").
 const QUERIES: [&str; 3] = [
     "sum(rate(http_requests_total[1m]))",
     "histogram_quantile(0.9, sum(rate(llm_time_to_first_token_seconds_bucket[1m])) by (le))",
