@@ -235,8 +235,20 @@ fn docs_examples_python_are_the_tested_files_and_run() {
     }
 }
 
+/// curl's `--write-out` with the status going to stderr, so that the test sees it even when an
+/// example pipes curl's output into another command.
+const STATUS_OUT: &str = "--write-out '%{stderr}mtplx-test-status=%{http_code}\\n'";
+
+/// The status an example must answer: the one its `# answers NNN ...` comment line names (the
+/// doc's error example), else any 2xx.
+fn expected_status(block: &str) -> Option<u16> {
+    let rest = block.lines().find_map(|l| l.trim().strip_prefix("# answers "))?;
+    Some(rest.split(|c: char| !c.is_ascii_digit()).next().and_then(|n| n.parse().ok()).unwrap_or_else(|| panic!("'# answers' names no status: {block}")))
+}
+
 /// Every `bash` block of the doc that runs curl against the server (all but the endless metrics
-/// stream) succeeds and prints something (valid JSON when it prints JSON).
+/// stream) answers the status it should (2xx, or the one its `# answers` line names), succeeds,
+/// and prints something (valid JSON when it prints JSON).
 #[test]
 fn docs_examples_curl_run() {
     let s = start(&[]);
@@ -244,9 +256,21 @@ fn docs_examples_curl_run() {
     assert!(blocks.len() >= 5, "docs/api.md has curl examples for the routes");
     for b in blocks {
         assert!(b.contains(DOC_ADDR), "{b}");
-        let cmd = b.replace(DOC_ADDR, &s.addr.to_string());
-        let out = Command::new("sh").args(["-c", &cmd]).output().expect("sh");
+        assert_eq!(b.matches("curl ").count(), 1, "one curl command per example: {b}");
+        let cmd = b.replace(DOC_ADDR, &s.addr.to_string()).replacen("curl ", &format!("curl {STATUS_OUT} "), 1);
+        // pipefail: a curl that fails fails the example even when its output is piped on.
+        let out = output_within(Command::new("bash").args(["-o", "pipefail", "-c", &cmd]), CHILD_DEADLINE, &b);
         assert!(out.status.success(), "{}", explain(&b, &out, &s));
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        let status: u16 = stderr
+            .lines()
+            .find_map(|l| l.strip_prefix("mtplx-test-status="))
+            .and_then(|v| v.trim().parse().ok())
+            .unwrap_or_else(|| panic!("curl reported no status: {}", explain(&b, &out, &s)));
+        match expected_status(&b) {
+            Some(want) => assert_eq!(status, want, "{}", explain(&b, &out, &s)),
+            None => assert!((200..300).contains(&status), "answered {status}: {}", explain(&b, &out, &s)),
+        }
         let text = String::from_utf8_lossy(&out.stdout).into_owned();
         let first = text.trim_start();
         let ok = if first.starts_with('{') { serde_json::from_str::<serde_json::Value>(first).is_ok() } else { !first.is_empty() };
