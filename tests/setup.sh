@@ -49,4 +49,14 @@ import os; os.rename(sys.argv[2] + ".part", sys.argv[2])
 PY
   rm -rf "$tmp"
 fi
-echo "test setup ready"
+
+# tests/http_lifecycle.rs holds about 2,100 sockets at once. It raises its own soft limit of open
+# files (a script cannot raise the limit of the shell that runs `cargo test` after it), but only
+# up to the hard limit, which only root can lift.
+need_fds=2400
+hard=$(ulimit -Hn)
+if [ "$hard" != unlimited ] && [ "$hard" -lt "$need_fds" ]; then
+  echo "warning: the hard limit of open files is $hard; tests/http_lifecycle.rs needs $need_fds" \
+       "(raise it in /etc/security/limits.conf, or run the tests as root after \`ulimit -Hn $need_fds\`)" >&2
+fi
+echo "test setup ready: Python test tools in $venv, demo model in $cache"

@@ -135,6 +135,34 @@ impl Drop for Watched {
     }
 }
 
+/// Raises this process's soft limit of open files to at least `needed` (within the hard
+/// limit), for a test that holds that many sockets at once: shells commonly start with a soft
+/// limit of 1024 under a much higher hard one, and only the process itself (or its parent) can
+/// lift it. `prlimit` (util-linux) on our own pid does it without `unsafe` or a libc crate.
+/// Fails the test, saying what to do, when the limit stays too low.
+pub fn raise_open_files_limit(needed: u64) {
+    let (soft, hard) = open_files_limit();
+    if soft >= needed {
+        return;
+    }
+    let raised = Command::new("prlimit")
+        .args(["--pid", &std::process::id().to_string(), &format!("--nofile={}:", needed.min(hard))])
+        .status();
+    let (soft, hard) = open_files_limit();
+    assert!(
+        soft >= needed,
+        "this test holds about {needed} descriptors at once, but the soft limit of open files is {soft} (hard {hard}) and prlimit could not raise it ({raised:?}); run it after `ulimit -n {needed}`"
+    );
+}
+
+/// This process's (soft, hard) limit of open files, from `/proc/self/limits`.
+fn open_files_limit() -> (u64, u64) {
+    let limits = std::fs::read_to_string("/proc/self/limits").expect("reading /proc/self/limits");
+    let line = limits.lines().find_map(|l| l.strip_prefix("Max open files")).expect("a 'Max open files' line in /proc/self/limits");
+    let mut values = line.split_whitespace().map(|v| if v == "unlimited" { u64::MAX } else { v.parse().unwrap_or_else(|e| panic!("limit {v:?}: {e}")) });
+    (values.next().unwrap_or(0), values.next().unwrap_or(0))
+}
+
 pub struct Server {
     pub child: Child,
     pub addr: SocketAddr,
