@@ -215,12 +215,14 @@ impl Generation {
         let mut o = GenerationOutcome::new(self.id.clone(), self.route, &self.llm.model_id, status, self.clock);
         o.prompt_tokens = self.prompt_tokens as u64;
         o.completion_tokens = self.completion_tokens as u64;
+        o.delivered_tokens = self.completion_tokens as u64;
         o.question_chars = self.question_chars;
         o.answer_chars = self.answer_chars;
         o.error = error;
         if let Some(s) = stats {
             o.clock.admitted_at(self.clock_start() + s.queue_time);
             o.prefill = Some(s.prefill_time);
+            o.decode = Some(crate::metrics::DecodeSpan { tokens: s.completion_tokens as u64, time: s.decode_time });
             o.completion_tokens = o.completion_tokens.max(if self.stopped { 0 } else { s.completion_tokens as u64 });
             o.prefix = PrefixCommit { cached_tokens: s.cached_tokens as u64, prefilled_tokens: s.prefilled_tokens as u64 };
             let kv = s.kv_after;

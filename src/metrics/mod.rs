@@ -29,7 +29,7 @@ pub mod request_record;
 pub mod route_labels;
 pub mod series;
 
-pub use generation_outcome::{GenerationClock, GenerationOutcome, SpecStats};
+pub use generation_outcome::{DecodeSpan, GenerationClock, GenerationOutcome, SpecStats};
 pub use prometheus::{
     negotiate, negotiate_stream, Format, StreamFormat, JSON_CONTENT_TYPE, NDJSON_CONTENT_TYPE,
     OPENMETRICS_CONTENT_TYPE, PROMETHEUS_CONTENT_TYPE, SSE_CONTENT_TYPE,

@@ -104,7 +104,10 @@ pub struct Metrics {
     pub(crate) render_cache: super::render_cache::RenderCache,
 
     pub llm_prompt_tokens_total: Counter,
+    /// Decoded: every token the decode thread sampled.
     pub llm_generation_tokens_total: Counter,
+    /// Delivered: the tokens the API took from the decode thread for its clients.
+    pub llm_generation_tokens_delivered_total: Counter,
     pub llm_requests_running: Gauge,
     pub llm_requests_waiting: Gauge,
     pub llm_spec_decode_num_drafts_total: Counter,
@@ -114,7 +117,8 @@ pub struct Metrics {
     pub llm_decode_tokens_per_second: Histogram,
     pub llm_inter_token_latency_seconds: Histogram,
 
-    /// The per-request records; its `dropped` is `mtplx_metrics_stream_dropped_total`.
+    /// The per-request records; its `dropped` is `mtplx_metrics_stream_dropped_total`, its
+    /// `subscribers` `mtplx_metrics_stream_subscribers`.
     pub requests: RequestLog,
 }
 
@@ -151,6 +155,7 @@ impl Metrics {
             render_cache: Default::default(),
             llm_prompt_tokens_total: Counter::default(),
             llm_generation_tokens_total: Counter::default(),
+            llm_generation_tokens_delivered_total: Counter::default(),
             llm_requests_running: Gauge::default(),
             llm_requests_waiting: Gauge::default(),
             llm_spec_decode_num_drafts_total: Counter::default(),
