@@ -104,9 +104,15 @@ fn mtplx_stream_reader_example_prints_real_values() {
         if client.exited() {
             // Its output says why (a missing module, a refused connection).
             let out = client.finish_within(STEP_DEADLINE);
-            panic!("the client exited before subscribing: {}", String::from_utf8_lossy(&out.stderr));
+            panic!(
+                "the client exited before subscribing: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
         }
-        assert!(Instant::now() < deadline, "the client did not subscribe within {STEP_DEADLINE:?}");
+        assert!(
+            Instant::now() < deadline,
+            "the client did not subscribe within {STEP_DEADLINE:?}"
+        );
         std::thread::sleep(Duration::from_millis(10));
     }
     generation(&metrics, 0, 0);
