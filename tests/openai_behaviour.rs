@@ -171,8 +171,11 @@ fn wait_idle(addr: SocketAddr) {
     let deadline = Instant::now() + POLL_DEADLINE;
     loop {
         let text = get(addr, "/metrics").text();
+        // Waiting counts too: a job held for room is neither running nor in flight once its
+        // client left, and it still takes the queue's place until the decode thread ends it.
         if metric(&text, "http_requests_in_flight") == Some(0.0)
             && metric(&text, "llm_requests_running") == Some(0.0)
+            && metric(&text, "llm_requests_waiting") == Some(0.0)
         {
             return;
         }
