@@ -42,7 +42,9 @@ struct Message {
 }
 
 fn data(name: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/tokenizers").join(name)
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/data/tokenizers")
+        .join(name)
 }
 
 fn load<T: serde::de::DeserializeOwned>(path: &Path) -> T {
@@ -54,14 +56,21 @@ fn load<T: serde::de::DeserializeOwned>(path: &Path) -> T {
 /// `lossless` also asks that decoding gives back the very text (no normalizer in the way).
 fn check_tokens(name: &str, tok: &Tokenizer, lossless: bool) {
     let golden: TokenGolden = load(&data(name).join("golden.json"));
-    assert!(golden.cases.len() >= 40, "{name}: only {} golden texts", golden.cases.len());
+    assert!(
+        golden.cases.len() >= 40,
+        "{name}: only {} golden texts",
+        golden.cases.len()
+    );
     let mut failures = Vec::new();
     for case in &golden.cases {
         let ids = tok.encode(&case.text, false).unwrap();
         let ids_special = tok.encode(&case.text, true).unwrap();
         let decoded = tok.decode(&ids);
         if ids != case.ids {
-            failures.push(format!("{:?}: ids {ids:?}, reference {:?}", case.text, case.ids));
+            failures.push(format!(
+                "{:?}: ids {ids:?}, reference {:?}",
+                case.text, case.ids
+            ));
         }
         if ids_special != case.ids_special {
             failures.push(format!(
@@ -89,12 +98,24 @@ fn check_tokens(name: &str, tok: &Tokenizer, lossless: bool) {
 fn check_chat(name: &str, tok: &Tokenizer) {
     let golden: ChatGolden = load(&data(name).join("chat_golden.json"));
     let template = ChatTemplate::from_tokenizer(tok).unwrap_or_else(|e| panic!("{name}: {e}"));
-    assert!(!template.is_fallback(), "{name}: the model's own template was not found");
+    assert!(
+        !template.is_fallback(),
+        "{name}: the model's own template was not found"
+    );
     for case in &golden.cases {
-        let messages: Vec<ChatMessage> =
-            case.messages.iter().map(|m| ChatMessage::new(&m.role, &m.content)).collect();
-        let rendered = template.render(&messages, case.add_generation_prompt).unwrap();
-        assert_eq!(rendered, case.rendered, "{name}: differs from {}", golden.renderer);
+        let messages: Vec<ChatMessage> = case
+            .messages
+            .iter()
+            .map(|m| ChatMessage::new(&m.role, &m.content))
+            .collect();
+        let rendered = template
+            .render(&messages, case.add_generation_prompt)
+            .unwrap();
+        assert_eq!(
+            rendered, case.rendered,
+            "{name}: differs from {}",
+            golden.renderer
+        );
     }
 }
 
@@ -103,7 +124,8 @@ fn hf(name: &str) -> Tokenizer {
 }
 
 fn id(tok: &Tokenizer, text: &str) -> u32 {
-    tok.token_id(text).unwrap_or_else(|| panic!("{text} not in the vocabulary"))
+    tok.token_id(text)
+        .unwrap_or_else(|| panic!("{text} not in the vocabulary"))
 }
 
 #[test]
@@ -134,7 +156,9 @@ fn template_kwargs_reach_the_template_but_cannot_replace_its_variables() {
     let plain = template.render(&messages, true).unwrap();
     let kwargs = serde_json::json!({"enable_thinking": false, "add_generation_prompt": false});
     let kwargs = kwargs.as_object().unwrap();
-    let no_think = template.render_with_kwargs(&messages, true, kwargs).unwrap();
+    let no_think = template
+        .render_with_kwargs(&messages, true, kwargs)
+        .unwrap();
     assert_eq!(no_think, format!("{plain}<think>\n\n</think>\n\n"));
 }
 
@@ -142,7 +166,10 @@ fn template_kwargs_reach_the_template_but_cannot_replace_its_variables() {
 fn end_of_turn_tokens_come_from_the_config_and_vocabulary() {
     let q = hf("qwen3");
     assert_eq!(q.eos(), Some(id(&q, "<|im_end|>")));
-    assert_eq!(q.eos_tokens(), [id(&q, "<|im_end|>"), id(&q, "<|endoftext|>")]);
+    assert_eq!(
+        q.eos_tokens(),
+        [id(&q, "<|im_end|>"), id(&q, "<|endoftext|>")]
+    );
     assert_eq!(q.bos(), None);
     assert!(q.vocab_size() > 151_000);
 
@@ -150,7 +177,10 @@ fn end_of_turn_tokens_come_from_the_config_and_vocabulary() {
     assert_eq!(l.bos(), Some(id(&l, "<|begin_of_text|>")));
     assert_eq!(l.bos_text().as_deref(), Some("<|begin_of_text|>"));
     // Llama 3.0 has no <|eom_id|> (3.1 added it).
-    assert_eq!(l.eos_tokens(), [id(&l, "<|end_of_text|>"), id(&l, "<|eot_id|>")]);
+    assert_eq!(
+        l.eos_tokens(),
+        [id(&l, "<|end_of_text|>"), id(&l, "<|eot_id|>")]
+    );
     assert!(l.is_special(id(&l, "<|eot_id|>")));
 }
 
@@ -160,7 +190,10 @@ fn decoding_a_split_character_yields_the_replacement_then_the_whole() {
     // the rest arrives.
     let tok = hf("llama3");
     let ids = tok.encode("🦀", false).unwrap();
-    assert!(ids.len() > 1, "expected the crab to take several byte tokens");
+    assert!(
+        ids.len() > 1,
+        "expected the crab to take several byte tokens"
+    );
     assert!(tok.decode(&ids[..1]).ends_with('\u{FFFD}'));
     assert_eq!(tok.decode(&ids), "🦀");
 }
@@ -168,21 +201,33 @@ fn decoding_a_split_character_yields_the_replacement_then_the_whole() {
 #[test]
 fn missing_or_broken_tokenizer_files_are_clear_errors() {
     let e = Tokenizer::from_hf_dir(Path::new("/nonexistent-dir")).unwrap_err();
-    assert!(e.to_string().contains("/nonexistent-dir/tokenizer.json"), "{e}");
+    assert!(
+        e.to_string().contains("/nonexistent-dir/tokenizer.json"),
+        "{e}"
+    );
     let e = Tokenizer::from_json_bytes(b"{\"model\": 3}", None).unwrap_err();
     assert!(e.to_string().starts_with("invalid tokenizer.json"), "{e}");
     let json = std::fs::read(data("llama3").join("tokenizer.json")).unwrap();
     let e = Tokenizer::from_json_bytes(&json, Some(b"not json")).unwrap_err();
-    assert!(e.to_string().starts_with("invalid tokenizer_config.json"), "{e}");
+    assert!(
+        e.to_string().starts_with("invalid tokenizer_config.json"),
+        "{e}"
+    );
 }
 
-/// The demo model (SmolLM2-135M-Instruct Q4_1 GGUF): `MTPLX_DEMO_MODEL`, else the cache path.
+/// The demo model (SmolLM2-135M-Instruct Q4_1 GGUF): `MTPLX_DEMO_MODEL`, else where the server
+/// caches it.
 fn demo_model() -> PathBuf {
-    let path = std::env::var_os("MTPLX_DEMO_MODEL").map(PathBuf::from).unwrap_or_else(|| {
-        let home = std::env::var_os("HOME").expect("HOME is not set");
-        Path::new(&home).join(".cache/mtplx-lite/SmolLM2-135M-Instruct.Q4_1.gguf")
-    });
-    assert!(path.exists(), "demo model missing at {} (set MTPLX_DEMO_MODEL)", path.display());
+    let path = std::env::var_os("MTPLX_DEMO_MODEL")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| {
+            mtplx_lite::model::demo::cached_demo_model().unwrap_or_else(|e| panic!("{e}"))
+        });
+    assert!(
+        path.exists(),
+        "demo model missing at {} (set MTPLX_DEMO_MODEL)",
+        path.display()
+    );
     path
 }
 
@@ -199,7 +244,10 @@ fn demo_model_files_name_the_same_tokenizer() {
     assert_eq!(t.eos_tokens(), direct.eos_tokens());
     assert_eq!(t.chat_template(), direct.chat_template());
     let text = "Hello, world! 123";
-    assert_eq!(t.encode(text, true).unwrap(), direct.encode(text, true).unwrap());
+    assert_eq!(
+        t.encode(text, true).unwrap(),
+        direct.encode(text, true).unwrap()
+    );
 }
 
 /// The GGUF path: vocabulary, merges and control tokens read from the file, and `smollm` mapped
@@ -221,7 +269,10 @@ fn demo_gguf_special_tokens() {
     assert_eq!(t.vocab_size(), 49152);
     assert_eq!(t.bos(), Some(id(&t, "<|im_start|>")));
     assert!(!t.adds_bos());
-    assert_eq!(t.eos_tokens(), [id(&t, "<|im_end|>"), id(&t, "<|endoftext|>")]);
+    assert_eq!(
+        t.eos_tokens(),
+        [id(&t, "<|im_end|>"), id(&t, "<|endoftext|>")]
+    );
     let prompt = ChatTemplate::from_tokenizer(&t)
         .unwrap()
         .render(&[ChatMessage::new("user", "Hi")], true)
@@ -245,7 +296,12 @@ fn spm_metadata(name: &str) -> mtplx_lite::model::Metadata {
         tokens[id.as_u64().unwrap() as usize] = text.clone();
     }
     let mut first_merge: HashMap<String, usize> = HashMap::new();
-    for (rank, m) in json["model"]["merges"].as_array().unwrap().iter().enumerate() {
+    for (rank, m) in json["model"]["merges"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .enumerate()
+    {
         let (a, b) = m.as_str().unwrap().split_once(' ').unwrap();
         first_merge.entry(format!("{a}{b}")).or_insert(rank);
     }
@@ -253,7 +309,12 @@ fn spm_metadata(name: &str) -> mtplx_lite::model::Metadata {
         .as_array()
         .unwrap()
         .iter()
-        .map(|t| (t["content"].as_str().unwrap(), t["special"].as_bool().unwrap()))
+        .map(|t| {
+            (
+                t["content"].as_str().unwrap(),
+                t["special"].as_bool().unwrap(),
+            )
+        })
         .collect();
     let kind = |t: &str| match t {
         "<unk>" => 2,
@@ -266,10 +327,22 @@ fn spm_metadata(name: &str) -> mtplx_lite::model::Metadata {
     let id = |t: &str| MetaValue::U32(vocab[t].as_u64().unwrap() as u32);
     Metadata {
         entries: vec![
-            ("tokenizer.ggml.model".into(), MetaValue::String("llama".into())),
-            ("tokenizer.ggml.tokens".into(), arr(&|t| MetaValue::String(t.clone()))),
-            ("tokenizer.ggml.scores".into(), arr(&|t| MetaValue::F32(score(t)))),
-            ("tokenizer.ggml.token_type".into(), arr(&|t| MetaValue::I32(kind(t)))),
+            (
+                "tokenizer.ggml.model".into(),
+                MetaValue::String("llama".into()),
+            ),
+            (
+                "tokenizer.ggml.tokens".into(),
+                arr(&|t| MetaValue::String(t.clone())),
+            ),
+            (
+                "tokenizer.ggml.scores".into(),
+                arr(&|t| MetaValue::F32(score(t))),
+            ),
+            (
+                "tokenizer.ggml.token_type".into(),
+                arr(&|t| MetaValue::I32(kind(t))),
+            ),
             ("tokenizer.ggml.bos_token_id".into(), id("<s>")),
             ("tokenizer.ggml.eos_token_id".into(), id("</s>")),
             ("tokenizer.ggml.unknown_token_id".into(), id("<unk>")),

@@ -258,6 +258,18 @@ impl Drop for Generation {
         if !self.recorded {
             self.cancel.store(true, Ordering::Relaxed);
             self.record(FinishStatus::Interrupted, None, Some("the client disconnected".into()));
+            // The engine decodes on until it sees the cancel: count those tokens when it says
+            // how many there were, so that `llm_generation_tokens_total` stays exact.
+            let (rx, metrics, counted) = (self.rx.clone(), self.metrics.clone(), self.completion_tokens as u64);
+            smol::spawn(async move {
+                while let Ok(ev) = rx.recv().await {
+                    if let Event::Done { stats, .. } = ev {
+                        metrics.record_tokens_decoded_late((stats.completion_tokens as u64).saturating_sub(counted));
+                        break;
+                    }
+                }
+            })
+            .detach();
         }
     }
 }

