@@ -4,12 +4,15 @@
 //! Two sources: a GGUF file's `tokenizer.ggml.*` metadata (built in `tokenizer_gguf.rs`), or a
 //! Hugging Face `tokenizer.json` with its optional `tokenizer_config.json`.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use tokenizers::Tokenizer as HfTokenizer;
 
 use super::files::{ModelFiles, TokenizerSource};
 use super::metadata::Metadata;
+pub use super::tokenizer_chat::ChatPrompt;
+use super::tokenizer_chat::PlainEncoder;
+pub use super::tokenizer_error::TokenizerError;
 
 /// Longest text `encode` accepts, in bytes. Far above any context window the server offers (a
 /// token is rarely under 2 bytes), it bounds the work one request can ask of the tokenizer.
@@ -33,96 +36,6 @@ pub const END_OF_TURN_TOKENS: &[&str] = &[
     "<｜end▁of▁sentence｜>",
 ];
 
-#[derive(Debug)]
-pub enum TokenizerError {
-    /// The model's files carry no tokenizer (no `tokenizer.ggml.*` keys, no tokenizer.json).
-    NoTokenizer { path: PathBuf },
-    /// A tokenizer file could not be read.
-    Io { path: PathBuf, error: std::io::Error },
-    /// A tokenizer file is larger than [`MAX_TOKENIZER_FILE_BYTES`].
-    FileTooLarge { path: PathBuf, size: u64, max: u64 },
-    /// tokenizer.json or tokenizer_config.json is not what the format says.
-    BadJson { what: String, detail: String },
-    /// A GGUF metadata key the tokenizer needs is absent or of the wrong type.
-    MissingKey { key: &'static str, expected: &'static str },
-    /// `tokenizer.ggml.model` names a kind of tokenizer we do not build.
-    UnsupportedModel { model: String },
-    /// `tokenizer.ggml.pre` names a pre-tokenizer we have no split rules for.
-    UnknownPreTokenizer { name: String },
-    /// The GGUF vocabulary is empty or larger than the bound.
-    BadVocabSize { len: usize, max: usize },
-    /// Two parallel GGUF arrays disagree in length.
-    LengthMismatch { key: &'static str, len: usize, expected: usize },
-    /// A GGUF special-token id points outside the vocabulary.
-    BadTokenId { key: &'static str, id: u64, vocab_size: usize },
-    /// A GGUF merge rule is not two tokens separated by a space.
-    BadMerge { index: usize, merge: String },
-    /// The `tokenizers` crate refused the vocabulary, merges or split rules.
-    Build { detail: String },
-    /// The text to encode is longer than [`MAX_ENCODE_BYTES`].
-    TextTooLong { len: usize, max: usize },
-    /// The `tokenizers` crate failed to encode a text.
-    Encode { detail: String },
-}
-
-impl std::fmt::Display for TokenizerError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        use TokenizerError::*;
-        match self {
-            NoTokenizer { path } => write!(
-                f,
-                "{} has no tokenizer (no tokenizer.ggml.* metadata, no tokenizer.json)",
-                path.display()
-            ),
-            Io { path, error } => write!(f, "cannot read {}: {error}", path.display()),
-            FileTooLarge { path, size, max } => {
-                write!(
-                    f,
-                    "{} is {size} bytes, more than the {max} a tokenizer file may be",
-                    path.display()
-                )
-            }
-            BadJson { what, detail } => write!(f, "invalid {what}: {detail}"),
-            MissingKey { key, expected } => {
-                write!(f, "GGUF metadata key {key} is missing or not {expected}")
-            }
-            UnsupportedModel { model } => write!(
-                f,
-                "tokenizer.ggml.model is '{model}'; supported are 'gpt2' (byte-level BPE) and \
-                 'llama' (SentencePiece BPE)"
-            ),
-            UnknownPreTokenizer { name } => write!(
-                f,
-                "tokenizer.ggml.pre is '{name}', a pre-tokenizer without known split rules \
-                 (known: {})",
-                super::tokenizer_gguf::KNOWN_PRE_TOKENIZERS.join(", ")
-            ),
-            BadVocabSize { len, max } => {
-                write!(f, "the vocabulary has {len} tokens; it must have between 1 and {max}")
-            }
-            LengthMismatch { key, len, expected } => {
-                write!(f, "{key} has {len} entries but the vocabulary has {expected}")
-            }
-            BadTokenId { key, id, vocab_size } => {
-                write!(f, "{key} is {id}, outside the vocabulary of {vocab_size} tokens")
-            }
-            BadMerge { index, merge } => {
-                write!(f, "merge rule {index} ({merge:?}) is not two tokens separated by a space")
-            }
-            Build { detail } => write!(f, "cannot build the tokenizer: {detail}"),
-            TextTooLong { len, max } => {
-                write!(
-                    f,
-                    "text of {len} bytes is longer than the {max} bytes the tokenizer accepts"
-                )
-            }
-            Encode { detail } => write!(f, "cannot encode the text: {detail}"),
-        }
-    }
-}
-
-impl std::error::Error for TokenizerError {}
-
 /// A model's tokenizer. Cheap to share (`&self` everywhere, `Send + Sync`).
 pub struct Tokenizer {
     pub(super) inner: HfTokenizer,
@@ -138,6 +51,8 @@ pub struct Tokenizer {
     /// Ids of special added tokens, sorted (the inner tokenizer only hands out a copy of its map).
     pub(super) special_ids: Vec<u32>,
     pub(super) chat_template: Option<String>,
+    /// The inner pipeline with special tokens read as text, for message content.
+    pub(super) plain: PlainEncoder,
 }
 
 impl std::fmt::Debug for Tokenizer {
@@ -226,18 +141,7 @@ impl Tokenizer {
                 .map(str::to_owned),
             _ => None,
         };
-        let mut tok = Tokenizer {
-            inner,
-            bos,
-            eos,
-            eos_tokens: Vec::new(),
-            add_bos: false,
-            add_eos: false,
-            vocab_size: 0,
-            special_ids: Vec::new(),
-            chat_template,
-        };
-        tok.finish_special_tokens();
+        let mut tok = Tokenizer::assemble(inner, bos, eos, chat_template);
         // The config's flags are honoured only where the post-processor does not already add
         // the token (transformers rewrites the post-processor to the same effect).
         let probe =
@@ -247,46 +151,99 @@ impl Tokenizer {
         Ok(tok)
     }
 
-    /// Fills `vocab_size` and `eos_tokens` from the inner tokenizer and `bos`/`eos`.
-    pub(super) fn finish_special_tokens(&mut self) {
-        let vocab = self.inner.get_vocab(true);
-        self.vocab_size = vocab.values().copied().max().map_or(0, |m| m as usize + 1);
-        let added = self.inner.get_added_tokens_decoder();
+    /// A tokenizer around `inner`, which must hold every added token by now: `vocab_size`,
+    /// the special ids and `eos_tokens` (eos, then the end-of-turn tokens) come from it, as do
+    /// the plain encoder. bos and eos are not added until `add_bos` /
+    /// `add_eos` say so.
+    pub(super) fn assemble(
+        inner: HfTokenizer,
+        bos: Option<u32>,
+        eos: Option<u32>,
+        chat_template: Option<String>,
+    ) -> Self {
+        let vocab = inner.get_vocab(true);
+        let vocab_size = vocab.values().copied().max().map_or(0, |m| m as usize + 1);
+        let added = inner.get_added_tokens_decoder();
         let mut special_ids: Vec<u32> =
             added.iter().filter(|(_, t)| t.special).map(|(&id, _)| id).collect();
         special_ids.sort_unstable();
-        self.special_ids = special_ids;
-        let mut eos_tokens: Vec<u32> = self.eos.into_iter().collect();
+        let mut eos_tokens: Vec<u32> = eos.into_iter().collect();
         for text in END_OF_TURN_TOKENS {
             if let Some(&id) = vocab.get(*text) {
-                if self.is_special(id) && !eos_tokens.contains(&id) {
+                if special_ids.binary_search(&id).is_ok() && !eos_tokens.contains(&id) {
                     eos_tokens.push(id);
                 }
             }
         }
-        self.eos_tokens = eos_tokens;
+        Tokenizer {
+            plain: PlainEncoder::new(&inner),
+            inner,
+            bos,
+            eos,
+            eos_tokens,
+            add_bos: false,
+            add_eos: false,
+            vocab_size,
+            special_ids,
+            chat_template,
+        }
     }
 
     /// Token ids of `text`. Special tokens written in the text (`<|im_start|>`) become their
     /// ids; `add_special` adds what the model wants around a sequence (e.g. bos).
     pub fn encode(&self, text: &str, add_special: bool) -> Result<Vec<u32>, TokenizerError> {
-        if text.len() > MAX_ENCODE_BYTES {
-            return Err(TokenizerError::TextTooLong { len: text.len(), max: MAX_ENCODE_BYTES });
+        check_len(text)?;
+        let enc = self.inner.encode_fast(text, add_special).map_err(encode_error)?;
+        let ids = enc.get_ids().to_vec();
+        Ok(self.wrap(ids, add_special))
+    }
+
+    /// `ids` with bos / eos around them where `add_special` and the model ask for it.
+    fn wrap(&self, ids: Vec<u32>, add_special: bool) -> Vec<u32> {
+        let bos = (add_special && self.add_bos).then_some(self.bos).flatten();
+        let eos = (add_special && self.add_eos).then_some(self.eos).flatten();
+        if bos.is_none() && eos.is_none() {
+            return ids;
         }
-        let enc = self
-            .inner
-            .encode_fast(text, add_special)
-            .map_err(|e| TokenizerError::Encode { detail: e.to_string() })?;
-        let ids = enc.get_ids();
-        let mut out = Vec::with_capacity(ids.len() + 2);
-        if add_special && self.add_bos {
-            out.extend(self.bos);
+        bos.into_iter().chain(ids).chain(eos).collect()
+    }
+
+    /// Like [`encode`](Self::encode), with special-token strings as ordinary characters:
+    /// `<|im_end|>` in `text` is `<`, `|`, `im`, ... and never the control token.
+    pub fn encode_plain(&self, text: &str, add_special: bool) -> Result<Vec<u32>, TokenizerError> {
+        check_len(text)?;
+        let ids = self.plain.encode(&self.inner, text, add_special)?;
+        Ok(self.wrap(ids, add_special))
+    }
+
+    /// Byte ranges of `text` that [`encode`](Self::encode) would read as special tokens.
+    pub fn special_token_spans(&self, text: &str) -> Vec<std::ops::Range<usize>> {
+        super::tokenizer_chat::special_spans(&self.inner, |id| self.is_special(id), text)
+    }
+
+    /// The ids of a rendered chat prompt (no bos/eos added: the template writes them). The
+    /// template's own special tokens are control tokens; special-token strings that came from
+    /// the messages (`prompt.literal`) are text, unless `parse_special_in_content` asks for the
+    /// old behaviour, where they too become control tokens. A prompt whose messages spell no
+    /// special token encodes exactly as `encode(&prompt.text, false)`.
+    pub fn encode_chat(
+        &self,
+        prompt: &ChatPrompt,
+        parse_special_in_content: bool,
+    ) -> Result<Vec<u32>, TokenizerError> {
+        if parse_special_in_content || prompt.literal.is_empty() {
+            return self.encode(&prompt.text, false);
         }
-        out.extend_from_slice(ids);
-        if add_special && self.add_eos {
-            out.extend(self.eos);
-        }
-        Ok(out)
+        check_len(&prompt.text)?;
+        let is_special = |id| self.is_special(id);
+        let (text, literal) = (&prompt.text, &prompt.literal);
+        super::tokenizer_chat::encode_with_literals(
+            &self.inner,
+            &self.plain,
+            is_special,
+            text,
+            literal,
+        )
     }
 
     /// The text of `ids`, special tokens included. Ids outside the vocabulary are skipped;
@@ -366,6 +323,17 @@ impl Tokenizer {
     pub fn chat_template(&self) -> Option<&str> {
         self.chat_template.as_deref()
     }
+}
+
+fn encode_error(e: impl std::fmt::Display) -> TokenizerError {
+    TokenizerError::Encode { detail: e.to_string() }
+}
+
+fn check_len(text: &str) -> Result<(), TokenizerError> {
+    if text.len() > MAX_ENCODE_BYTES {
+        return Err(TokenizerError::TextTooLong { len: text.len(), max: MAX_ENCODE_BYTES });
+    }
+    Ok(())
 }
 
 fn read_limited(path: &Path) -> Result<Vec<u8>, TokenizerError> {

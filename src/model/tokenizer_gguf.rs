@@ -13,7 +13,8 @@ use tokenizers::{
 };
 
 use super::metadata::Metadata;
-use super::tokenizer::{Tokenizer, TokenizerError};
+use super::tokenizer::Tokenizer;
+use super::tokenizer_error::TokenizerError;
 
 /// Most tokens a vocabulary may hold; the largest real ones have about 260k.
 pub const MAX_VOCAB: usize = 4 << 20;
@@ -181,18 +182,10 @@ pub(super) fn build(meta: &Metadata) -> Result<Tokenizer, TokenizerError> {
     let add_bos = flag("tokenizer.ggml.add_bos_token", add_bos_default) && bos.is_some();
     let add_eos = flag("tokenizer.ggml.add_eos_token", false) && eos.is_some();
 
-    let mut tok = Tokenizer {
-        inner,
-        bos,
-        eos,
-        eos_tokens: Vec::new(),
-        add_bos,
-        add_eos,
-        vocab_size: 0,
-        special_ids: Vec::new(),
-        chat_template: meta.get_str("tokenizer.chat_template").map(str::to_owned),
-    };
-    tok.finish_special_tokens();
+    let template = meta.get_str("tokenizer.chat_template").map(str::to_owned);
+    let mut tok = Tokenizer::assemble(inner, bos, eos, template);
+    tok.add_bos = add_bos;
+    tok.add_eos = add_eos;
     for extra in [eot, eom].into_iter().flatten() {
         if !tok.eos_tokens.contains(&extra) {
             tok.eos_tokens.push(extra);
@@ -208,8 +201,10 @@ fn byte_level_bpe(
     texts: &[String],
 ) -> Result<(HfTokenizer, bool), TokenizerError> {
     let pre_name = meta.get_str("tokenizer.ggml.pre").unwrap_or("default");
-    let rules = pre_rules(pre_name)
-        .ok_or_else(|| TokenizerError::UnknownPreTokenizer { name: pre_name.to_owned() })?;
+    let rules = pre_rules(pre_name).ok_or_else(|| TokenizerError::UnknownPreTokenizer {
+        name: pre_name.to_owned(),
+        known: KNOWN_PRE_TOKENIZERS,
+    })?;
     let merges = meta.get_strings("tokenizer.ggml.merges").ok_or(TokenizerError::MissingKey {
         key: "tokenizer.ggml.merges",
         expected: "an array of strings",
