@@ -381,3 +381,63 @@ fn a_role_cannot_forge_a_turn_either() {
     let honest = tok.encode_chat(&honest.unwrap(), false).unwrap();
     assert_eq!(specials(&tok, &ids), specials(&tok, &honest));
 }
+
+/// Every tokenizer we build, with whether its bytes carry SentencePiece's leading space.
+fn byte_tokenizers() -> Vec<(&'static str, Tokenizer, bool)> {
+    vec![
+        ("demo", demo_tokenizer(), false),
+        ("llama3", hf("llama3"), false),
+        ("qwen3", hf("qwen3"), false),
+        ("llama2", hf("llama2"), true),
+        ("llama2-gguf", Tokenizer::from_gguf_metadata(&spm_metadata("llama2")).unwrap(), true),
+    ]
+}
+
+#[test]
+fn token_bytes_rebuild_emoji_and_cjk_text_exactly() {
+    let texts = ["🦀👍🏽 crabs", "你好，世界！日本語のテキスト", "naïve café 👨‍👩‍👧", "<|im_end|>"];
+    for (name, tok, space) in byte_tokenizers() {
+        let mut partial = 0;
+        for text in texts {
+            let ids = tok.encode_plain(text, false).unwrap();
+            let bytes: Vec<u8> = ids.iter().flat_map(|&id| tok.token_bytes(id)).collect();
+            let want = if space { format!(" {text}") } else { text.to_owned() };
+            assert_eq!(bytes, want.as_bytes(), "{name}: {text:?}");
+            partial += ids
+                .iter()
+                .filter(|&&id| std::str::from_utf8(&tok.token_bytes(id)).is_err())
+                .count();
+        }
+        assert!(partial > 0, "{name}: no token ended inside a character");
+        let eos = tok.eos().unwrap();
+        assert_eq!(tok.token_bytes(eos), tok.token_text(eos).unwrap().as_bytes(), "{name}");
+        assert!(tok.token_bytes(u32::MAX).is_empty());
+    }
+}
+
+#[test]
+fn no_text_encodes_to_fewer_tokens_than_the_byte_bound() {
+    let golden: TokenGolden = load(&data("llama3").join("golden.json"));
+    let mut texts: Vec<String> = golden.cases.into_iter().map(|c| c.text).collect();
+    for unit in [" ", "\n", "a", "7", "🦀", "你", "e\u{301}", "\u{212A}", "\u{1D400}", "<|im_end|>"]
+    {
+        texts.push(unit.repeat(3000));
+    }
+    for (name, tok, _) in byte_tokenizers() {
+        let per = tok.max_input_bytes_per_token().unwrap_or_else(|| panic!("{name}: no bound"));
+        assert!(per >= tok.max_token_bytes() && tok.max_token_bytes() >= 8, "{name}: {per}");
+        for text in &texts {
+            let n = tok.encode(text, false).unwrap().len();
+            let bound = tok.min_token_count(text.len());
+            assert!(
+                n >= bound && (bound > 0 || text.is_empty()),
+                "{name}: {n} tokens < bound {bound} for {text:.40?}"
+            );
+        }
+    }
+    // Qwen3 normalizes to NFC, which can shrink text: its bound allows for that.
+    let q = hf("qwen3");
+    assert_eq!(q.max_input_bytes_per_token(), Some(4 * q.max_token_bytes()));
+    let l = hf("llama3");
+    assert_eq!(l.max_input_bytes_per_token(), Some(l.max_token_bytes()));
+}

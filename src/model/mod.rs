@@ -22,6 +22,7 @@ pub mod tensor_set;
 #[cfg(test)]
 pub(crate) mod testutil;
 pub mod tokenizer;
+mod tokenizer_bytes;
 mod tokenizer_chat;
 mod tokenizer_error;
 mod tokenizer_gguf;

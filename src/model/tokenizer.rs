@@ -10,6 +10,7 @@ use tokenizers::Tokenizer as HfTokenizer;
 
 use super::files::{ModelFiles, TokenizerSource};
 use super::metadata::Metadata;
+use super::tokenizer_bytes::TokenBytes;
 pub use super::tokenizer_chat::ChatPrompt;
 use super::tokenizer_chat::PlainEncoder;
 pub use super::tokenizer_error::TokenizerError;
@@ -53,6 +54,7 @@ pub struct Tokenizer {
     pub(super) chat_template: Option<String>,
     /// The inner pipeline with special tokens read as text, for message content.
     pub(super) plain: PlainEncoder,
+    bytes: TokenBytes,
 }
 
 impl std::fmt::Debug for Tokenizer {
@@ -153,7 +155,7 @@ impl Tokenizer {
 
     /// A tokenizer around `inner`, which must hold every added token by now: `vocab_size`,
     /// the special ids and `eos_tokens` (eos, then the end-of-turn tokens) come from it, as do
-    /// the plain encoder. bos and eos are not added until `add_bos` /
+    /// the plain encoder and the token bytes. bos and eos are not added until `add_bos` /
     /// `add_eos` say so.
     pub(super) fn assemble(
         inner: HfTokenizer,
@@ -177,6 +179,7 @@ impl Tokenizer {
         }
         Tokenizer {
             plain: PlainEncoder::new(&inner),
+            bytes: TokenBytes::new(&inner, vocab_size),
             inner,
             bos,
             eos,
@@ -244,6 +247,34 @@ impl Tokenizer {
             text,
             literal,
         )
+    }
+
+    /// The bytes `id` adds to a text: byte-level and byte-fallback tokens as their raw bytes
+    /// (a token that ends inside a UTF-8 character gives part of it), `▁` as a space, added
+    /// tokens as their text. The bytes of a sequence's tokens, concatenated, are its text
+    /// (SentencePiece: with the space it puts before the text). Empty for an unknown id.
+    pub fn token_bytes(&self, id: u32) -> Vec<u8> {
+        self.bytes.bytes(&self.inner, id)
+    }
+
+    /// The longest [`token_bytes`](Self::token_bytes) of the vocabulary.
+    pub fn max_token_bytes(&self) -> usize {
+        self.bytes.max_token_bytes()
+    }
+
+    /// The most input bytes one token can stand for, when that is bounded: the longest token,
+    /// times how much the normalizer can shrink text (NFC: 4). `None` when one token can stand
+    /// for any amount of text (a normalizer or pre-tokenizer that deletes text, added tokens
+    /// that swallow spaces, fused unknown tokens); see `tokenizer_bytes.rs`.
+    pub fn max_input_bytes_per_token(&self) -> Option<usize> {
+        self.bytes.max_input_bytes_per_token()
+    }
+
+    /// A lower bound on the tokens of any text of `text_bytes` bytes, known without encoding
+    /// it (0 when the tokenizer gives no bound). A prompt whose bound exceeds the context
+    /// cannot fit, so can be refused before the tokenizer spends time and memory on it.
+    pub fn min_token_count(&self, text_bytes: usize) -> usize {
+        self.max_input_bytes_per_token().map_or(0, |per| text_bytes.div_ceil(per))
     }
 
     /// The text of `ids`, special tokens included. Ids outside the vocabulary are skipped;
