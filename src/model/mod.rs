@@ -24,6 +24,7 @@ pub(crate) mod testutil;
 pub mod tokenizer;
 mod tokenizer_bytes;
 mod tokenizer_chat;
+mod tokenizer_chunks;
 mod tokenizer_error;
 mod tokenizer_gguf;
 mod tokenizer_spm;

@@ -13,6 +13,7 @@ use super::metadata::Metadata;
 use super::tokenizer_bytes::TokenBytes;
 pub use super::tokenizer_chat::ChatPrompt;
 use super::tokenizer_chat::PlainEncoder;
+use super::tokenizer_chunks::{Cutter, PIECE_BYTES};
 pub use super::tokenizer_error::TokenizerError;
 
 /// Longest text `encode` accepts, in bytes. Far above any context window the server offers (a
@@ -55,6 +56,10 @@ pub struct Tokenizer {
     /// The inner pipeline with special tokens read as text, for message content.
     pub(super) plain: PlainEncoder,
     bytes: TokenBytes,
+    /// Where long texts may be cut into pieces encoded one at a time, if anywhere.
+    pub(super) cutter: Option<Cutter>,
+    /// What the inner post-processor adds around a sequence, when that is known.
+    post_affixes: Option<(Vec<u32>, Vec<u32>)>,
 }
 
 impl std::fmt::Debug for Tokenizer {
@@ -180,6 +185,8 @@ impl Tokenizer {
         Tokenizer {
             plain: PlainEncoder::new(&inner),
             bytes: TokenBytes::new(&inner, vocab_size),
+            cutter: Cutter::for_tokenizer(&inner, super::tokenizer_gguf::LOCAL_SPLIT_RULES),
+            post_affixes: super::tokenizer_chunks::post_affixes(&inner),
             inner,
             bos,
             eos,
@@ -196,9 +203,47 @@ impl Tokenizer {
     /// ids; `add_special` adds what the model wants around a sequence (e.g. bos).
     pub fn encode(&self, text: &str, add_special: bool) -> Result<Vec<u32>, TokenizerError> {
         check_len(text)?;
-        let enc = self.inner.encode_fast(text, add_special).map_err(encode_error)?;
-        let ids = enc.get_ids().to_vec();
+        let whole = |text: &str, add_special| {
+            let enc = self.inner.encode_fast(text, add_special).map_err(encode_error)?;
+            Ok(enc.get_ids().to_vec())
+        };
+        let ids = self.in_pieces(text, add_special, whole)?;
         Ok(self.wrap(ids, add_special))
+    }
+
+    /// `encode(text, add_special)` of the inner tokenizer, piece by piece where the text is long
+    /// and the tokenizer can be cut (see `tokenizer_chunks.rs`): the same ids, with the
+    /// transient memory of one piece.
+    fn in_pieces(
+        &self,
+        text: &str,
+        add_special: bool,
+        encode: impl Fn(&str, bool) -> Result<Vec<u32>, TokenizerError>,
+    ) -> Result<Vec<u32>, TokenizerError> {
+        let pieces = self.pieces(text);
+        let affixes = match (&self.post_affixes, add_special) {
+            (_, false) => None,
+            (Some(a), true) => Some(a),
+            (None, true) => return encode(text, true),
+        };
+        if pieces.len() == 1 {
+            return encode(text, add_special);
+        }
+        let mut ids = Vec::new();
+        ids.extend(affixes.iter().flat_map(|a| a.0.iter().copied()));
+        for r in pieces {
+            ids.extend(encode(&text[r], false)?);
+        }
+        ids.extend(affixes.iter().flat_map(|a| a.1.iter().copied()));
+        Ok(ids)
+    }
+
+    /// The ranges [`in_pieces`](Self::in_pieces) encodes one at a time: `text` whole when short.
+    pub(super) fn pieces(&self, text: &str) -> Vec<std::ops::Range<usize>> {
+        match self.cutter {
+            Some(c) if text.len() > PIECE_BYTES => c.pieces(text, PIECE_BYTES),
+            _ => vec![0..text.len()],
+        }
     }
 
     /// `ids` with bos / eos around them where `add_special` and the model ask for it.
@@ -215,13 +260,21 @@ impl Tokenizer {
     /// `<|im_end|>` in `text` is `<`, `|`, `im`, ... and never the control token.
     pub fn encode_plain(&self, text: &str, add_special: bool) -> Result<Vec<u32>, TokenizerError> {
         check_len(text)?;
-        let ids = self.plain.encode(&self.inner, text, add_special)?;
+        let plain = |text: &str, add_special| self.plain.encode(&self.inner, text, add_special);
+        let ids = self.in_pieces(text, add_special, plain)?;
         Ok(self.wrap(ids, add_special))
     }
 
     /// Byte ranges of `text` that [`encode`](Self::encode) would read as special tokens.
     pub fn special_token_spans(&self, text: &str) -> Vec<std::ops::Range<usize>> {
-        super::tokenizer_chat::special_spans(&self.inner, |id| self.is_special(id), text)
+        let is_special = |id| self.is_special(id);
+        let mut out = Vec::new();
+        for r in self.pieces(text) {
+            let spans =
+                super::tokenizer_chat::special_spans(&self.inner, is_special, &text[r.clone()]);
+            out.extend(spans.into_iter().map(|s| s.start + r.start..s.end + r.start));
+        }
+        out
     }
 
     /// The ids of a rendered chat prompt (no bos/eos added: the template writes them). The
@@ -239,14 +292,33 @@ impl Tokenizer {
         }
         check_len(&prompt.text)?;
         let is_special = |id| self.is_special(id);
-        let (text, literal) = (&prompt.text, &prompt.literal);
-        super::tokenizer_chat::encode_with_literals(
-            &self.inner,
-            &self.plain,
-            is_special,
-            text,
-            literal,
-        )
+        let mut pieces = self.pieces(&prompt.text);
+        // Cuts never fall inside a special-token string; should one, encode the text whole
+        // rather than lose a literal range.
+        let inside = |l: &std::ops::Range<usize>| {
+            pieces.iter().any(|r| r.start <= l.start && l.end <= r.end)
+        };
+        if !prompt.literal.iter().all(inside) {
+            pieces = vec![0..prompt.text.len()];
+        }
+        let mut ids = Vec::new();
+        for r in pieces {
+            let (text, literal) = (&prompt.text[r.clone()], &prompt.literal);
+            let literal: Vec<_> = literal
+                .iter()
+                .filter(|l| l.start >= r.start && l.end <= r.end)
+                .map(|l| l.start - r.start..l.end - r.start)
+                .collect();
+            let piece = super::tokenizer_chat::encode_with_literals(
+                &self.inner,
+                &self.plain,
+                is_special,
+                text,
+                &literal,
+            )?;
+            ids.extend(piece);
+        }
+        Ok(ids)
     }
 
     /// The bytes `id` adds to a text: byte-level and byte-fallback tokens as their raw bytes

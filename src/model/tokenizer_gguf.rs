@@ -33,6 +33,16 @@ const RE_LLAMA3: &str = r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|
 const RE_QWEN2: &str = r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+";
 /// StarCoder / SmolLM: every digit alone first (HF's `Digits(individual_digits)`), then GPT-2.
 const RE_DIGIT: &str = r"\p{N}";
+/// llama.cpp's fallback rules, around GPT-2's: punctuation runs, digit runs, three digits.
+const RE_PUNCT: &str = r"[\p{P}\$\+<=>\^~\|]+";
+const RE_DIGITS: &str = r"\p{N}+";
+const RE_THREE_DIGITS: &str = r"[0-9][0-9][0-9]";
+
+/// Every split rule above. None matches across a space between two ASCII letters or digits,
+/// or across the end of a line, so a text cut there splits into the same pieces either side
+/// (`tokenizer_chunks.rs` relies on this; a tokenizer.json with other rules is not cut).
+pub(super) const LOCAL_SPLIT_RULES: &[&str] =
+    &[RE_GPT2, RE_LLAMA3, RE_QWEN2, RE_DIGIT, RE_PUNCT, RE_DIGITS, RE_THREE_DIGITS];
 
 /// How one `tokenizer.ggml.pre` value pre-tokenizes.
 struct PreRules {
@@ -71,7 +81,7 @@ const PRE_TOKENIZERS: &[(&[&str], PreRules)] = &[
         // llama.cpp's fallback when a file names no pre-tokenizer.
         &["default"],
         PreRules {
-            regexes: &[r"[\p{P}\$\+<=>\^~\|]+", RE_GPT2, r"\p{N}+", r"[0-9][0-9][0-9]"],
+            regexes: &[RE_PUNCT, RE_GPT2, RE_DIGITS, RE_THREE_DIGITS],
             ignore_merges: false,
             add_bos_default: false,
         },
