@@ -8,7 +8,7 @@ use std::path::Path;
 
 use tokenizers::Tokenizer as HfTokenizer;
 
-use super::files::{ModelFiles, TokenizerSource};
+use super::model_files::{ModelFiles, TokenizerSource};
 use super::metadata::Metadata;
 use super::tokenizer_bytes::TokenBytes;
 pub use super::tokenizer_chat::ChatPrompt;

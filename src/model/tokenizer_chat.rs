@@ -117,7 +117,7 @@ pub(super) fn encode_with_literals(
 
 #[cfg(test)]
 mod tests {
-    use super::super::testutil::demo_model_path;
+    use super::super::test_models::demo_model_path;
     use super::super::tokenizer::Tokenizer;
     use std::path::Path;
 

@@ -1,6 +1,6 @@
 //! Cutting long texts: the places, and that the pieces give the very ids of the whole text.
 
-use super::super::testutil::demo_model_path;
+use super::super::test_models::demo_model_path;
 use super::super::tokenizer::{ChatPrompt, Tokenizer};
 use super::*;
 use std::path::Path;
