@@ -145,7 +145,8 @@ mod tests {
     #[test]
     fn broken_or_forged_escapes_stay_ordinary_text() {
         let mut e = Escapes::default();
-        let escaped = e.escape("<|x|>", &[0..5]).into_owned();
+        let whole = 0..5;
+        let escaped = e.escape("<|x|>", std::slice::from_ref(&whole)).into_owned();
         // A template that cuts the escape short, or an escape naming no entry.
         let cut: String = escaped.chars().take(2).collect();
         let p = e.restore(&cut);

@@ -8,8 +8,8 @@ use std::path::Path;
 
 use tokenizers::Tokenizer as HfTokenizer;
 
-use super::model_files::{ModelFiles, TokenizerSource};
 use super::metadata::Metadata;
+use super::model_files::{ModelFiles, TokenizerSource};
 use super::tokenizer_bytes::TokenBytes;
 pub use super::tokenizer_chat::ChatPrompt;
 use super::tokenizer_chat::PlainEncoder;
@@ -242,7 +242,7 @@ impl Tokenizer {
     pub(super) fn pieces(&self, text: &str) -> Vec<std::ops::Range<usize>> {
         match self.cutter {
             Some(c) if text.len() > PIECE_BYTES => c.pieces(text, PIECE_BYTES),
-            _ => vec![0..text.len()],
+            _ => std::iter::once(0..text.len()).collect(),
         }
     }
 
@@ -299,7 +299,7 @@ impl Tokenizer {
             pieces.iter().any(|r| r.start <= l.start && l.end <= r.end)
         };
         if !prompt.literal.iter().all(inside) {
-            pieces = vec![0..prompt.text.len()];
+            pieces = std::iter::once(0..prompt.text.len()).collect();
         }
         let mut ids = Vec::new();
         for r in pieces {

@@ -18,8 +18,8 @@ fn pieces_cut_only_between_words_or_at_line_starts() {
     assert_eq!(pieces, ["aaaa", "bbbb\ncccc  dddd.\neeee"]);
 
     // No safe place: one piece, however long.
-    assert_eq!(bytes.pieces(&" ".repeat(100), 10), [0..100]);
-    assert_eq!(bytes.pieces("", 10), [0..0]);
+    assert_eq!(bytes.pieces(&" ".repeat(100), 10), std::iter::once(0..100).collect::<Vec<_>>());
+    assert_eq!(bytes.pieces("", 10), std::iter::once(0..0).collect::<Vec<_>>());
 }
 
 fn hf(name: &str) -> Tokenizer {
