@@ -180,7 +180,7 @@ impl Generation {
     fn logprob_entry(&self, id: u32, logprob: f32, top: &[(u32, f32)]) -> TokenLogprob {
         let tok = &self.llm.tokenizer;
         let n = self.params.logprobs.unwrap_or(0);
-        TokenLogprob { bytes: tok.decode(&[id]).into_bytes(), logprob, offset: self.offset, top: top.iter().take(n).map(|&(t, l)| (tok.decode(&[t]).into_bytes(), l)).collect() }
+        TokenLogprob { bytes: tok.token_bytes(id), logprob, offset: self.offset, top: top.iter().take(n).map(|&(t, l)| (tok.token_bytes(t), l)).collect() }
     }
 
     /// Records the generation (once) and says how it ended.

@@ -35,9 +35,9 @@ pub async fn chat(llm: &Arc<Llm>, body: Vec<u8>, special_in_content: bool) -> Re
         let content_bytes: usize = r.messages.iter().map(|m| m.content.len()).sum();
         refuse_oversized(&llm, content_bytes, "messages")?;
         let messages: Vec<ChatMessage> = r.messages.iter().map(|m| ChatMessage { role: m.role.clone(), content: m.content.clone() }).collect();
-        let _ = special_in_content; // TODO(model-tokens): segments
-        let prompt = llm.template.render(&messages, true).map_err(|e| ApiError::invalid("messages", format!("the chat template refused the messages: {e}")))?;
-        let tokens = llm.tokenizer.encode(&prompt, false).map_err(|e| ApiError::invalid("messages", e.to_string()))?;
+        // The template's own text becomes control tokens; message contents stay plain text.
+        let prompt = llm.template.render_prompt(&llm.tokenizer, &messages, true, &Default::default()).map_err(|e| ApiError::invalid("messages", format!("the chat template refused the messages: {e}")))?;
+        let tokens = llm.tokenizer.encode_chat(&prompt, special_in_content).map_err(|e| ApiError::invalid("messages", e.to_string()))?;
         let question_chars = r.messages.iter().rev().find(|m| m.role == "user").map(|m| m.content.chars().count() as u64);
         Ok(Prepared { kind: Kind::Chat, tokens, params: r.params, question_chars })
     })
@@ -66,18 +66,15 @@ async fn on_pool<T: Send + 'static>(work: impl FnOnce() -> Result<T, ApiError> +
     smol::unblock(work).await
 }
 
-/// Every token stands for at most `max_token_bytes` bytes of text, so text of more bytes than
-/// the context times that cannot fit, whatever the tokenizer makes of it.
+/// Every token stands for a bounded number of bytes of text (the tokenizer knows the bound), so
+/// a text needs at least so many tokens whatever the tokenizer makes of it: one that needs more
+/// than the context holds cannot fit, and is refused before any tokenizing.
 fn refuse_oversized(llm: &Llm, text_bytes: usize, param: &str) -> Result<(), ApiError> {
-    let per_token = 64usize; // TODO(model-tokens)
-    let most = llm.ctx.saturating_mul(per_token);
-    if text_bytes > most {
+    let least = llm.tokenizer.min_token_count(text_bytes);
+    if least > llm.ctx {
         return Err(ApiError::invalid(
             param,
-            format!(
-                "the prompt has {text_bytes} bytes of text; this model's context of {} tokens holds at most {most} bytes (a token stands for at most {per_token} bytes)",
-                llm.ctx
-            ),
+            format!("the prompt has {text_bytes} bytes of text, at least {least} tokens; this model's maximum context length is {} tokens", llm.ctx),
         )
         .code("context_length_exceeded"));
     }

@@ -1,4 +1,6 @@
-//! Helpers shared by the model layer's unit tests.
+//! Models for the model layer's unit tests: where the demo GGUF is, fresh temp directories, and
+//! tiny Hugging Face model directories (config.json and safetensors shards) written from a
+//! config.
 
 use std::path::PathBuf;
 
