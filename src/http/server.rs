@@ -16,8 +16,13 @@ use super::exec::run_tasks;
 use super::response;
 use super::shutdown::Shutdown;
 use super::{Handler, Rejected};
-use crate::config::ServeConfig;
 
+/// Largest request body accepted by default (`--max-body-bytes`).
+pub const DEFAULT_MAX_BODY_BYTES: usize = 4 * 1024 * 1024;
+/// Connections open at once by default (`--max-connections`).
+pub const DEFAULT_MAX_CONNECTIONS: usize = 1024;
+/// Grace period for in-flight responses on SIGINT/SIGTERM by default (`--shutdown-grace`).
+pub const DEFAULT_SHUTDOWN_GRACE: Duration = Duration::from_secs(10);
 /// Time allowed for a request head to arrive once it has begun (slowloris guard); then 408.
 pub const DEFAULT_HEADER_TIMEOUT: Duration = Duration::from_secs(10);
 /// An idle keep-alive connection is closed after this long without a new request.
@@ -37,7 +42,7 @@ const SHUTDOWN_POLL: Duration = Duration::from_millis(10);
 /// After the grace period, how long streams get to write their terminating chunk.
 const FORCED_CLOSE_WAIT: Duration = Duration::from_secs(1);
 
-/// Every setting of the HTTP layer; `HttpConfig::from_serve` fills it from the `ServeConfig`.
+/// Every setting of the HTTP layer; `main.rs` fills it from the flags.
 #[derive(Debug, Clone)]
 pub struct HttpConfig {
     /// Executor threads for all connections (`--io-threads`); at least 1.
@@ -58,25 +63,13 @@ impl Default for HttpConfig {
     fn default() -> Self {
         HttpConfig {
             io_threads: 1,
-            max_connections: crate::config::DEFAULT_MAX_CONNECTIONS,
-            max_body_bytes: crate::config::DEFAULT_MAX_BODY_BYTES,
+            max_connections: DEFAULT_MAX_CONNECTIONS,
+            max_body_bytes: DEFAULT_MAX_BODY_BYTES,
             header_timeout: DEFAULT_HEADER_TIMEOUT,
             idle_timeout: DEFAULT_IDLE_TIMEOUT,
             body_timeout: DEFAULT_BODY_TIMEOUT,
             write_timeout: DEFAULT_WRITE_TIMEOUT,
-            shutdown_grace: crate::config::DEFAULT_SHUTDOWN_GRACE,
-        }
-    }
-}
-
-impl HttpConfig {
-    pub fn from_serve(c: &ServeConfig) -> HttpConfig {
-        HttpConfig {
-            io_threads: c.io_threads,
-            max_connections: c.max_connections,
-            max_body_bytes: c.max_body_bytes,
-            shutdown_grace: c.shutdown_grace,
-            ..HttpConfig::default()
+            shutdown_grace: DEFAULT_SHUTDOWN_GRACE,
         }
     }
 }
