@@ -4,10 +4,10 @@
 
 mod common;
 
+use common::sse::Sse;
 use common::{demo_model, get, post_json, Server};
 use serde_json::{json, Value};
-use std::io::{BufRead, BufReader, Read, Write};
-use std::net::{SocketAddr, TcpStream};
+use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
 /// Bound on every poll for a state the server reaches asynchronously; only a broken server
@@ -19,106 +19,6 @@ fn start(extra: &[&str]) -> Server {
     let mut args = vec!["--model", model.to_str().unwrap(), "--threads", "1"];
     args.extend_from_slice(extra);
     Server::start(&args)
-}
-
-/// A streamed response read incrementally: chunked framing undone, SSE `data:` payloads out.
-struct Sse {
-    r: BufReader<TcpStream>,
-    buf: Vec<u8>,
-    pub status: u16,
-    pub headers: Vec<(String, String)>,
-    ended: bool,
-}
-
-impl Sse {
-    fn open(addr: SocketAddr, path: &str, body: &Value) -> Sse {
-        let mut s = TcpStream::connect(addr).unwrap();
-        s.set_read_timeout(Some(POLL_DEADLINE)).unwrap();
-        let body = body.to_string();
-        write!(s, "POST {path} HTTP/1.1\r\nHost: t\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}", body.len()).unwrap();
-        let mut r = BufReader::new(s);
-        let mut line = String::new();
-        r.read_line(&mut line)
-            .expect("reading the stream (bounded by the socket's read timeout)");
-        let status = line.split_whitespace().nth(1).unwrap().parse().unwrap();
-        let mut headers = Vec::new();
-        loop {
-            line.clear();
-            r.read_line(&mut line)
-                .expect("reading the stream (bounded by the socket's read timeout)");
-            if line.trim_end().is_empty() {
-                break;
-            }
-            let (n, v) = line.trim_end().split_once(':').unwrap();
-            headers.push((n.trim().to_ascii_lowercase(), v.trim().to_string()));
-        }
-        Sse {
-            r,
-            buf: Vec::new(),
-            status,
-            headers,
-            ended: false,
-        }
-    }
-
-    fn header(&self, name: &str) -> Option<&str> {
-        self.headers
-            .iter()
-            .find(|(n, _)| n == name)
-            .map(|(_, v)| v.as_str())
-    }
-
-    /// Reads one chunk of the chunked body into `buf`; false at the last chunk.
-    fn fill(&mut self) -> bool {
-        let mut line = String::new();
-        self.r
-            .read_line(&mut line)
-            .expect("reading the stream (bounded by the socket's read timeout)");
-        let size = usize::from_str_radix(line.trim(), 16)
-            .unwrap_or_else(|_| panic!("chunk size {line:?}"));
-        let mut chunk = vec![0; size + 2];
-        self.r
-            .read_exact(&mut chunk)
-            .expect("reading the stream (bounded by the socket's read timeout)");
-        self.buf.extend_from_slice(&chunk[..size]);
-        size > 0
-    }
-
-    /// The raw bytes of the next `data:` line (comments skipped); `None` at the end.
-    fn next_data(&mut self) -> Option<Vec<u8>> {
-        loop {
-            while let Some(i) = self.buf.iter().position(|&b| b == b'\n') {
-                let line: Vec<u8> = self.buf.drain(..=i).collect();
-                if let Some(d) = line.strip_prefix(b"data: ") {
-                    return Some(d[..d.len() - 1].to_vec());
-                }
-            }
-            if self.ended || !self.fill() {
-                self.ended = true;
-                return None;
-            }
-        }
-    }
-
-    /// Every remaining event parsed as JSON (the `[DONE]` sentinel must come last).
-    fn rest(&mut self) -> Vec<Value> {
-        let mut out = Vec::new();
-        let mut done = false;
-        while let Some(d) = self.next_data() {
-            assert!(!done, "data after [DONE]");
-            if d == b"[DONE]" {
-                done = true;
-                continue;
-            }
-            // serde_json refuses invalid UTF-8: half a character would fail here.
-            out.push(
-                serde_json::from_slice(&d)
-                    .unwrap_or_else(|e| panic!("not UTF-8 JSON ({e}): {:?}", d)),
-            );
-        }
-        assert!(done, "the stream ended without [DONE]");
-        out
-    }
 }
 
 fn chat_text(events: &[Value]) -> String {
@@ -261,9 +161,7 @@ fn a_full_queue_answers_503_with_retry_after() {
         .parse()
         .unwrap();
     assert!(retry >= 1);
-    let len: usize = refused.header("content-length").unwrap().parse().unwrap();
-    let mut b = vec![0; len];
-    refused.r.read_exact(&mut b).unwrap();
+    let b = refused.plain_body();
     let err: Value = serde_json::from_slice(&b).unwrap();
     assert_eq!(err["error"]["code"], "queue_full", "{err}");
     assert_eq!(err["error"]["type"], "server_error", "{err}");

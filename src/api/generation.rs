@@ -274,6 +274,8 @@ impl Drop for Generation {
     }
 }
 
+// One `Step` lives on the stack per loop turn; boxing the event would allocate per token.
+#[allow(clippy::large_enum_variant)]
 enum Step {
     Event(Result<Event, async_channel::RecvError>),
     Idle,

@@ -30,6 +30,7 @@ pub fn outcome(id: &str, route: &str, model: &str, clock: GenerationClock, e: En
     if let Some(s) = stats {
         o.clock.admitted_at(clock.start_instant() + s.queue_time);
         o.prefill = Some(s.prefill_time);
+        o.prefill_chunks = s.prefill_chunks as u64;
         o.decode = Some(DecodeSpan { tokens: s.completion_tokens as u64, time: s.decode_time });
         o.completion_tokens = o.completion_tokens.max(if e.stopped { 0 } else { s.completion_tokens as u64 });
         o.prefix = PrefixCommit { cached_tokens: s.cached_tokens as u64, prefilled_tokens: s.prefilled_tokens as u64 };

@@ -7,6 +7,8 @@ pub mod serve;
 
 use argh::FromArgs;
 use mtplx_lite::api::state::{ApiConfig, Cidr, MetricsDefault};
+use mtplx_lite::engine::step_budget::{DEFAULT_MAX_BATCH_TOKENS, DEFAULT_PREFILL_CHUNK};
+use mtplx_lite::engine::StepBudget;
 use mtplx_lite::http::server::{DEFAULT_MAX_BODY_BYTES, DEFAULT_MAX_CONNECTIONS};
 use mtplx_lite::http::HttpConfig;
 use std::net::{SocketAddr, ToSocketAddrs};
@@ -87,6 +89,13 @@ pub struct Cli {
     /// smaller budget also shortens the context a request may use
     #[argh(option)]
     pub kv_cache_bytes: Option<usize>,
+    /// most tokens one scheduler step feeds while any stream decodes, which bounds every
+    /// stream's gap between tokens (default 32; see docs/performance.md)
+    #[argh(option, default = "DEFAULT_MAX_BATCH_TOKENS")]
+    pub max_batch_tokens: usize,
+    /// prompt tokens one step prefills while no stream decodes (default 256)
+    #[argh(option, default = "DEFAULT_PREFILL_CHUNK")]
+    pub prefill_chunk: usize,
     #[argh(subcommand)]
     pub command: Option<Command>,
 }
@@ -141,6 +150,7 @@ pub struct ModelOpts {
     pub queue_depth: usize,
     pub ctx: Option<usize>,
     pub kv_cache_bytes: Option<usize>,
+    pub budget: StepBudget,
 }
 
 impl ModelOpts {
@@ -224,7 +234,15 @@ impl Settings {
             shutdown_grace: Duration::from_secs_f64(cli.shutdown_grace),
             ..HttpConfig::default()
         };
-        let model = ModelOpts { model: cli.model.clone(), threads: cli.threads, queue_depth: cli.queue_depth.max(1), ctx: cli.ctx, kv_cache_bytes: cli.kv_cache_bytes };
+        let budget = StepBudget { max_batch_tokens: cli.max_batch_tokens.max(1), prefill_chunk: cli.prefill_chunk.max(1) };
+        let model = ModelOpts {
+            model: cli.model.clone(),
+            threads: cli.threads,
+            queue_depth: cli.queue_depth.max(1),
+            ctx: cli.ctx,
+            kv_cache_bytes: cli.kv_cache_bytes,
+            budget,
+        };
         Ok(Settings { listen, http, api, model, metrics_history: cli.metrics_history.max(1) })
     }
 }

@@ -25,7 +25,10 @@ pub fn run(s: Settings) -> Result<(), String> {
     eprintln!("mtplx-lite: loading {}", path.display());
     let loaded = mtplx_lite::model::load::load(&path, s.model.threads).map_err(|e| e.to_string())?;
     let info = loaded.model.info().clone();
-    let engine_cfg = EngineConfig::for_model(&*loaded.model, s.model.queue_depth, s.model.ctx, s.model.kv_cache_bytes);
+    let engine_cfg = EngineConfig {
+        budget: s.model.budget,
+        ..EngineConfig::for_model(&*loaded.model, s.model.queue_depth, s.model.ctx, s.model.kv_cache_bytes)
+    };
     let ctx = engine_cfg.ctx;
     let engine = Engine::start(loaded.model.clone(), loaded.tokenizer.clone(), engine_cfg);
     let metrics = Metrics::shared(s.metrics_history, BuildInfo::current("cpu", &loaded.name));

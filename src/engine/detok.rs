@@ -85,6 +85,13 @@ fn delta<'a>(before: &str, after: &'a str) -> Option<&'a str> {
     }
 }
 
+/// The model's tokenizer decodes for the streaming detokenizer.
+impl TokenDecoder for crate::model::Tokenizer {
+    fn decode(&self, ids: &[u32]) -> String {
+        crate::model::Tokenizer::decode(self, ids)
+    }
+}
+
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
@@ -168,12 +175,5 @@ pub(crate) mod tests {
         }
         assert_eq!(out.len(), 10_000);
         assert!(sd.ids.len() <= 2, "window grew to {}", sd.ids.len());
-    }
-}
-
-/// The model's tokenizer decodes for the streaming detokenizer.
-impl TokenDecoder for crate::model::Tokenizer {
-    fn decode(&self, ids: &[u32]) -> String {
-        crate::model::Tokenizer::decode(self, ids)
     }
 }

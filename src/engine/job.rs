@@ -202,6 +202,8 @@ pub struct GenStats {
     pub cached_tokens: usize,
     /// Prompt tokens run through the model (`prompt_tokens - cached_tokens`).
     pub prefilled_tokens: usize,
+    /// Scheduler steps that fed part of the prompt.
+    pub prefill_chunks: usize,
     /// Tokens sampled, a final stop token included.
     pub completion_tokens: usize,
     /// Submission to admission.

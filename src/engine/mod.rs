@@ -14,10 +14,14 @@ pub mod kv_cache;
 pub mod sampler;
 pub mod scheduler;
 #[cfg(test)]
+mod scheduler_tests;
+pub mod step_budget;
+#[cfg(test)]
 pub(crate) mod toy_model;
 
 pub use detok::{StreamDecoder, TokenDecoder};
 pub use job::{Event, FinishReason, GenStats, Job, JobSpec, KvSnapshot, SamplingParams, MAX_TOP_LOGPROBS};
+pub use step_budget::StepBudget;
 
 use kv_cache::KvCacheManager;
 use scheduler::{Scheduler, Shared};
@@ -39,6 +43,8 @@ pub struct EngineConfig {
     pub ctx: usize,
     /// Budget for all KV caches together.
     pub kv_cache_bytes: usize,
+    /// Tokens per scheduler step.
+    pub budget: StepBudget,
 }
 
 impl EngineConfig {
@@ -57,7 +63,7 @@ impl EngineConfig {
         let kv_cache_bytes = kv_cache_bytes.unwrap_or_else(|| DEFAULT_KV_CACHE_BYTES.max(ctx * per_position));
         // A sequence can never grow past what the whole budget holds, so that is its context.
         let ctx = ctx.min(kv_cache_bytes / per_position).max(1);
-        EngineConfig { queue_depth, ctx, kv_cache_bytes }
+        EngineConfig { queue_depth, ctx, kv_cache_bytes, budget: StepBudget::default() }
     }
 }
 
@@ -100,7 +106,7 @@ impl Engine {
         let shared = Arc::new(Shared::default());
         let per_position = model.new_cache(0).bytes_per_position();
         let caches = KvCacheManager::new(cfg.ctx, cfg.kv_cache_bytes, per_position);
-        let sched = Scheduler::new(model, decoder, caches, jobs_rx, stop_rx, shared.clone());
+        let sched = Scheduler::new(model, decoder, caches, jobs_rx, stop_rx, shared.clone(), cfg.budget);
         let thread = std::thread::Builder::new()
             .name("mtplx-decode".into())
             .spawn(move || sched.run())
@@ -162,11 +168,11 @@ mod tests {
     use super::*;
     use crate::engine::detok::tests::ByteDecoder;
     use crate::engine::job::{Event, FinishReason, SamplingParams};
-    use crate::engine::scheduler::PREFILL_CHUNK_TOKENS;
+    use crate::engine::step_budget::{DEFAULT_MAX_BATCH_TOKENS, DEFAULT_PREFILL_CHUNK};
     use crate::engine::toy_model::*;
 
     fn engine(model: &Arc<ToyModel>, queue_depth: usize, ctx: usize, kv_cache_bytes: usize) -> Engine {
-        let cfg = EngineConfig { queue_depth, ctx, kv_cache_bytes };
+        let cfg = EngineConfig { queue_depth, ctx, kv_cache_bytes, budget: StepBudget::default() };
         Engine::start(model.clone(), Arc::new(ByteDecoder), cfg)
     }
 
@@ -210,7 +216,11 @@ mod tests {
         let log = model.log.lock().unwrap();
         // B and C joined while A was decoding; C's prompt came in chunks beside the decodes.
         assert!(log.iter().any(|p| p.len() == 3 && p[0] == 1 && p.iter().sum::<usize>() > 3), "{log:?}");
-        assert!(log.iter().all(|p| p.iter().filter(|&&n| n > 1).sum::<usize>() <= PREFILL_CHUNK_TOKENS));
+        // A pass with a decode in it feeds at most the step budget; one without, a chunk.
+        for pass in log.iter() {
+            let bound = if pass.contains(&1) { DEFAULT_MAX_BATCH_TOKENS } else { DEFAULT_PREFILL_CHUNK };
+            assert!(pass.iter().sum::<usize>() <= bound, "{pass:?} in {log:?}");
+        }
         assert_eq!(e.running(), 0);
         assert_eq!(e.kv_snapshot().active, 0);
     }
@@ -425,9 +435,9 @@ mod tests {
         let model = ToyModel::new(Gate::open_gate());
         let per_position = model.new_cache(0).bytes_per_position();
         let cfg = EngineConfig::for_model(&model, 64, None, None);
-        assert_eq!(cfg, EngineConfig { queue_depth: 64, ctx: 1024, kv_cache_bytes: DEFAULT_KV_CACHE_BYTES });
+        assert_eq!(cfg, EngineConfig { queue_depth: 64, ctx: 1024, kv_cache_bytes: DEFAULT_KV_CACHE_BYTES, budget: StepBudget::default() });
         let cfg = EngineConfig::for_model(&model, 2, Some(100), Some(5000));
-        assert_eq!(cfg, EngineConfig { queue_depth: 2, ctx: 100, kv_cache_bytes: 5000 });
+        assert_eq!(cfg, EngineConfig { queue_depth: 2, ctx: 100, kv_cache_bytes: 5000, budget: StepBudget::default() });
         // A budget never defaults below one full context.
         let huge = EngineConfig::for_model(&model, 2, Some(DEFAULT_KV_CACHE_BYTES), None);
         assert_eq!(huge.kv_cache_bytes, DEFAULT_KV_CACHE_BYTES * per_position);

@@ -1,9 +1,9 @@
 //! The decode loop: admit jobs between steps, run every active sequence in one batched forward
 //! pass per step, sample, stream, and end sequences (stop, length, cancel, error).
 //!
-//! Each step feeds every decoding sequence its last token and, beside them, at most
-//! [`PREFILL_CHUNK_TOKENS`] prompt tokens of sequences still prefilling (oldest first), so a long
-//! prompt costs the others a few slower steps instead of one long stall. Speculative decoding
+//! Each step feeds every decoding sequence its last token and, beside them, prompt tokens of
+//! sequences still prefilling, as much as the [`StepBudget`] allows, so a long prompt costs the
+//! others slightly slower steps instead of one long stall. Speculative decoding
 //! will slot in at `plan`: a sequence then feeds its draft with `LogitsWanted::All` and rolls its
 //! cache back with `KvCache::truncate`.
 
@@ -11,14 +11,13 @@ use super::detok::{StreamDecoder, TokenDecoder};
 use super::job::{Event, FinishReason, GenStats, Job, KvSnapshot};
 use super::kv_cache::{KvCacheManager, SeqId};
 use super::sampler::Sampler;
+use super::step_budget::{StepBudget, Want};
 use crate::model::{LogitsWanted, Model, SeqBatch};
 use crossbeam_channel::{Receiver, TryRecvError};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
-/// Prompt tokens one step may prefill, summed over sequences.
-pub const PREFILL_CHUNK_TOKENS: usize = 256;
 /// Most sequences decoding together; more wait in the queue.
 pub const MAX_ACTIVE_SEQUENCES: usize = 64;
 
@@ -38,6 +37,8 @@ struct Seq {
     detok: StreamDecoder,
     /// Next prompt index to feed; prefill is over when it reaches the prompt's length.
     fed: usize,
+    /// Steps that fed part of the prompt.
+    prefill_chunks: usize,
     /// The last sampled token, fed at the next step.
     pending: u32,
     generated: usize,
@@ -59,6 +60,7 @@ pub(crate) struct Scheduler {
     pub jobs: Receiver<Job>,
     pub stop: Receiver<()>,
     pub shared: Arc<Shared>,
+    budget: StepBudget,
     active: Vec<Seq>,
     /// A job taken off the queue that waits for cache room.
     held: Option<Job>,
@@ -72,8 +74,9 @@ impl Scheduler {
         jobs: Receiver<Job>,
         stop: Receiver<()>,
         shared: Arc<Shared>,
+        budget: StepBudget,
     ) -> Scheduler {
-        Scheduler { model, decoder, caches, jobs, stop, shared, active: Vec::new(), held: None }
+        Scheduler { model, decoder, caches, jobs, stop, shared, budget, active: Vec::new(), held: None }
     }
 
     /// The decode thread's body; returns at shutdown, after ending every job it knows of.
@@ -163,6 +166,7 @@ impl Scheduler {
             detok: StreamDecoder::new(),
             id: admission.id,
             fed: admission.cached_tokens,
+            prefill_chunks: 0,
             pending: 0,
             generated: 0,
             max_new,
@@ -186,19 +190,12 @@ impl Scheduler {
 
     /// Which sequences take part in this step and how many tokens each feeds.
     fn plan(&self) -> Vec<(usize, usize)> {
-        let mut plan = Vec::with_capacity(self.active.len());
-        let mut prefill_left = PREFILL_CHUNK_TOKENS;
-        for (i, s) in self.active.iter().enumerate().filter(|(_, s)| s.done.is_none()) {
-            let prompt_left = s.job.prompt.len() - s.fed;
-            if prompt_left == 0 {
-                plan.push((i, 1));
-            } else if prefill_left > 0 {
-                let n = prompt_left.min(prefill_left);
-                prefill_left -= n;
-                plan.push((i, n));
-            }
-        }
-        plan
+        let live: Vec<usize> = (0..self.active.len()).filter(|&i| self.active[i].done.is_none()).collect();
+        let wants: Vec<Want> = live
+            .iter()
+            .map(|&i| Want { prompt_left: self.active[i].job.prompt.len() - self.active[i].fed })
+            .collect();
+        self.budget.plan(&wants).into_iter().map(|(w, n)| (live[w], n)).collect()
     }
 
     /// One batched forward pass, then sampling for every sequence that got its logits.
@@ -258,6 +255,7 @@ impl Scheduler {
             let prefilling = s.fed < s.job.prompt.len();
             if prefilling {
                 s.fed += n;
+                s.prefill_chunks += 1;
                 if s.fed < s.job.prompt.len() {
                     continue;
                 }
@@ -291,6 +289,7 @@ impl Scheduler {
                 prompt_tokens: job.prompt.len(),
                 cached_tokens: s.cached,
                 prefilled_tokens: s.fed - s.cached,
+                prefill_chunks: s.prefill_chunks,
                 completion_tokens: s.generated,
                 queue_time: s.admitted - job.submitted,
                 prefill_time: s.first_token.unwrap_or(now) - s.admitted,

@@ -157,6 +157,8 @@ pub struct GenerationOutcome {
     pub answer_chars: u64,
     /// Time the engine spent prefilling (`None`: taken as TTFT minus queueing).
     pub prefill: Option<Duration>,
+    /// Scheduler steps that fed part of the prompt.
+    pub prefill_chunks: u64,
     pub spec: SpecStats,
     pub prefix: PrefixCommit,
     pub snapshot: KvRecord,
@@ -185,6 +187,7 @@ impl GenerationOutcome {
             question_chars: None,
             answer_chars: 0,
             prefill: None,
+            prefill_chunks: 0,
             spec: SpecStats::default(),
             prefix: PrefixCommit::default(),
             snapshot: KvRecord::default(),
@@ -268,6 +271,7 @@ impl Metrics {
             prompt_tokens: o.prompt_tokens,
             completion_tokens: o.completion_tokens,
             queue_s: queue.as_secs_f64(),
+            prefill_chunks: o.prefill_chunks,
             ttft_s,
             ttlt_s,
             tok_s: per_second(o.completion_tokens, ttlt_s),

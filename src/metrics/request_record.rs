@@ -71,6 +71,9 @@ pub struct RequestRecord {
     pub completion_tokens: u64,
     /// Time spent waiting for the decode thread.
     pub queue_s: f64,
+    /// Scheduler steps that fed part of the prompt (a long prompt is prefilled in chunks).
+    #[serde(default)]
+    pub prefill_chunks: u64,
     /// Start of the generation to the first token reaching the client.
     pub ttft_s: Option<f64>,
     /// Start of the generation to its terminal state, on the same clock as `ttft_s`.
@@ -169,6 +172,7 @@ pub(crate) fn sample_record(seq: u64) -> RequestRecord {
         prompt_tokens: 10,
         completion_tokens: 5,
         queue_s: 0.0,
+        prefill_chunks: 0,
         ttft_s: Some(0.1),
         ttlt_s: 0.5,
         tok_s: 10.0,

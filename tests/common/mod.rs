@@ -2,6 +2,8 @@
 //! real sockets.
 #![allow(dead_code)]
 
+pub mod sse;
+
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::path::PathBuf;

@@ -1,0 +1,139 @@
+//! How many tokens each sequence feeds in one scheduler step.
+//!
+//! A step's time grows with the tokens it feeds (on a CPU, prefill tokens are compute-bound:
+//! each costs about as much as a quarter to a half of a one-token decode step). So:
+//! - while any sequence decodes, the step feeds at most `max_batch_tokens` tokens, its decode
+//!   tokens first, which bounds the gap between two tokens of every running stream;
+//! - while none decodes, prompts are prefilled in chunks of `prefill_chunk` tokens, large enough
+//!   to keep the matrix kernels efficient and small enough that a request arriving meanwhile
+//!   waits at most one chunk.
+//!
+//! Prompts share the prefill budget shortest remaining first, so a short request gets its first
+//! token after one step even behind a long prompt, and the oldest prefilling prompt is always
+//! given at least a quarter of it, so a stream of short requests cannot starve a long one.
+
+/// Tokens per step while some sequence decodes, when not configured (`--max-batch-tokens`).
+/// Chosen by measurement on the demo model (docs/performance.md): a step with 32 tokens costs
+/// a running stream about 3x its plain decode gap.
+pub const DEFAULT_MAX_BATCH_TOKENS: usize = 32;
+/// Prompt tokens per step while no sequence decodes, when not configured (`--prefill-chunk`).
+pub const DEFAULT_PREFILL_CHUNK: usize = 256;
+
+/// The per-step token budget; both fields are at least 1.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct StepBudget {
+    /// Most tokens a step feeds, summed over sequences, while any sequence decodes.
+    pub max_batch_tokens: usize,
+    /// Most prompt tokens a step feeds while no sequence decodes.
+    pub prefill_chunk: usize,
+}
+
+impl Default for StepBudget {
+    fn default() -> Self {
+        StepBudget { max_batch_tokens: DEFAULT_MAX_BATCH_TOKENS, prefill_chunk: DEFAULT_PREFILL_CHUNK }
+    }
+}
+
+/// One candidate of a step, in admission order (oldest first).
+#[derive(Clone, Copy, Debug)]
+pub struct Want {
+    /// Prompt tokens still to prefill; 0 for a decoding sequence (it feeds one token).
+    pub prompt_left: usize,
+}
+
+impl StepBudget {
+    /// Prompt tokens the step may feed, given how many sequences decode in it.
+    fn prefill_tokens(&self, decoding: usize) -> usize {
+        if decoding == 0 {
+            return self.prefill_chunk.max(1);
+        }
+        let max = self.max_batch_tokens.max(1);
+        // Decodes come first, but prompts always move: many streams must not freeze a prefill.
+        max.saturating_sub(decoding).max(max.div_ceil(4))
+    }
+
+    /// `(index into wants, tokens)` for every sequence that feeds in this step, in index order.
+    pub fn plan(&self, wants: &[Want]) -> Vec<(usize, usize)> {
+        let decoding = wants.iter().filter(|w| w.prompt_left == 0).count();
+        let mut left = self.prefill_tokens(decoding);
+        let mut give = vec![0usize; wants.len()];
+        let mut prefilling: Vec<usize> = (0..wants.len()).filter(|&i| wants[i].prompt_left > 0).collect();
+        if let Some(&oldest) = prefilling.first() {
+            let floor = wants[oldest].prompt_left.min(left.div_ceil(4));
+            give[oldest] = floor;
+            left -= floor;
+        }
+        // Stable: equal lengths keep admission order.
+        prefilling.sort_by_key(|&i| wants[i].prompt_left);
+        for i in prefilling {
+            let n = (wants[i].prompt_left - give[i]).min(left);
+            give[i] += n;
+            left -= n;
+        }
+        (0..wants.len())
+            .filter_map(|i| match wants[i].prompt_left {
+                0 => Some((i, 1)),
+                _ => (give[i] > 0).then_some((i, give[i])),
+            })
+            .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn wants(lefts: &[usize]) -> Vec<Want> {
+        lefts.iter().map(|&prompt_left| Want { prompt_left }).collect()
+    }
+
+    #[test]
+    fn alone_a_prompt_goes_in_chunks_of_prefill_chunk() {
+        let b = StepBudget { max_batch_tokens: 16, prefill_chunk: 256 };
+        assert_eq!(b.plan(&wants(&[4000])), vec![(0, 256)]);
+        assert_eq!(b.plan(&wants(&[100])), vec![(0, 100)]);
+    }
+
+    #[test]
+    fn beside_decodes_a_step_feeds_at_most_max_batch_tokens() {
+        let b = StepBudget { max_batch_tokens: 16, prefill_chunk: 256 };
+        let plan = b.plan(&wants(&[0, 4000, 0]));
+        assert_eq!(plan, vec![(0, 1), (1, 14), (2, 1)]);
+        assert_eq!(plan.iter().map(|p| p.1).sum::<usize>(), 16);
+    }
+
+    #[test]
+    fn many_decodes_leave_a_quarter_of_the_budget_to_prompts() {
+        let b = StepBudget { max_batch_tokens: 16, prefill_chunk: 256 };
+        let mut w = wants(&[0; 20]);
+        w.push(Want { prompt_left: 500 });
+        let plan = b.plan(&w);
+        assert_eq!(plan.len(), 21);
+        assert_eq!(plan[20], (20, 4));
+    }
+
+    #[test]
+    fn a_short_prompt_passes_a_long_one_which_keeps_moving() {
+        let b = StepBudget { max_batch_tokens: 64, prefill_chunk: 256 };
+        // The long prompt is older; the short one still finishes its prefill in this step.
+        let plan = b.plan(&wants(&[4000, 30]));
+        assert_eq!(plan, vec![(0, 226), (1, 30)]);
+        let plan = b.plan(&wants(&[0, 4000, 300, 30]));
+        assert_eq!(plan, vec![(0, 1), (1, 16), (2, 17), (3, 30)]);
+    }
+
+    #[test]
+    fn the_oldest_prompt_gets_a_quarter_even_behind_many_short_ones() {
+        let b = StepBudget { max_batch_tokens: 64, prefill_chunk: 64 };
+        let plan = b.plan(&wants(&[1000, 10, 10, 10, 10, 10, 10, 10]));
+        assert_eq!(plan[0], (0, 16));
+        assert_eq!(plan.iter().map(|p| p.1).sum::<usize>(), 64);
+    }
+
+    #[test]
+    fn zero_settings_still_make_progress() {
+        let b = StepBudget { max_batch_tokens: 0, prefill_chunk: 0 };
+        assert_eq!(b.plan(&wants(&[10])), vec![(0, 1)]);
+        assert_eq!(b.plan(&wants(&[0, 10])), vec![(0, 1), (1, 1)]);
+    }
+}

@@ -1,0 +1,115 @@
+//! Long prompts on the real binary: while a prompt of thousands of tokens is prefilled, a
+//! running stream keeps receiving tokens and a short request gets its first token; a long
+//! prefill whose client leaves is cancelled and recorded as interrupted. No timing assertions:
+//! benches/long_prompt_interference.py measures the latencies.
+
+mod common;
+
+use common::sse::Sse;
+use common::{demo_model, get, post_json, Server};
+use serde_json::{json, Value};
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// Bound on every poll for a state the server reaches asynchronously.
+const POLL_DEADLINE: Duration = Duration::from_secs(120);
+/// Step budget of these servers: the long prefill takes dozens of steps beside the stream.
+const MAX_BATCH_TOKENS: usize = 128;
+
+fn start() -> Server {
+    let model = demo_model();
+    let budget = MAX_BATCH_TOKENS.to_string();
+    Server::start(&["--model", model.to_str().unwrap(), "--threads", "2", "--max-batch-tokens", &budget, "--prefill-chunk", "256"])
+}
+
+/// A prompt of about `tokens` tokens of the demo tokenizer (about 16 per sentence).
+fn long_text(tokens: usize) -> String {
+    (0..tokens / 16).map(|i| format!("Item {i} says the river near the harbor is number {}.", i * 7)).collect::<Vec<_>>().join(" ")
+}
+
+fn gauge(addr: SocketAddr, name: &str) -> f64 {
+    let text = get(addr, "/metrics").text();
+    text.lines().find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.trim().parse().ok()).unwrap_or_else(|| panic!("no {name} in\n{text}"))
+}
+
+fn poll(what: &str, mut cond: impl FnMut() -> bool) {
+    let deadline = Instant::now() + POLL_DEADLINE;
+    while !cond() {
+        assert!(Instant::now() < deadline, "never: {what}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+fn history(addr: SocketAddr) -> Vec<Value> {
+    get(addr, "/v1/mtplx/metrics").json()["history"].as_array().unwrap().clone()
+}
+
+#[test]
+fn a_long_prefill_stalls_neither_a_running_stream_nor_a_short_request() {
+    let s = start();
+    let addr = s.addr;
+    let mut stream = Sse::open(addr, "/v1/completions", &json!({"prompt": "Once upon a time", "max_tokens": 3000, "stream": true, "temperature": 0.7, "seed": 3}));
+    assert_eq!(stream.status, 200);
+    stream.next_data().expect("the stream's first token");
+
+    let long_done = Arc::new(AtomicBool::new(false));
+    let long = {
+        let done = long_done.clone();
+        std::thread::spawn(move || {
+            let r = post_json(addr, "/v1/completions", &json!({"prompt": long_text(4000), "max_tokens": 1, "temperature": 0}));
+            done.store(true, Ordering::SeqCst);
+            r
+        })
+    };
+    poll("the long prompt runs beside the stream", || gauge(addr, "llm_requests_running") >= 2.0);
+
+    let mut short = Sse::open(addr, "/v1/completions", &json!({"prompt": "Hi", "max_tokens": 2, "stream": true, "temperature": 0}));
+    assert_eq!(short.status, 200);
+    short.next_data().expect("the short request's first token");
+    assert!(!long_done.load(Ordering::SeqCst), "the short request waited for the whole long prefill");
+    short.rest();
+
+    // The stream gets tokens while the long prompt is prefilled, one per step at least.
+    let mut during = 0;
+    while !long_done.load(Ordering::SeqCst) {
+        match stream.next_data() {
+            Some(d) if d != b"[DONE]" => during += 1,
+            _ => break,
+        }
+    }
+    let r = long.join().unwrap();
+    assert_eq!(r.status, 200, "{}", r.text());
+    let prompt_tokens = r.json()["usage"]["prompt_tokens"].as_u64().unwrap();
+    assert!(prompt_tokens >= 3500, "the long prompt has {prompt_tokens} tokens");
+    assert!(during >= 10, "the stream got {during} tokens while the long prompt was prefilled");
+
+    let rec = history(addr).into_iter().find(|r| r["prompt_tokens"] == prompt_tokens).expect("the long prompt's record");
+    let chunks = rec["prefill_chunks"].as_u64().unwrap();
+    // Beside a decoding stream a step feeds at most MAX_BATCH_TOKENS tokens, alone at most 256.
+    assert!(chunks >= prompt_tokens / 256 && chunks >= 10, "{rec}");
+    drop(stream);
+}
+
+#[test]
+fn a_long_prefill_whose_client_leaves_is_cancelled_and_recorded_as_interrupted() {
+    let s = start();
+    let addr = s.addr;
+    let body = json!({"messages": [{"role": "user", "content": long_text(6000)}], "max_tokens": 5, "stream": true});
+    let mut sse = Sse::open(addr, "/v1/chat/completions", &body);
+    assert_eq!(sse.status, 200);
+    let role: Value = serde_json::from_slice(&sse.next_data().expect("the role chunk")).unwrap();
+    assert_eq!(role["choices"][0]["delta"]["role"], "assistant", "{role}");
+    poll("the long prompt is being prefilled", || gauge(addr, "llm_requests_running") == 1.0);
+    drop(sse);
+    let left = Instant::now();
+    poll("the prefill stops", || gauge(addr, "llm_requests_running") == 0.0);
+    eprintln!("the decode thread let the prefill go {:?} after its client left", left.elapsed());
+    let rec = history(addr).into_iter().find(|r| r["request_id"] == role["id"]).expect("the record");
+    assert_eq!(rec["status"], "interrupted", "{rec}");
+    assert_eq!(rec["completion_tokens"], 0, "{rec}");
+    // The server goes on serving.
+    let r = post_json(addr, "/v1/completions", &json!({"prompt": "Hi", "max_tokens": 2}));
+    assert_eq!(r.status, 200, "{}", r.text());
+}
