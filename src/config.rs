@@ -4,12 +4,8 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
-/// Default cap on a request body (`--max-body-bytes`).
-pub const DEFAULT_MAX_BODY_BYTES: usize = 4 * 1024 * 1024;
-/// Default cap on simultaneously open connections (`--max-connections`).
-pub const DEFAULT_MAX_CONNECTIONS: usize = 1024;
-/// Default grace period for in-flight responses on SIGINT/SIGTERM (`--shutdown-grace`).
-pub const DEFAULT_SHUTDOWN_GRACE: Duration = Duration::from_secs(10);
+use crate::http::{DEFAULT_MAX_BODY_BYTES, DEFAULT_MAX_CONNECTIONS, DEFAULT_SHUTDOWN_GRACE};
+
 /// Default number of per-request metrics records kept (`--metrics-history`).
 pub const DEFAULT_METRICS_HISTORY: usize = 256;
 /// Default depth of the job queue in front of the decode thread (`--queue-depth`).

@@ -23,10 +23,10 @@ struct Cli {
     #[argh(option, default = "0")]
     threads: usize,
     /// largest request body accepted, in bytes; larger gets 413 (default 4 MiB)
-    #[argh(option, default = "mtplx_lite::config::DEFAULT_MAX_BODY_BYTES")]
+    #[argh(option, default = "mtplx_lite::http::DEFAULT_MAX_BODY_BYTES")]
     max_body_bytes: usize,
     /// most connections open at once; more get 503 (default 1024)
-    #[argh(option, default = "mtplx_lite::config::DEFAULT_MAX_CONNECTIONS")]
+    #[argh(option, default = "mtplx_lite::http::DEFAULT_MAX_CONNECTIONS")]
     max_connections: usize,
     /// seconds in-flight responses get to finish after SIGINT/SIGTERM (default 10)
     #[argh(option, default = "10.0")]
@@ -171,7 +171,13 @@ fn serve(cfg: ServeConfig) -> Result<(), String> {
     let addr = listener.local_addr().map_err(|e| e.to_string())?;
     let shutdown = Shutdown::new();
     shutdown_on_signals(shutdown.clone()).map_err(|e| format!("cannot install signal handlers: {e}"))?;
-    let http_cfg = HttpConfig::from_serve(&cfg);
+    let http_cfg = HttpConfig {
+        io_threads: cfg.io_threads,
+        max_connections: cfg.max_connections,
+        max_body_bytes: cfg.max_body_bytes,
+        shutdown_grace: cfg.shutdown_grace,
+        ..HttpConfig::default()
+    };
     let app = Arc::new(App::new(cfg, metrics.clone(), Some(Arc::new(llm))));
     // Metrics streams end cleanly as soon as shutdown starts, not at the end of the grace.
     let (m, s) = (metrics.clone(), shutdown.clone());

@@ -3,7 +3,8 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use mtplx_lite::http::parse::{parse_head, MAX_HEADERS, MAX_HEAD_BYTES, MAX_TARGET_BYTES};
+use mtplx_lite::http::limits::{MAX_HEADERS, MAX_HEAD_BYTES, MAX_TARGET_BYTES};
+use mtplx_lite::http::parse::parse_head;
 
 fuzz_target!(|data: &[u8]| {
     let Ok(Some((head, n))) = parse_head(data) else {

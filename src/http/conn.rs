@@ -12,12 +12,13 @@ use smol::future::{self, FutureExt as _};
 use smol::io::{AsyncRead, AsyncWrite};
 use smol::Timer;
 
+use super::config::HttpConfig;
 use super::error::HttpError;
 use super::exec::Turn;
 use super::io::{write_pair_timed, write_timed, ReadBuf};
-use super::parse::{parse_head, ChunkedDecoder, Framing, MAX_HEAD_BYTES, MAX_TARGET_BYTES};
+use super::limits::{MAX_HEAD_BYTES, MAX_TARGET_BYTES};
+use super::parse::{parse_head, ChunkedDecoder, Framing};
 use super::response::{self, ConnHeader, CONTINUE, LAST_CHUNK};
-use super::server::HttpConfig;
 use super::shutdown::Shutdown;
 use super::{Body, Handler, Rejected, Request};
 

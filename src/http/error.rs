@@ -2,7 +2,7 @@
 
 use std::fmt;
 
-use super::parse::{
+use super::limits::{
     MAX_CHUNK_LINE_BYTES, MAX_HEADERS, MAX_HEAD_BYTES, MAX_TARGET_BYTES, MAX_TRAILER_BYTES,
 };
 

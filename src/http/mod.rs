@@ -5,18 +5,23 @@
 //! Requests the server rejects itself (limits, smuggling, timeouts) never reach `handle`; the
 //! handler hears of them through [`Handler::on_rejected`] so that they can still be counted.
 
+pub mod config;
 pub mod conn;
 pub mod date;
 pub mod error;
 mod exec;
 mod io;
+pub mod limits;
 pub mod parse;
 pub mod response;
 pub mod server;
 pub mod shutdown;
 
 pub use error::HttpError;
-pub use server::{serve, HttpConfig};
+pub use config::{
+    HttpConfig, DEFAULT_MAX_BODY_BYTES, DEFAULT_MAX_CONNECTIONS, DEFAULT_SHUTDOWN_GRACE,
+};
+pub use server::serve;
 pub use shutdown::{shutdown_on_signals, Shutdown};
 
 use std::future::Future;

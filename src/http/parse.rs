@@ -2,17 +2,9 @@
 //! incremental chunked-body decoder. Nothing here reads a socket, so all of it can be fuzzed.
 
 use super::error::HttpError;
-
-/// Largest request head (request line + header fields) accepted; beyond it: 431 (RFC 6585 §5).
-pub const MAX_HEAD_BYTES: usize = 16 * 1024;
-/// Most header fields accepted in one request; beyond it: 431 (RFC 6585 §5).
-pub const MAX_HEADERS: usize = 64;
-/// Longest request target accepted; beyond it: 414 (RFC 9110 §15.5.15).
-pub const MAX_TARGET_BYTES: usize = 8 * 1024;
-/// Longest chunk-size line (size plus extensions, RFC 9112 §7.1.1) accepted in a chunked body.
-pub const MAX_CHUNK_LINE_BYTES: usize = 1024;
-/// Largest trailer section (RFC 9112 §7.1.2) accepted after the last chunk; it is discarded.
-pub const MAX_TRAILER_BYTES: usize = 8 * 1024;
+use super::limits::{
+    MAX_CHUNK_LINE_BYTES, MAX_HEADERS, MAX_HEAD_BYTES, MAX_TARGET_BYTES, MAX_TRAILER_BYTES,
+};
 
 /// How the request body is delimited (RFC 9112 §6.3).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
