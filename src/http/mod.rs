@@ -16,6 +16,7 @@ pub mod parse;
 pub mod response;
 pub mod server;
 pub mod shutdown;
+mod stream;
 
 pub use error::HttpError;
 pub use config::{
