@@ -21,7 +21,7 @@ use super::parse::{parse_head, ChunkedDecoder, Framing, Head};
 use super::response::{self, ConnHeader, CONTINUE};
 use super::shutdown::Shutdown;
 use super::stream::StreamSink;
-use super::{Body, Handler, Rejected, Request, Response};
+use super::{render_rejection, Body, Handler, Rejected, Request, Response};
 
 /// Pending output is written out once it grows past this, even while pipelined requests remain.
 const WRITE_BATCH_BYTES: usize = 64 * 1024;
@@ -177,15 +177,17 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Conn<'_, '_, S> {
         outcome
     }
 
-    /// Answers a request the server refuses itself, and reports it to the handler.
+    /// Answers a request the server refuses itself, in the handler's rendering, and reports it.
     fn reject(&mut self, err: &HttpError, method: &str, path: &str, head_only: bool) {
-        response::write_error(&mut self.out, err, head_only);
         let rejected = Rejected {
             method,
             path,
             status: err.status(),
+            error: err,
             peer: self.ctx.peer,
         };
+        let resp = render_rejection(self.ctx.handler, &rejected);
+        response::write_rejection(&mut self.out, rejected.status, resp, head_only);
         self.ctx.handler.on_rejected(&rejected);
     }
 

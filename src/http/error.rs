@@ -67,15 +67,7 @@ impl HttpError {
         }
     }
 
-    /// The OpenAI error `type`.
-    fn kind(&self) -> &'static str {
-        match self.status() {
-            500 | 501 | 503 | 505 => "server_error",
-            _ => "invalid_request_error",
-        }
-    }
-
-    /// The OpenAI error `code`: a stable machine-readable name.
+    /// A stable machine-readable name for the refusal (the `code` of an OpenAI error).
     pub fn code(&self) -> &'static str {
         match self {
             HttpError::HeadTooLarge => "header_section_too_large",
@@ -96,19 +88,6 @@ impl HttpError {
             HttpError::TooManyConnections { .. } => "too_many_connections",
             HttpError::HandlerPanicked => "internal_error",
         }
-    }
-
-    /// The body of the error response, in the OpenAI error shape.
-    pub fn to_json(&self) -> Vec<u8> {
-        let v = serde_json::json!({
-            "error": {
-                "message": self.to_string(),
-                "type": self.kind(),
-                "param": null,
-                "code": self.code(),
-            }
-        });
-        serde_json::to_vec(&v).unwrap_or_default()
     }
 }
 
@@ -196,17 +175,10 @@ mod tests {
     use super::*;
 
     #[test]
-    fn error_body_is_openai_shape_and_names_the_bound() {
+    fn each_refusal_has_a_status_a_code_and_names_the_bound() {
         let e = HttpError::BodyTooLarge { len: 10, limit: 5 };
-        let v: serde_json::Value = serde_json::from_slice(&e.to_json()).unwrap();
-        assert_eq!(v["error"]["code"], "body_too_large");
-        assert_eq!(v["error"]["type"], "invalid_request_error");
-        assert!(v["error"]["param"].is_null());
-        assert!(v["error"]["message"]
-            .as_str()
-            .unwrap()
-            .contains("limit of 5 bytes"));
-        assert_eq!(e.status(), 413);
+        assert_eq!((e.status(), e.code()), (413, "body_too_large"));
+        assert!(e.to_string().contains("limit of 5 bytes"), "{e}");
         assert_eq!(HttpError::UnsupportedVersion.status(), 505);
         assert_eq!(HttpError::UnsupportedTransferEncoding.status(), 501);
     }

@@ -16,7 +16,7 @@ use super::error::HttpError;
 use super::exec::run_tasks;
 use super::response;
 use super::shutdown::Shutdown;
-use super::{Handler, Rejected};
+use super::{render_rejection, Handler, Rejected};
 
 /// After an error response: how long to drain what the client still sends before closing.
 const LINGER_TIMEOUT: Duration = Duration::from_secs(1);
@@ -172,14 +172,17 @@ async fn refuse(
     let err = HttpError::TooManyConnections {
         limit: cfg.max_connections,
     };
-    let mut out = Vec::with_capacity(512);
-    response::write_error(&mut out, &err, false);
-    handler.on_rejected(&Rejected {
+    let rejected = Rejected {
         method: "",
         path: "",
         status: err.status(),
+        error: &err,
         peer,
-    });
+    };
+    let resp = render_rejection(handler, &rejected);
+    let mut out = Vec::with_capacity(512);
+    response::write_rejection(&mut out, rejected.status, resp, false);
+    handler.on_rejected(&rejected);
     let write = async {
         let _ = stream.write_all(&out).await;
     };
