@@ -6,6 +6,8 @@
 //! server picks the status and the reason ([`HttpError`]), the handler how the answer looks
 //! ([`Handler::rejection`]) and hears of it through [`Handler::on_rejected`] to count it.
 
+#![forbid(unsafe_code)]
+
 pub mod config;
 pub mod conn;
 pub mod date;
