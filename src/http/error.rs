@@ -39,6 +39,15 @@ pub enum HttpError {
     InvalidChunk,
     /// Trailer section longer than [`MAX_TRAILER_BYTES`].
     TrailersTooLarge,
+    /// An HTTP/1.1 request without a `Host` header (RFC 9112 §3.2).
+    MissingHost,
+    /// More than one `Host` header (RFC 9112 §3.2).
+    DuplicateHost,
+    /// A `Host` value that is not `host[:port]` (RFC 9112 §3.2, RFC 3986 §3.2.2).
+    InvalidHost,
+    /// More than one `Authorization` header: a proxy and the server could each believe a
+    /// different one.
+    DuplicateAuthorization,
     /// More connections than `max_connections` are open.
     TooManyConnections { limit: usize },
     /// The handler panicked while making the response.
@@ -59,7 +68,11 @@ impl HttpError {
             | HttpError::ConflictingContentLength
             | HttpError::InvalidContentLength
             | HttpError::TransferEncodingOnHttp10
-            | HttpError::InvalidChunk => 400,
+            | HttpError::InvalidChunk
+            | HttpError::MissingHost
+            | HttpError::DuplicateHost
+            | HttpError::InvalidHost
+            | HttpError::DuplicateAuthorization => 400,
             HttpError::UnsupportedTransferEncoding => 501,
             HttpError::UnsupportedVersion => 505,
             HttpError::TooManyConnections { .. } => 503,
@@ -85,6 +98,10 @@ impl HttpError {
             HttpError::UnsupportedVersion => "http_version_not_supported",
             HttpError::InvalidChunk => "invalid_chunk",
             HttpError::TrailersTooLarge => "trailers_too_large",
+            HttpError::MissingHost => "missing_host",
+            HttpError::DuplicateHost => "duplicate_host",
+            HttpError::InvalidHost => "invalid_host",
+            HttpError::DuplicateAuthorization => "duplicate_authorization",
             HttpError::TooManyConnections { .. } => "too_many_connections",
             HttpError::HandlerPanicked => "internal_error",
         }
@@ -156,6 +173,19 @@ impl fmt::Display for HttpError {
                     f,
                     "chunked trailer section exceeds {MAX_TRAILER_BYTES} bytes"
                 )
+            }
+            HttpError::MissingHost => {
+                write!(f, "HTTP/1.1 request has no Host header (RFC 9112 §3.2)")
+            }
+            HttpError::DuplicateHost => {
+                write!(f, "request has more than one Host header (RFC 9112 §3.2)")
+            }
+            HttpError::InvalidHost => write!(
+                f,
+                "Host header is not a host name or address with an optional port (RFC 9112 §3.2)"
+            ),
+            HttpError::DuplicateAuthorization => {
+                write!(f, "request has more than one Authorization header; send one")
             }
             HttpError::TooManyConnections { limit } => {
                 write!(
