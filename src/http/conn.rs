@@ -481,3 +481,7 @@ fn worth_parsing(buf: &[u8], checked: usize) -> bool {
         || crossed(MAX_TARGET_BYTES)
         || crossed(MAX_HEAD_BYTES)
 }
+
+#[cfg(test)]
+#[path = "conn_tests.rs"]
+mod tests;
