@@ -23,7 +23,10 @@ fuzz_target!(|data: &[u8]| {
             .count()
     };
     assert!(count("host") <= 1, "two Host headers accepted");
-    assert!(count("authorization") <= 1, "two Authorization headers accepted");
+    assert!(
+        count("authorization") <= 1,
+        "two Authorization headers accepted"
+    );
     if head.version == 1 {
         assert_eq!(count("host"), 1, "HTTP/1.1 without Host accepted");
     }
