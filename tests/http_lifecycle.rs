@@ -19,7 +19,8 @@ fn slowloris_gets_408_while_others_are_served() {
     };
     let server = TestServer::start(cfg);
     let mut slow = server.connect();
-    slow.write_all(b"GET /health HTTP/1.1\r\nHost: x\r\nX-Drip: ").unwrap();
+    slow.write_all(b"GET /health HTTP/1.1\r\nHost: x\r\nX-Drip: ")
+        .unwrap();
     // Meanwhile another client is served, several times over.
     let mut c = Client::new(&server);
     for _ in 0..5 {
@@ -100,7 +101,8 @@ fn a_thousand_concurrent_connections_are_served() {
     // All connections open at once before any request is sent.
     let mut conns: Vec<TcpStream> = (0..N).map(|_| server.connect()).collect();
     for s in &mut conns {
-        s.write_all(b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n").unwrap();
+        s.write_all(b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n")
+            .unwrap();
     }
     for s in conns.iter_mut() {
         let mut r = BufReader::new(&mut *s);
@@ -108,7 +110,8 @@ fn a_thousand_concurrent_connections_are_served() {
     }
     // And every one of them is still alive for a second request.
     for s in &mut conns {
-        s.write_all(b"GET /echo?again HTTP/1.1\r\nHost: x\r\n\r\n").unwrap();
+        s.write_all(b"GET /echo?again HTTP/1.1\r\nHost: x\r\n\r\n")
+            .unwrap();
     }
     for s in conns.iter_mut() {
         let mut r = BufReader::new(&mut *s);

@@ -129,7 +129,9 @@ fn head_gets_headers_without_body() {
 fn chunked_request_body_with_trailers_is_decoded() {
     let server = TestServer::start(quick_cfg());
     let mut c = Client::new(&server);
-    c.send(b"POST /echo HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n5;x=y\r\nhello\r\n");
+    c.send(
+        b"POST /echo HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n5;x=y\r\nhello\r\n",
+    );
     c.send(b"6\r\n world\r\n0\r\nX-Checksum: 1\r\n\r\n");
     let r = c.response();
     assert_eq!((r.status, r.body_str().as_str()), (200, "hello world"));
@@ -182,7 +184,10 @@ fn limits_answer_431_414_413() {
         ..quick_cfg()
     };
     let server = TestServer::start(cfg);
-    let big_header = format!("GET / HTTP/1.1\r\nHost: x\r\nX-Big: {}\r\n\r\n", "a".repeat(17 * 1024));
+    let big_header = format!(
+        "GET / HTTP/1.1\r\nHost: x\r\nX-Big: {}\r\n\r\n",
+        "a".repeat(17 * 1024)
+    );
     expect_rejection(
         &server,
         big_header.as_bytes(),
@@ -195,7 +200,10 @@ fn limits_answer_431_414_413() {
     }
     many.push_str("\r\n");
     expect_rejection(&server, many.as_bytes(), 431, "too_many_headers");
-    let long_target = format!("GET /{} HTTP/1.1\r\nHost: x\r\n\r\n", "p".repeat(8 * 1024 + 1));
+    let long_target = format!(
+        "GET /{} HTTP/1.1\r\nHost: x\r\n\r\n",
+        "p".repeat(8 * 1024 + 1)
+    );
     expect_rejection(
         &server,
         long_target.as_bytes(),
@@ -281,7 +289,12 @@ fn smuggling_and_malformed_requests_are_refused() {
 fn host_must_be_there_once_and_authorization_at_most_once() {
     let server = TestServer::start(quick_cfg());
     // RFC 9112 §3.2: an HTTP/1.1 request without Host, or any request with two, gets 400.
-    expect_rejection(&server, b"GET /health HTTP/1.1\r\n\r\n", 400, "missing_host");
+    expect_rejection(
+        &server,
+        b"GET /health HTTP/1.1\r\n\r\n",
+        400,
+        "missing_host",
+    );
     expect_rejection(
         &server,
         b"GET /health HTTP/1.1\r\nHost: a\r\nHost: b\r\n\r\n",
@@ -338,7 +351,9 @@ fn handler_panic_is_500_and_closes_only_that_connection() {
     let mut other = Client::new(&server);
     other.send(b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n");
     assert_eq!(other.response().status, 200);
-    let raw = server.roundtrip(b"GET /panic HTTP/1.1\r\nHost: x\r\n\r\nGET /health HTTP/1.1\r\nHost: x\r\n\r\n");
+    let raw = server.roundtrip(
+        b"GET /panic HTTP/1.1\r\nHost: x\r\n\r\nGET /health HTTP/1.1\r\nHost: x\r\n\r\n",
+    );
     assert_eq!(status_of(&raw), 500);
     assert_eq!(
         raw.matches("HTTP/1.1 ").count(),

@@ -185,7 +185,10 @@ impl fmt::Display for HttpError {
                 "Host header is not a host name or address with an optional port (RFC 9112 §3.2)"
             ),
             HttpError::DuplicateAuthorization => {
-                write!(f, "request has more than one Authorization header; send one")
+                write!(
+                    f,
+                    "request has more than one Authorization header; send one"
+                )
             }
             HttpError::TooManyConnections { limit } => {
                 write!(

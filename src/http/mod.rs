@@ -21,10 +21,10 @@ pub mod server;
 pub mod shutdown;
 mod stream;
 
-pub use error::HttpError;
 pub use config::{
     HttpConfig, DEFAULT_MAX_BODY_BYTES, DEFAULT_MAX_CONNECTIONS, DEFAULT_SHUTDOWN_GRACE,
 };
+pub use error::HttpError;
 pub use server::serve;
 pub use shutdown::{shutdown_on_signals, Shutdown};
 
@@ -141,7 +141,11 @@ impl Response {
     }
 
     pub fn json(status: u16, value: &serde_json::Value) -> Response {
-        Response::new(status, "application/json", serde_json::to_vec(value).unwrap_or_default())
+        Response::new(
+            status,
+            "application/json",
+            serde_json::to_vec(value).unwrap_or_default(),
+        )
     }
 
     /// A Server-Sent Events response; each item the receiver yields is flushed at once.

@@ -216,9 +216,8 @@ fn split_target(target: &str) -> Option<(&str, Option<&str>)> {
 /// characters of a reg-name, an IPv4 address or a bracketed IP literal, and the colon of a port.
 /// Empty is allowed (a target without an authority).
 fn is_host_value(v: &[u8]) -> bool {
-    v.iter().all(|&b| {
-        b.is_ascii_alphanumeric() || b"-._~%!$&'()*+,;=:[]".contains(&b)
-    })
+    v.iter()
+        .all(|&b| b.is_ascii_alphanumeric() || b"-._~%!$&'()*+,;=:[]".contains(&b))
 }
 
 /// Length of the request target seen so far in an incomplete head, if the method has ended.

@@ -58,7 +58,10 @@ fn keep_alive_rules() {
 fn target_forms() {
     let h = head("GET http://example.com/x/y?q=1 HTTP/1.1\r\nHost: x\r\n\r\n");
     assert_eq!((h.path.as_str(), h.query.as_deref()), ("/x/y", Some("q=1")));
-    assert_eq!(head("GET HTTPS://example.com HTTP/1.1\r\nHost: x\r\n\r\n").path, "/");
+    assert_eq!(
+        head("GET HTTPS://example.com HTTP/1.1\r\nHost: x\r\n\r\n").path,
+        "/"
+    );
     assert_eq!(head("OPTIONS * HTTP/1.1\r\nHost: x\r\n\r\n").path, "*");
     assert!(matches!(
         err(b"GET foo HTTP/1.1\r\nHost: x\r\n\r\n"),
@@ -73,7 +76,8 @@ fn content_length_rules() {
         Framing::None
     );
     assert_eq!(
-        head("POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\ncontent-length: 5\r\n\r\n").framing,
+        head("POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\ncontent-length: 5\r\n\r\n")
+            .framing,
         Framing::Length(5)
     );
     assert_eq!(
@@ -154,14 +158,14 @@ fn version_errors() {
 #[test]
 fn malformed_heads() {
     let cases: &[&[u8]] = &[
-        b"GET / HTTP/1.1\r\nHost: x\r\nX: a\r\n b\r\n\r\n",         // obs-fold
-        b"GET / HTTP/1.1\r\nHost: x\r\nX : a\r\n\r\n",              // space before colon
-        b"GET  / HTTP/1.1\r\nHost: x\r\n\r\n",                      // double space
-        b"G\x01T / HTTP/1.1\r\nHost: x\r\n\r\n",                    // control char in method
-        b"GET / HTTP/1.1\r\nHost: x\r\nX: a\x00b\r\n\r\n",          // NUL in value
-        b"GET /a b HTTP/1.1\r\nHost: x\r\n\r\n",                    // space in target
-        b"GET / HTTP/1.1\r\nHost: x\r\n: novalue\r\n\r\n",          // empty name
-        b"\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03", // TLS hello
+        b"GET / HTTP/1.1\r\nHost: x\r\nX: a\r\n b\r\n\r\n", // obs-fold
+        b"GET / HTTP/1.1\r\nHost: x\r\nX : a\r\n\r\n",      // space before colon
+        b"GET  / HTTP/1.1\r\nHost: x\r\n\r\n",              // double space
+        b"G\x01T / HTTP/1.1\r\nHost: x\r\n\r\n",            // control char in method
+        b"GET / HTTP/1.1\r\nHost: x\r\nX: a\x00b\r\n\r\n",  // NUL in value
+        b"GET /a b HTTP/1.1\r\nHost: x\r\n\r\n",            // space in target
+        b"GET / HTTP/1.1\r\nHost: x\r\n: novalue\r\n\r\n",  // empty name
+        b"\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03",    // TLS hello
     ];
     for c in cases {
         let e = err(c);
@@ -200,9 +204,15 @@ fn header_limits() {
 
 #[test]
 fn target_limit() {
-    let at = format!("GET /{} HTTP/1.1\r\nHost: x\r\n\r\n", "a".repeat(MAX_TARGET_BYTES - 1));
+    let at = format!(
+        "GET /{} HTTP/1.1\r\nHost: x\r\n\r\n",
+        "a".repeat(MAX_TARGET_BYTES - 1)
+    );
     assert_eq!(head(&at).path.len(), MAX_TARGET_BYTES);
-    let over = format!("GET /{} HTTP/1.1\r\nHost: x\r\n\r\n", "a".repeat(MAX_TARGET_BYTES));
+    let over = format!(
+        "GET /{} HTTP/1.1\r\nHost: x\r\n\r\n",
+        "a".repeat(MAX_TARGET_BYTES)
+    );
     let e = parse_head(over.as_bytes()).unwrap_err();
     assert_eq!(
         e.error,
@@ -248,11 +258,26 @@ fn host_is_required_once_in_http11() {
 #[test]
 fn host_value_must_be_a_host_and_port() {
     // Empty is allowed: a target without an authority (RFC 9112 §3.2).
-    for ok in ["", "localhost:8100", "[::1]:8100", "127.0.0.1", "a-b.c_d~e", "x%41y"] {
+    for ok in [
+        "",
+        "localhost:8100",
+        "[::1]:8100",
+        "127.0.0.1",
+        "a-b.c_d~e",
+        "x%41y",
+    ] {
         let req = format!("GET / HTTP/1.1\r\nHost: {ok}\r\n\r\n");
         assert_eq!(head(&req).headers[0].1, ok.as_bytes(), "{ok:?}");
     }
-    for bad in ["a b", "a/b", "user@host", "host?x", "ho#st", "caf\u{e9}", "a\"b"] {
+    for bad in [
+        "a b",
+        "a/b",
+        "user@host",
+        "host?x",
+        "ho#st",
+        "caf\u{e9}",
+        "a\"b",
+    ] {
         let req = format!("GET / HTTP/1.1\r\nHost: {bad}\r\n\r\n");
         assert_eq!(err(req.as_bytes()), HttpError::InvalidHost, "{bad:?}");
     }
@@ -264,8 +289,13 @@ fn authorization_is_refused_twice() {
     let one = "GET / HTTP/1.1\r\nHost: a\r\nAuthorization: Bearer k\r\n\r\n";
     assert_eq!(head(one).headers.len(), 2);
     for second in ["Authorization: Bearer k", "authorization: Bearer other"] {
-        let req = format!("GET / HTTP/1.1\r\nHost: a\r\nAuthorization: Bearer k\r\n{second}\r\n\r\n");
-        assert_eq!(err(req.as_bytes()), HttpError::DuplicateAuthorization, "{second}");
+        let req =
+            format!("GET / HTTP/1.1\r\nHost: a\r\nAuthorization: Bearer k\r\n{second}\r\n\r\n");
+        assert_eq!(
+            err(req.as_bytes()),
+            HttpError::DuplicateAuthorization,
+            "{second}"
+        );
     }
     assert_eq!(HttpError::DuplicateAuthorization.status(), 400);
 }

@@ -98,7 +98,11 @@ pub fn write_rejection(out: &mut Vec<u8>, status: u16, resp: Response, head_only
         Body::Stream(..) => &[],
     };
     let mut headers = resp.headers;
-    if status == 503 && !headers.iter().any(|(n, _)| n.eq_ignore_ascii_case("retry-after")) {
+    if status == 503
+        && !headers
+            .iter()
+            .any(|(n, _)| n.eq_ignore_ascii_case("retry-after"))
+    {
         headers.push(("Retry-After".to_owned(), RETRY_AFTER_SECS.to_owned()));
     }
     write_head(
@@ -243,7 +247,10 @@ mod tests {
         assert!(t.starts_with("HTTP/1.1 503 Service Unavailable\r\n"), "{t}");
         assert!(t.contains("Retry-After: 1\r\n") && t.contains("Connection: close\r\n"));
         assert!(t.contains("\r\nContent-Type: application/json\r\n"), "{t}");
-        assert!(t.ends_with("Content-Length: 12\r\nConnection: close\r\n\r\n{\"code\":\"x\"}"), "{t}");
+        assert!(
+            t.ends_with("Content-Length: 12\r\nConnection: close\r\n\r\n{\"code\":\"x\"}"),
+            "{t}"
+        );
         // A rendering that says when to come back is not contradicted.
         out.clear();
         let rendered = Response::new(503, "text/plain", "later").with_header("Retry-After", "7");
@@ -255,13 +262,20 @@ mod tests {
         out.clear();
         write_rejection(&mut out, 431, Response::new(431, "text/plain", "big"), true);
         let t = text(&out);
-        assert!(t.contains("Content-Length: 3\r\n") && t.ends_with("\r\n\r\n"), "{t}");
+        assert!(
+            t.contains("Content-Length: 3\r\n") && t.ends_with("\r\n\r\n"),
+            "{t}"
+        );
         // A streamed rendering is not sent: the refusal goes out whole, with an empty body.
         out.clear();
         let (_tx, rx) = async_channel::unbounded();
         write_rejection(&mut out, 400, Response::sse(rx), false);
         let t = text(&out);
-        assert!(t.starts_with("HTTP/1.1 400 ") && t.ends_with("Content-Length: 0\r\nConnection: close\r\n\r\n"), "{t}");
+        assert!(
+            t.starts_with("HTTP/1.1 400 ")
+                && t.ends_with("Content-Length: 0\r\nConnection: close\r\n\r\n"),
+            "{t}"
+        );
     }
 
     #[test]
