@@ -154,14 +154,20 @@ fn pumped(log: &RequestLog, format: StreamFormat, records: &[RequestRecord]) -> 
     std::iter::from_fn(|| rx.try_recv().ok()).collect()
 }
 
-fn check_sse(frames: &[Vec<u8>], keep_alive_after: u8, want: &[RequestRecord]) {
+/// The frames as one stream, with a keep-alive after the frames that `after` picks (bit i % 8).
+fn joined(frames: &[Vec<u8>], keep_alive: &[u8], after: u8) -> Vec<u8> {
     let mut stream = Vec::new();
     for (i, f) in frames.iter().enumerate() {
         stream.extend_from_slice(f);
-        if keep_alive_after >> (i % 8) & 1 == 1 {
-            stream.extend_from_slice(KEEP_ALIVE);
+        if after >> (i % 8) & 1 == 1 {
+            stream.extend_from_slice(keep_alive);
         }
     }
+    stream
+}
+
+fn check_sse(frames: &[Vec<u8>], keep_alive_after: u8, want: &[RequestRecord]) {
+    let stream = joined(frames, KEEP_ALIVE, keep_alive_after);
     let events = parse_sse(&stream);
     assert_eq!(
         events.len(),
@@ -177,13 +183,7 @@ fn check_sse(frames: &[Vec<u8>], keep_alive_after: u8, want: &[RequestRecord]) {
 }
 
 fn check_ndjson(frames: &[Vec<u8>], keep_alive_after: u8, want: &[RequestRecord]) {
-    let mut stream = Vec::new();
-    for (i, f) in frames.iter().enumerate() {
-        stream.extend_from_slice(f);
-        if keep_alive_after >> (i % 8) & 1 == 1 {
-            stream.extend_from_slice(NDJSON_KEEP_ALIVE);
-        }
-    }
+    let stream = joined(frames, NDJSON_KEEP_ALIVE, keep_alive_after);
     assert_eq!(parse_ndjson(&stream), want);
 }
 

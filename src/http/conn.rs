@@ -385,20 +385,23 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Conn<'_, '_, S> {
             (true, _) => ConnHeader::Omit,
             (false, _) => ConnHeader::Close,
         };
+        // HTTP/1.0 has no chunked coding: a streamed body ends with the connection.
+        let chunked = asked.version == 1;
+        let (framing, conn_header) = match (&resp.body, has_body, chunked) {
+            (_, false, _) => (response::Framing::NoBody, conn_header),
+            (Body::Full(bytes), true, _) => (response::Framing::Length(bytes.len()), conn_header),
+            (Body::Stream(..), true, true) => (response::Framing::Chunked, conn_header),
+            (Body::Stream(..), true, false) => (response::Framing::UntilClose, ConnHeader::Close),
+        };
+        response::write_head(
+            &mut self.out,
+            resp.status,
+            &resp.headers,
+            framing,
+            conn_header,
+        );
         match resp.body {
             Body::Full(bytes) => {
-                let framing = if has_body {
-                    response::Framing::Length(bytes.len())
-                } else {
-                    response::Framing::NoBody
-                };
-                response::write_head(
-                    &mut self.out,
-                    resp.status,
-                    &resp.headers,
-                    framing,
-                    conn_header,
-                );
                 if has_body && !asked.head_only {
                     self.write_full_body(&bytes).await?;
                 }
@@ -410,20 +413,6 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Conn<'_, '_, S> {
                 }
             }
             Body::Stream(rx, producer) => {
-                // HTTP/1.0 has no chunked coding: the body ends with the connection.
-                let chunked = asked.version == 1;
-                let (framing, conn_header) = match (has_body, chunked) {
-                    (false, _) => (response::Framing::NoBody, conn_header),
-                    (true, true) => (response::Framing::Chunked, conn_header),
-                    (true, false) => (response::Framing::UntilClose, ConnHeader::Close),
-                };
-                response::write_head(
-                    &mut self.out,
-                    resp.status,
-                    &resp.headers,
-                    framing,
-                    conn_header,
-                );
                 if !has_body || asked.head_only {
                     drop((rx, producer));
                 } else if !self.stream(rx, producer, chunked).await || !chunked {
