@@ -1,6 +1,7 @@
 //! Metrics against the `prometheus-client` crate, as ratios in one run:
 //! 1. rendering the whole registry (~150 series with histograms), target >= 2x faster;
-//! 2. recording one request's worth of seed-003 series, target no slower.
+//! 2. recording one request's worth of the request-level series (HTTP, latency, lengths),
+//!    target no slower.
 //!
 //! Run: `cargo bench --bench metrics_bench`. Prints timings and ratios; asserts nothing.
 

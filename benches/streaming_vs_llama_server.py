@@ -504,7 +504,7 @@ if __name__ == "__main__":
 # mlx_lm.server got fewer bursts at 1 and 4 clients (own budget; 2 and 1), hence fewer requests.
 #
 # streaming_vs_llama_server: 2026-11-29 22:40 UTC, model SmolLM2-135M-Instruct.Q4_1.gguf, threads 2, max_tokens 128, ctx/seq 1024, greedy, llama-server extra flags [], load average at start 2.12 2.91 3.85, at end 6.12 5.84 5.22
-# mlx_lm.server: mlx 0.32.4, mlx-lm 0.32.2, model /root/.cache/mtplx-lite/hf-from-gguf/SmolLM2-135M-Instruct.Q4_1-f32 (float32 from the same GGUF), one compute thread (MLX CPU has no thread setting), extra flags []
+# mlx_lm.server: mlx 0.32.4, mlx-lm 0.32.2, model ~/.cache/mtplx-lite/hf-from-gguf/SmolLM2-135M-Instruct.Q4_1-f32 (float32 from the same GGUF), one compute thread (MLX CPU has no thread setting), extra flags []
 #
 # | clients | server | requests | prompt tok/req | tokens | aggregate tok/s | TTFT p50 ms | TTFT p99 ms | per-stream decode tok/s |
 # |---:|---|---:|---:|---:|---:|---:|---:|---:|
@@ -538,7 +538,7 @@ if __name__ == "__main__":
 #   The per-thread CPU measure (benches/sse_cost.py) puts the I/O threads at 1.43% of decode time.
 #
 # streaming_vs_llama_server: 2026-11-30 00:41 UTC, model SmolLM2-135M-Instruct.Q4_1.gguf, threads 2, max_tokens 128, ctx/seq 1024, greedy, llama-server extra flags [], load average at start 1.23 1.56 1.82, at end 1.62 1.32 1.54
-# mlx_lm.server: mlx 0.32.4, mlx-lm 0.32.2, model /root/.cache/mtplx-lite/hf-from-gguf/SmolLM2-135M-Instruct.Q4_1-f32 (float32 from the same GGUF), one compute thread (MLX CPU has no thread setting), extra flags []
+# mlx_lm.server: mlx 0.32.4, mlx-lm 0.32.2, model ~/.cache/mtplx-lite/hf-from-gguf/SmolLM2-135M-Instruct.Q4_1-f32 (float32 from the same GGUF), one compute thread (MLX CPU has no thread setting), extra flags []
 #
 # | clients | server | requests | prompt tok/req | tokens | aggregate tok/s | TTFT p50 ms | TTFT p99 ms | per-stream decode tok/s |
 # |---:|---|---:|---:|---:|---:|---:|---:|---:|
@@ -570,7 +570,7 @@ if __name__ == "__main__":
 # HTTP/SSE leg itself is -0.1%.
 #
 # streaming_vs_llama_server: 2026-11-30 04:50 UTC, model SmolLM2-135M-Instruct.Q4_1.gguf, threads 2, max_tokens 128, ctx/seq 1024, greedy, llama-server extra flags [], load average at start 1.41 1.68 1.83, at end 1.94 1.43 1.58
-# mlx_lm.server: mlx 0.32.4, mlx-lm 0.32.2, model /root/.cache/mtplx-lite/hf-from-gguf/SmolLM2-135M-Instruct.Q4_1-f32 (float32 from the same GGUF), one compute thread (MLX CPU has no thread setting), extra flags []
+# mlx_lm.server: mlx 0.32.4, mlx-lm 0.32.2, model ~/.cache/mtplx-lite/hf-from-gguf/SmolLM2-135M-Instruct.Q4_1-f32 (float32 from the same GGUF), one compute thread (MLX CPU has no thread setting), extra flags []
 #
 # | clients | server | requests | prompt tok/req | tokens | aggregate tok/s | TTFT p50 ms | TTFT p99 ms | per-stream decode tok/s |
 # |---:|---|---:|---:|---:|---:|---:|---:|---:|

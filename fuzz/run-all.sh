@@ -5,7 +5,7 @@
 #   fuzz/run-all.sh DURATION [--sanitizer none] [--jobs N] [--seeds-only] [--no-log] [TARGET...]
 #
 # --seeds-only  start from the committed seed-* files in a scratch directory instead of the local
-#               corpus (what CI does: the same start on every machine, nothing left behind)
+#               corpus (the smoke: the same start on every machine, nothing left behind)
 # --no-log      do not touch README.md
 # Exit status: 0 if no target crashed, 1 otherwise. Crash inputs are kept in
 # fuzz/artifacts/<target>/ (with --seeds-only too).

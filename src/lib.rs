@@ -1,13 +1,12 @@
 //! mtplx-lite: a lean OpenAI-compatible server for local language models, observable by design.
 //!
-//! Layers, top to bottom (a layer only calls downward; `metrics` and `config` sit beside the flow):
+//! Layers, top to bottom (a layer only calls downward; `metrics` sits beside the flow):
 //! `http` (bytes to requests and back) → `api` (routes, admission, handlers) → `engine` (decode
 //! thread, scheduling, sampling, speculation) → `model` (file formats, tokenizer, architectures)
-//! → `backend` (kernels). See `docs/` for users and `../shared/DESIGN.md` for the one-page design.
+//! → `backend` (kernels). See `docs/architecture.md` for a page on every file, and `docs/` for users.
 
 pub mod api;
 pub mod backend;
-pub mod config;
 pub mod engine;
 pub mod http;
 pub mod metrics;

@@ -20,6 +20,12 @@ const LOGIT_TOL: f32 = 2.0;
 /// Share of decisive teacher-forced positions (top-2 margin at least NEAR_TIE) whose top-1
 /// token must agree with llama.cpp.
 const MIN_TOP1_AGREEMENT: f64 = 0.99;
+/// A position whose exact top-2 logits are closer than this is a coin flip for any quantized
+/// forward: both implementations stray about 0.15 on average and up to 1.2 from the exact
+/// logits. On the positions below it, which of us picks the exact top-1 changes with the
+/// kernel (AVX2 or AVX-512) without either being more accurate, so only the positions above it
+/// are compared with the exact forward.
+const EXACT_NEAR_TIE: f64 = 0.5;
 
 struct Demo {
     model: Llama,
@@ -107,8 +113,9 @@ fn teacher_forced_logits_agree_with_llama_cpp() {
     let (mut agree, mut decisive, mut decisive_agree, mut worst) = (0usize, 0usize, 0usize, 0f32);
     let (mut ours_err, mut theirs_err, mut n_err) = (0f64, 0f64, 0usize);
     let (mut ours_worst, mut theirs_worst) = (0f64, 0f64);
-    // Positions where each implementation's top-1 is the exact forward pass's top-1.
-    let (mut ours_exact, mut theirs_exact) = (0usize, 0usize);
+    // Positions where each implementation's top-1 is the exact forward pass's top-1, among
+    // those whose exact top-2 margin is at least EXACT_NEAR_TIE.
+    let (mut ours_exact, mut theirs_exact, mut exact_decisive) = (0usize, 0usize, 0usize);
     for (pos, want) in top10.iter().enumerate() {
         let row = &logits[pos * vocab..(pos + 1) * vocab];
         let want_ids = ids(&want["ids"]);
@@ -116,8 +123,12 @@ fn teacher_forced_logits_agree_with_llama_cpp() {
         let same = argmax(row) == want_ids[0];
         agree += same as usize;
         let exact_top1 = ids(&exact10[pos]["ids"])[0];
-        ours_exact += (argmax(row) == exact_top1) as usize;
-        theirs_exact += (want_ids[0] == exact_top1) as usize;
+        let exact_logits = exact10[pos]["logits"].as_array().unwrap();
+        if exact_logits[0].as_f64().unwrap() - exact_logits[1].as_f64().unwrap() >= EXACT_NEAR_TIE {
+            exact_decisive += 1;
+            ours_exact += (argmax(row) == exact_top1) as usize;
+            theirs_exact += (want_ids[0] == exact_top1) as usize;
+        }
         if want_logits[0] - want_logits[1] >= NEAR_TIE {
             decisive += 1;
             decisive_agree += same as usize;
@@ -142,7 +153,7 @@ fn teacher_forced_logits_agree_with_llama_cpp() {
     eprintln!(
         "teacher-forced over {} positions: top-1 agrees with llama.cpp at {agree} ({:.1}%), at {decisive_agree} of {decisive} decisive positions; \
          worst logit difference {worst:.3}; mean distance from exact logits: ours {ours_err:.4}, llama.cpp {theirs_err:.4}; \
-         top-1 equal to the exact forward's: ours {ours_exact}, llama.cpp {theirs_exact}; \
+         top-1 equal to the exact forward's at {exact_decisive} positions with an exact margin of {EXACT_NEAR_TIE}: ours {ours_exact}, llama.cpp {theirs_exact}; \
          worst distance from the exact logits: ours {ours_worst:.3}, llama.cpp {theirs_worst:.3}",
         top10.len(),
         100.0 * agree as f64 / top10.len() as f64
@@ -150,6 +161,7 @@ fn teacher_forced_logits_agree_with_llama_cpp() {
     assert!(top10.len() >= 200);
     assert!(decisive_agree as f64 >= MIN_TOP1_AGREEMENT * decisive as f64, "{decisive_agree} of {decisive} decisive positions agree");
     assert!(worst <= LOGIT_TOL, "worst logit difference {worst} > {LOGIT_TOL}");
-    assert!(ours_exact >= theirs_exact, "we pick the exact top-1 at {ours_exact} positions, llama.cpp at {theirs_exact}");
+    assert!(exact_decisive >= 150, "only {exact_decisive} positions have an exact top-2 margin of {EXACT_NEAR_TIE}");
+    assert_eq!(ours_exact, exact_decisive, "we miss the exact top-1 where its margin is at least {EXACT_NEAR_TIE}");
     assert!(ours_err <= 1.15 * theirs_err, "we stray further from the exact logits ({ours_err:.4}) than llama.cpp ({theirs_err:.4})");
 }

@@ -1,6 +1,7 @@
 //! End to end over real sockets: timeouts, many connections, the connection cap, client
 //! disconnects mid-stream, and graceful shutdown.
 
+mod common;
 mod http_support;
 
 use std::io::{BufReader, Write};
@@ -93,6 +94,9 @@ fn slow_body_gets_408() {
 #[test]
 fn a_thousand_concurrent_connections_are_served() {
     const N: usize = 1000;
+    // Both ends of every connection live in this process: 2,000 descriptors and change, over
+    // the soft limit of 1024 that many shells start with.
+    common::raise_open_files_limit(2 * N as u64 + 256);
     let cfg = HttpConfig {
         io_threads: 2,
         ..quick_cfg()

@@ -1,6 +1,8 @@
 //! The expositions, checked by the reference tools: `promtool check metrics` for Prometheus
 //! text 0.0.4 and the strict OpenMetrics parser of Python's `prometheus_client`. Both tools are
-//! required (`.ci/run` installs them); a missing tool fails the test with a message.
+//! required (`tests/setup.sh` installs them); a missing tool fails the test with a message.
+
+mod common;
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -76,11 +78,7 @@ fn tmp(name: &str) -> PathBuf {
 }
 
 fn run(cmd: &mut Command, what: &str) -> String {
-    let out = cmd.stdin(Stdio::null()).output().unwrap_or_else(|e| {
-        panic!(
-            "{what} is required for this test and could not be started ({e}); .ci/run installs it"
-        )
-    });
+    let out = common::output_within(cmd, common::CHILD_DEADLINE, what);
     let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
     assert!(
         out.status.success(),
@@ -111,8 +109,8 @@ print(json.dumps(out, ensure_ascii=False))
 "#
     );
     let stdout = run(
-        Command::new("python3").arg("-c").arg(script).arg(path),
-        "python3 with prometheus_client",
+        common::python().arg("-c").arg(script).arg(path),
+        "the test venv's python with prometheus_client",
     );
     let v: BTreeMap<String, serde_json::Value> = serde_json::from_str(stdout.trim()).unwrap();
     v.into_iter()
@@ -128,13 +126,17 @@ fn promtool_accepts_prometheus_text() {
     let path = tmp("metrics.prom");
     std::fs::write(&path, &buf).unwrap();
     let file = std::fs::File::open(&path).unwrap();
-    let out = Command::new("promtool")
+    let promtool = Command::new("promtool")
         .args(["check", "metrics"])
         .stdin(file)
-        .output()
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
         .unwrap_or_else(|e| {
             panic!("promtool is required (Debian package `prometheus`); could not run it: {e}")
         });
+    let out = common::Watched::new(promtool, "promtool check metrics")
+        .finish_within(common::CHILD_DEADLINE);
     assert!(
         out.status.success(),
         "promtool check metrics failed:\n{}{}\n--- exposition ---\n{}",

@@ -1,12 +1,15 @@
-//! Seed 000's stream reader (Python `requests`, verbatim but for the address) against the SSE
-//! framing of the record stream, over a real socket. The socket side here is a minimal
-//! HTTP/1.1 writer (the product server lives in `http/`); what is under test is the framing
-//! produced by `Subscription::pump` and the records of `Metrics::record_generation`.
+//! The MTPLX stream reader example (Python `requests`, verbatim but for the address; see
+//! `tests/py/README.md`) against the SSE framing of the record stream, over a real socket. The
+//! socket side here is a minimal HTTP/1.1 writer (the product server lives in `http/`); what is
+//! under test is the framing produced by `Subscription::pump` and the records of
+//! `Metrics::record_generation`.
+
+mod common;
 
 use std::io::{BufRead, BufReader, Write};
 use std::net::TcpListener;
-use std::process::Command;
-use std::sync::Arc;
+use std::process::Stdio;
+use std::sync::{mpsc, Arc};
 use std::time::{Duration, Instant};
 
 use mtplx_lite::metrics::{
@@ -14,13 +17,20 @@ use mtplx_lite::metrics::{
     SpecStats,
 };
 
-/// Seed 000's stream reader, the same file the end-to-end test runs (tests/openai_client.rs).
-const SEED_000_STREAM_CLIENT: &str = include_str!("py/seed000_stream.py");
+/// The MTPLX stream reader example, the same file the end-to-end test runs
+/// (tests/openai_client.rs).
+const MTPLX_STREAM_CLIENT: &str = include_str!("py/mtplx_metrics_stream.py");
+
+/// Longest wait for each step of the exchange (the client subscribing, the stream ending).
+const STEP_DEADLINE: Duration = Duration::from_secs(30);
 
 /// Serve one stream request: read the head, then write what the pump produces until it ends.
-fn serve_one(listener: TcpListener, metrics: Arc<Metrics>) -> std::thread::JoinHandle<String> {
+/// The head read is sent back when the stream is over (nothing, if the thread failed).
+fn serve_one(listener: TcpListener, metrics: Arc<Metrics>) -> mpsc::Receiver<String> {
+    let (done_tx, done_rx) = mpsc::channel();
     std::thread::spawn(move || {
         let (mut sock, _) = listener.accept().unwrap();
+        sock.set_read_timeout(Some(STEP_DEADLINE)).unwrap();
         let mut reader = BufReader::new(sock.try_clone().unwrap());
         let mut head = String::new();
         loop {
@@ -44,8 +54,9 @@ fn serve_one(listener: TcpListener, metrics: Arc<Metrics>) -> std::thread::JoinH
             sock.flush().unwrap();
         }
         pump.join().unwrap();
-        head
-    })
+        let _ = done_tx.send(head);
+    });
+    done_rx
 }
 
 fn generation(m: &Metrics, i: u64, drafted: u64) {
@@ -72,29 +83,46 @@ fn generation(m: &Metrics, i: u64, drafted: u64) {
 }
 
 #[test]
-fn seed_000_stream_reader_prints_real_values() {
+fn mtplx_stream_reader_example_prints_real_values() {
     let metrics = Arc::new(Metrics::new(8, BuildInfo::current("cpu", "smol")));
     let listener = TcpListener::bind("127.0.0.1:0").unwrap();
     let addr = listener.local_addr().unwrap();
     let server = serve_one(listener, metrics.clone());
-    let script = SEED_000_STREAM_CLIENT.replace("http://localhost:8000", &format!("http://{addr}"));
-    let client = Command::new("python3")
+    let script = MTPLX_STREAM_CLIENT.replace("http://localhost:8000", &format!("http://{addr}"));
+    let child = common::python()
         .arg("-c")
         .arg(script)
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
         .spawn()
-        .expect("python3 with requests is required for this test (.ci/run installs it)");
+        .expect("the test venv's python (tests/setup.sh installs it with requests)");
+    let mut client = common::Watched::new(child, "the MTPLX stream reader example");
     // Wait for the client to subscribe (a synchronisation point, not a timing assertion).
+    let deadline = Instant::now() + STEP_DEADLINE;
     while metrics.requests.subscriber_count() == 0 {
+        if client.exited() {
+            // Its output says why (a missing module, a refused connection).
+            let out = client.finish_within(STEP_DEADLINE);
+            panic!(
+                "the client exited before subscribing: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the client did not subscribe within {STEP_DEADLINE:?}"
+        );
         std::thread::sleep(Duration::from_millis(10));
     }
     generation(&metrics, 0, 0);
     generation(&metrics, 1, 8);
     generation(&metrics, 2, 4);
     metrics.requests.close_subscribers();
-    let out = client.wait_with_output().unwrap();
-    let head = server.join().unwrap();
+    let out = client.finish_within(STEP_DEADLINE);
+    let head = server
+        .recv_timeout(STEP_DEADLINE)
+        .unwrap_or_else(|e| panic!("the stream server did not finish its response within {STEP_DEADLINE:?} ({e}); client stderr: {}", String::from_utf8_lossy(&out.stderr)));
     assert!(
         head.starts_with("GET /v1/mtplx/metrics/stream HTTP/1.1"),
         "{head}"

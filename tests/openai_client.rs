@@ -1,15 +1,16 @@
-//! The official `openai` Python package (and seed 000's two `requests` snippets, unchanged)
-//! against the real binary over real sockets. The Python lives in `tests/py/`; each script
-//! asserts what it sees and exits non-zero on the first mismatch. `docs/api.md` shows the same
-//! example files and curl commands, and `docs_examples_*` checks the doc against them.
+//! The official `openai` Python package (and the MTPLX client examples, the two `requests`
+//! snippets of the MTPLX metrics guide, unchanged) against the real binary over real sockets.
+//! The Python lives in `tests/py/` (see its README); each check script asserts what it sees and
+//! exits non-zero on the first mismatch. `docs/api.md` shows the same example files and curl
+//! commands, and `docs_examples_*` checks the doc against them.
 
 mod common;
 
-use common::{demo_model, get, post_json, Server};
+use common::{demo_model, get, output_within, post_json, python, Server, Watched, CHILD_DEADLINE};
 use serde_json::json;
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Output, Stdio};
+use std::process::{Command, Output, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
@@ -20,7 +21,9 @@ const LINE_WAIT: Duration = Duration::from_secs(30);
 const DOC_ADDR: &str = "127.0.0.1:8100";
 
 fn py(name: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/py").join(name)
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/py")
+        .join(name)
 }
 
 fn read(path: &Path) -> String {
@@ -46,20 +49,26 @@ fn explain(what: &str, out: &Output, server: &Server) -> String {
 
 /// Runs `tests/py/<script>` with `MTPLX_BASE_URL` pointing at `server`; returns its stdout.
 fn run_check(server: &Server, script: &str, env: &[(&str, &str)]) -> String {
-    let out = Command::new("python3")
-        .arg(py(script))
-        .env("MTPLX_BASE_URL", format!("http://{}", server.addr))
-        .envs(env.iter().copied())
-        .output()
-        .expect("python3");
+    let out = output_within(
+        python()
+            .arg(py(script))
+            .env("MTPLX_BASE_URL", format!("http://{}", server.addr))
+            .envs(env.iter().copied()),
+        CHILD_DEADLINE,
+        script,
+    );
     assert!(out.status.success(), "{}", explain(script, &out, server));
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
-/// Seed 000's code with only its `BASE_URL = ...` line changed.
+/// An MTPLX client example with only its `BASE_URL = ...` line changed.
 fn with_base_url(code: &str, base_url: &str) -> String {
     let line = "BASE_URL = \"http://localhost:8000\"";
-    assert_eq!(code.matches(line).count(), 1, "the seed snippet sets BASE_URL once");
+    assert_eq!(
+        code.matches(line).count(),
+        1,
+        "the MTPLX client example sets BASE_URL once"
+    );
     code.replace(line, &format!("BASE_URL = \"{base_url}\""))
 }
 
@@ -71,15 +80,6 @@ fn chat(server: &Server, max_tokens: u32) -> serde_json::Value {
     );
     assert_eq!(r.status, 200, "{}", r.text());
     r.json()
-}
-
-/// A child process killed when the test ends, however it ends.
-struct Kill(Child);
-impl Drop for Kill {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
 }
 
 #[test]
@@ -124,21 +124,26 @@ fn openai_package_context_overflow() {
     assert!(out.contains("context ok"), "{out}");
 }
 
-/// Seed 000's SSE reader, unchanged but for BASE_URL, prints one `tok_s=` line per chat that
-/// finishes while it listens, with the values of that chat's record.
+/// The MTPLX stream reader example, unchanged but for BASE_URL, prints one `tok_s=` line per chat
+/// that finishes while it listens, with the values of that chat's record.
 #[test]
-fn seed_000_stream_reader_prints_live_records() {
+fn mtplx_stream_reader_example_prints_live_records() {
     let s = start(&[]);
-    let code = with_base_url(&read(&py("seed000_stream.py")), &format!("http://{}", s.addr));
-    let mut child = Command::new("python3")
+    let code = with_base_url(
+        &read(&py("mtplx_metrics_stream.py")),
+        &format!("http://{}", s.addr),
+    );
+    let mut child = python()
         .args(["-c", &code])
         .env("PYTHONUNBUFFERED", "1") // its prints reach us as they happen, not at exit
+        .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
-        .expect("python3");
+        .expect("start the test venv's python");
     let stdout = child.stdout.take().unwrap();
-    let _child = Kill(child);
+    // Killed when the test ends, however it ends; its stderr is kept for the failure messages.
+    let _child = Watched::new(child, "mtplx_metrics_stream.py");
     let (tx, rx) = mpsc::channel();
     std::thread::spawn(move || {
         for line in BufReader::new(stdout).lines().map_while(Result::ok) {
@@ -154,49 +159,83 @@ fn seed_000_stream_reader_prints_live_records() {
         if text.lines().any(|l| l.starts_with("http_requests_total{method=\"GET\",route=\"/v1/mtplx/metrics/stream\",status=\"200\"} 1")) {
             break;
         }
-        assert!(Instant::now() < deadline, "the seed's reader never connected:\n{text}");
+        assert!(
+            Instant::now() < deadline,
+            "the stream reader example did not connect within {LINE_WAIT:?}:\n{text}"
+        );
         std::thread::sleep(Duration::from_millis(50));
     }
     for _ in 0..2 {
         let stats = chat(&s, 6)["mtplx_stats"].clone();
-        let line = rx.recv_timeout(LINE_WAIT).expect("a line from the seed's stream reader");
+        let line = rx.recv_timeout(LINE_WAIT).unwrap_or_else(|e| {
+            panic!("no line from the stream reader example within {LINE_WAIT:?}: {e}")
+        });
         let (tok, acc) = line
             .strip_prefix("tok_s=")
             .and_then(|r| r.split_once(", accept_rate="))
             .unwrap_or_else(|| panic!("unexpected line {line:?}"));
         let tok: f64 = tok.parse().unwrap();
         let want = stats["tok_s"].as_f64().unwrap();
-        assert!(want > 0.0 && (tok - want).abs() <= 0.051, "printed {tok}, the record says {want}");
-        assert_eq!(acc, format!("{:.2}", stats["accept_rate"].as_f64().unwrap()));
+        assert!(
+            want > 0.0 && (tok - want).abs() <= 0.051,
+            "printed {tok}, the record says {want}"
+        );
+        assert_eq!(
+            acc,
+            format!("{:.2}", stats["accept_rate"].as_f64().unwrap())
+        );
     }
 }
 
-/// Seed 000's snapshot snippet, unchanged but for BASE_URL, prints the latest record while a
-/// chat is being generated.
+/// The MTPLX snapshot example, unchanged but for BASE_URL, prints the latest record while a chat
+/// is being generated.
 ///
 /// The snippet reads `{BASE_URL}/metrics` as JSON. Our `/metrics` answers Prometheus text by
 /// default (DESIGN.md: the Prometheus text wins on `/metrics`) and serves the same JSON envelope
 /// on `/v1/mtplx/metrics`, so BASE_URL is set to `http://ADDR/v1/mtplx`: the snippet's own
 /// `f"{BASE_URL}/metrics"` then names the JSON snapshot route, and its code stays as written.
 #[test]
-fn seed_000_snapshot_prints_the_latest_record() {
+fn mtplx_snapshot_example_prints_the_latest_record() {
     let s = start(&[]);
     let first = chat(&s, 6)["mtplx_stats"]["tok_s"].as_f64().unwrap();
     // A chat in generation while the snippet runs.
     let addr = s.addr;
     let background = std::thread::spawn(move || {
-        let r = post_json(addr, "/v1/chat/completions", &json!({"messages": [{"role": "user", "content": "Write a long story."}], "max_tokens": 40}));
+        let r = post_json(
+            addr,
+            "/v1/chat/completions",
+            &json!({"messages": [{"role": "user", "content": "Write a long story."}], "max_tokens": 40}),
+        );
         assert_eq!(r.status, 200, "{}", r.text());
         r.json()["mtplx_stats"]["tok_s"].as_f64().unwrap()
     });
-    let code = with_base_url(&read(&py("seed000_snapshot.py")), &format!("http://{}/v1/mtplx", s.addr));
-    let out = Command::new("python3").args(["-c", &code]).output().expect("python3");
-    assert!(out.status.success(), "{}", explain("seed snapshot", &out, &s));
+    let code = with_base_url(
+        &read(&py("mtplx_metrics_snapshot.py")),
+        &format!("http://{}/v1/mtplx", s.addr),
+    );
+    let out = output_within(
+        python().args(["-c", &code]),
+        CHILD_DEADLINE,
+        "mtplx_metrics_snapshot.py",
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        explain("mtplx_metrics_snapshot.py", &out, &s)
+    );
     let second = background.join().unwrap();
     let text = String::from_utf8_lossy(&out.stdout).into_owned();
     let mut lines = text.lines();
-    let tok: f64 = lines.next().and_then(|l| l.strip_prefix("Tokens/sec: ")).unwrap_or_else(|| panic!("{text}")).parse().unwrap();
-    assert!(tok > 0.0 && (tok == first || tok == second), "printed {tok}; the records say {first} and {second}");
+    let tok: f64 = lines
+        .next()
+        .and_then(|l| l.strip_prefix("Tokens/sec: "))
+        .unwrap_or_else(|| panic!("{text}"))
+        .parse()
+        .unwrap();
+    assert!(
+        tok > 0.0 && (tok == first || tok == second),
+        "printed {tok}; the records say {first} and {second}"
+    );
     assert_eq!(lines.next(), Some("Accept rate: 0.0%"), "{text}");
 }
 
@@ -227,36 +266,109 @@ fn doc_blocks(lang: &str) -> Vec<String> {
 fn docs_examples_python_are_the_tested_files_and_run() {
     let blocks = doc_blocks("python");
     let s = start(&[]);
-    for name in ["example_chat.py", "example_stream.py", "example_completion.py", "seed000_snapshot.py", "seed000_stream.py"] {
+    for name in [
+        "example_chat.py",
+        "example_stream.py",
+        "example_completion.py",
+        "mtplx_metrics_snapshot.py",
+        "mtplx_metrics_stream.py",
+    ] {
         let code = read(&py(name));
-        assert!(blocks.iter().any(|b| b.trim_end() == code.trim_end()), "docs/api.md does not show tests/py/{name} verbatim");
+        assert!(
+            blocks.iter().any(|b| b.trim_end() == code.trim_end()),
+            "docs/api.md does not show tests/py/{name} verbatim"
+        );
     }
-    for name in ["example_chat.py", "example_stream.py", "example_completion.py"] {
+    for name in [
+        "example_chat.py",
+        "example_stream.py",
+        "example_completion.py",
+    ] {
         let code = read(&py(name));
         assert!(code.contains(DOC_ADDR), "{name} uses the doc's address");
         let code = code.replace(DOC_ADDR, &s.addr.to_string());
-        let out = Command::new("python3").args(["-c", &code]).output().expect("python3");
+        let out = output_within(python().args(["-c", &code]), CHILD_DEADLINE, name);
         assert!(out.status.success(), "{}", explain(name, &out, &s));
         let text = String::from_utf8_lossy(&out.stdout);
-        assert!(text.trim().lines().count() >= 2, "{name} printed too little: {text}");
+        assert!(
+            text.trim().lines().count() >= 2,
+            "{name} printed too little: {text}"
+        );
     }
 }
 
+/// curl's `--write-out` with the status going to stderr, so that the test sees it even when an
+/// example pipes curl's output into another command.
+const STATUS_OUT: &str = "--write-out '%{stderr}mtplx-test-status=%{http_code}\\n'";
+
+/// The status an example must answer: the one its `# answers NNN ...` comment line names (the
+/// doc's error example), else any 2xx.
+fn expected_status(block: &str) -> Option<u16> {
+    let rest = block
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("# answers "))?;
+    Some(
+        rest.split(|c: char| !c.is_ascii_digit())
+            .next()
+            .and_then(|n| n.parse().ok())
+            .unwrap_or_else(|| panic!("'# answers' names no status: {block}")),
+    )
+}
+
 /// Every `bash` block of the doc that runs curl against the server (all but the endless metrics
-/// stream) succeeds and prints something (valid JSON when it prints JSON).
+/// stream) answers the status it should (2xx, or the one its `# answers` line names), succeeds,
+/// and prints something (valid JSON when it prints JSON).
 #[test]
 fn docs_examples_curl_run() {
     let s = start(&[]);
-    let blocks: Vec<String> = doc_blocks("bash").into_iter().filter(|b| b.contains("curl") && !b.contains("/stream")).collect();
-    assert!(blocks.len() >= 5, "docs/api.md has curl examples for the routes");
+    let blocks: Vec<String> = doc_blocks("bash")
+        .into_iter()
+        .filter(|b| b.contains("curl") && !b.contains("/stream"))
+        .collect();
+    assert!(
+        blocks.len() >= 5,
+        "docs/api.md has curl examples for the routes"
+    );
     for b in blocks {
         assert!(b.contains(DOC_ADDR), "{b}");
-        let cmd = b.replace(DOC_ADDR, &s.addr.to_string());
-        let out = Command::new("sh").args(["-c", &cmd]).output().expect("sh");
+        assert_eq!(
+            b.matches("curl ").count(),
+            1,
+            "one curl command per example: {b}"
+        );
+        let cmd = b.replace(DOC_ADDR, &s.addr.to_string()).replacen(
+            "curl ",
+            &format!("curl {STATUS_OUT} "),
+            1,
+        );
+        // pipefail: a curl that fails fails the example even when its output is piped on.
+        let out = output_within(
+            Command::new("bash").args(["-o", "pipefail", "-c", &cmd]),
+            CHILD_DEADLINE,
+            &b,
+        );
         assert!(out.status.success(), "{}", explain(&b, &out, &s));
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        let status: u16 = stderr
+            .lines()
+            .find_map(|l| l.strip_prefix("mtplx-test-status="))
+            .and_then(|v| v.trim().parse().ok())
+            .unwrap_or_else(|| panic!("curl reported no status: {}", explain(&b, &out, &s)));
+        match expected_status(&b) {
+            Some(want) => assert_eq!(status, want, "{}", explain(&b, &out, &s)),
+            None => assert!(
+                (200..300).contains(&status),
+                "answered {status}: {}",
+                explain(&b, &out, &s)
+            ),
+        }
         let text = String::from_utf8_lossy(&out.stdout).into_owned();
         let first = text.trim_start();
-        let ok = if first.starts_with('{') { serde_json::from_str::<serde_json::Value>(first).is_ok() } else { !first.is_empty() };
+        let ok = if first.starts_with('{') {
+            serde_json::from_str::<serde_json::Value>(first).is_ok()
+        } else {
+            !first.is_empty()
+        };
         assert!(ok && !first.is_empty(), "{b}\nprinted:\n{text}");
     }
 }

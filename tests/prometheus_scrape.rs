@@ -1,5 +1,6 @@
 //! A real Prometheus server (Debian's `prometheus`) scrapes the real binary during a short load,
-//! and seed 003's dashboard queries answer with real values through Prometheus's HTTP API.
+//! and the dashboard queries `docs/metrics.md` gives answer with real values through
+//! Prometheus's HTTP API.
 
 mod common;
 
@@ -16,7 +17,7 @@ use std::time::{Duration, Instant};
 const LOAD: Duration = Duration::from_secs(10);
 /// Bound on the wait for Prometheus to start and for each query to answer.
 const DEADLINE: Duration = Duration::from_secs(60);
-/// Seed 003's dashboard queries.
+/// The dashboard queries of `docs/metrics.md` ("Examples").
 const QUERIES: [&str; 3] = [
     "sum(rate(http_requests_total[1m]))",
     "histogram_quantile(0.9, sum(rate(llm_time_to_first_token_seconds_bucket[1m])) by (le))",
@@ -41,10 +42,19 @@ impl Prometheus {
         )
         .unwrap();
         // A free port: bind :0, read it, release it for Prometheus.
-        let addr = TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap();
+        let addr = TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap();
         let child = Command::new("prometheus")
-            .arg(format!("--config.file={}", dir.join("prometheus.yml").display()))
-            .arg(format!("--storage.tsdb.path={}", dir.join("data").display()))
+            .arg(format!(
+                "--config.file={}",
+                dir.join("prometheus.yml").display()
+            ))
+            .arg(format!(
+                "--storage.tsdb.path={}",
+                dir.join("data").display()
+            ))
             .arg(format!("--web.listen-address={addr}"))
             .stdout(Stdio::null())
             .stderr(std::fs::File::create(dir.join("prometheus.log")).unwrap())
@@ -62,7 +72,11 @@ impl Prometheus {
         let mut s = std::net::TcpStream::connect(self.addr).ok()?;
         s.set_read_timeout(Some(Duration::from_secs(10))).ok()?;
         use std::io::Write;
-        write!(s, "GET {path} HTTP/1.1\r\nHost: prom\r\nConnection: close\r\n\r\n").ok()?;
+        write!(
+            s,
+            "GET {path} HTTP/1.1\r\nHost: prom\r\nConnection: close\r\n\r\n"
+        )
+        .ok()?;
         let resp = common::read_response(&mut std::io::BufReader::new(s), false);
         (resp.status == 200).then(|| resp.json())
     }
@@ -79,7 +93,13 @@ impl Drop for Prometheus {
 /// Percent-encoding of a query-string value (RFC 3986 §2.1: all but unreserved characters).
 fn encode(s: &str) -> String {
     s.bytes()
-        .map(|b| if b.is_ascii_alphanumeric() || b"-._~".contains(&b) { (b as char).to_string() } else { format!("%{b:02X}") })
+        .map(|b| {
+            if b.is_ascii_alphanumeric() || b"-._~".contains(&b) {
+                (b as char).to_string()
+            } else {
+                format!("%{b:02X}")
+            }
+        })
         .collect()
 }
 
@@ -106,7 +126,11 @@ fn prometheus_scrapes_and_answers_the_dashboard_queries() {
                 break;
             }
         }
-        assert!(Instant::now() < deadline, "prometheus never scraped the server:\n{}", prom.log());
+        assert!(
+            Instant::now() < deadline,
+            "prometheus never scraped the server:\n{}",
+            prom.log()
+        );
         std::thread::sleep(Duration::from_millis(200));
     }
 
@@ -142,7 +166,11 @@ fn prometheus_scrapes_and_answers_the_dashboard_queries() {
                     break x;
                 }
             }
-            assert!(Instant::now() < deadline, "{q} never gave a finite positive value; last answer {v:?}\n{}", prom.log());
+            assert!(
+                Instant::now() < deadline,
+                "{q} never gave a finite positive value; last answer {v:?}\n{}",
+                prom.log()
+            );
             std::thread::sleep(Duration::from_millis(500));
         };
         eprintln!("{q} = {value}");

@@ -5,7 +5,7 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use mtplx_lite::api::app::App;
-use mtplx_lite::config::ServeConfig;
+use mtplx_lite::api::state::ApiConfig;
 use mtplx_lite::http::{Body, Handler, Request};
 use mtplx_lite::metrics::{
     BuildInfo, FinishStatus, GenerationClock, GenerationOutcome, Metrics, SpecStats,
@@ -22,7 +22,7 @@ const SEEDED_REQUESTS: u64 = 1000;
 pub fn seeded_app() -> (App, Vec<u8>) {
     let m = Metrics::shared(1024, BuildInfo::current("cpu", "qwen3-0.6b"));
     m.set_model("qwen3-0.6b");
-    let app = App::new(ServeConfig::default(), m.clone(), None);
+    let app = App::new(ApiConfig::new(), m.clone(), None);
     let traffic: [(&str, &str, &[u16]); 5] = [
         ("POST", "/v1/chat/completions", &[200, 400, 499, 503]),
         ("POST", "/v1/completions", &[200, 400]),

@@ -2,10 +2,11 @@
 //! `negotiate_stream` the framing of the live stream) on arbitrary header values. Besides never
 //! panicking, the choice must be one the header asked for, must not depend on ASCII case,
 //! spacing or a trailing type we do not serve, and a type we serve put first at q=1 must win.
+//! `negotiate_or` (`--metrics-format`) only changes what the header leaves open.
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use mtplx_lite::metrics::negotiate::{negotiate, negotiate_stream, StreamFormat};
+use mtplx_lite::metrics::negotiate::{negotiate, negotiate_or, negotiate_stream, StreamFormat};
 use mtplx_lite::metrics::Format;
 
 fuzz_target!(|data: &[u8]| {
@@ -39,6 +40,15 @@ fuzz_target!(|data: &[u8]| {
         "{accept:?}"
     );
     assert_eq!(first("text/plain"), Format::Prometheus, "{accept:?}");
+
+    assert_eq!(negotiate_or(Some(accept), Format::Prometheus), fmt, "{accept:?}");
+    match negotiate_or(Some(accept), Format::Json) {
+        Format::OpenMetrics => {
+            assert!(lower.contains("application/openmetrics-text"), "{accept:?}")
+        }
+        Format::Prometheus => assert!(lower.contains("text/"), "json default: {accept:?}"),
+        Format::Json => {}
+    }
 
     let stream = negotiate_stream(Some(accept));
     if stream == StreamFormat::Ndjson {

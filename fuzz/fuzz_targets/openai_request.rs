@@ -18,9 +18,10 @@ fn refused(e: &ApiError) {
 }
 
 fn in_bounds(p: &GenParams) {
-    assert!((0.0..=2.0).contains(&p.temperature), "{p:?}");
-    assert!((0.0..=1.0).contains(&p.top_p) && (0.0..=1.0).contains(&p.min_p), "{p:?}");
-    assert!((-2.0..=2.0).contains(&p.presence_penalty) && (-2.0..=2.0).contains(&p.frequency_penalty), "{p:?}");
+    let s = &p.sampling;
+    assert!((0.0..=2.0).contains(&s.temperature), "{p:?}");
+    assert!((0.0..=1.0).contains(&s.top_p) && (0.0..=1.0).contains(&s.min_p), "{p:?}");
+    assert!((-2.0..=2.0).contains(&s.presence_penalty) && (-2.0..=2.0).contains(&s.frequency_penalty), "{p:?}");
     assert!(p.max_tokens.is_none_or(|n| n >= 1), "{p:?}");
     assert!(p.stop.len() <= MAX_STOP_SEQUENCES, "{p:?}");
     assert!(p.stop.iter().all(|s| !s.is_empty() && s.len() <= MAX_STOP_BYTES), "{p:?}");

@@ -9,9 +9,9 @@
 use std::time::Duration;
 
 use libfuzzer_sys::fuzz_target;
-use mtplx_lite::metrics::records::{sse_event, NDJSON_KEEP_ALIVE};
+use mtplx_lite::metrics::request_record::{sse_event, NDJSON_KEEP_ALIVE};
 use mtplx_lite::metrics::{
-    ndjson_line, FinishStatus, KvSnapshot, PrefixCommit, RequestLog, RequestRecord, StreamFormat,
+    ndjson_line, FinishStatus, KvRecord, PrefixCommit, RequestLog, RequestRecord, StreamFormat,
     KEEP_ALIVE,
 };
 
@@ -79,7 +79,7 @@ impl Input<'_> {
                 cached_tokens: self.u64(),
                 prefilled_tokens: self.u64(),
             },
-            session_postcommit_snapshot: KvSnapshot {
+            session_postcommit_snapshot: KvRecord {
                 session_tokens: self.u64(),
                 total_tokens: self.u64(),
                 capacity_tokens: self.u64(),

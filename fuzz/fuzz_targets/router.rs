@@ -3,7 +3,7 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use mtplx_lite::api::app::ROUTES;
+use mtplx_lite::api::state::ROUTES;
 use mtplx_lite::api::router::{Lookup, Router};
 
 fuzz_target!(|data: &[u8]| {

@@ -1,7 +1,9 @@
-//! Admission before a request reaches its handler: who the client is, and whether the rate
-//! limiter lets it in.
+//! Admission before a request reaches its handler: who the client is, whether it holds the
+//! key a route needs, and whether the rate limiter lets it in.
 
-use crate::config::Cidr;
+use super::error::ApiError;
+use super::state::Cidr;
+use crate::http::Request;
 use ahash::AHashMap;
 use std::net::{IpAddr, SocketAddr};
 use std::sync::Mutex;
@@ -31,6 +33,43 @@ pub fn client_ip(peer: SocketAddr, forwarded_for: Option<&str>, trusted: &[Cidr]
         leftmost = ip;
     }
     leftmost
+}
+
+/// Compares in time independent of where the strings differ (length still leaks, as it must).
+pub fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
+    if a.len() != b.len() {
+        return false;
+    }
+    a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
+/// Which secret a route needs, for the 401's wording.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Guard {
+    /// The API key (`--api-key-file`, `MTPLX_API_KEY`) on the `/v1` generation routes.
+    ApiKey,
+    /// The metrics token (`--metrics-token-file`, `MTPLX_METRICS_TOKEN`) on the metrics routes.
+    MetricsToken,
+}
+
+/// `None` when the request carries `Authorization: Bearer <expected>` (or nothing is
+/// expected); otherwise the 401 to send, in the OpenAI shape.
+pub fn check_bearer(req: &Request, expected: Option<&str>, guard: Guard) -> Option<ApiError> {
+    let expected = expected?;
+    let given = req.header("authorization").and_then(|h| {
+        let (scheme, rest) = h.trim().split_once(' ')?;
+        scheme.eq_ignore_ascii_case("bearer").then(|| rest.trim())
+    });
+    let (realm, what) = match guard {
+        Guard::ApiKey => ("mtplx", "the API key"),
+        Guard::MetricsToken => ("mtplx-metrics", "the metrics token"),
+    };
+    let msg = match given {
+        Some(g) if constant_time_eq(g.as_bytes(), expected.as_bytes()) => return None,
+        Some(_) => format!("the bearer token is not {what}"),
+        None => format!("this route needs {what}: send 'Authorization: Bearer <key>'"),
+    };
+    Some(ApiError::new(401, "authentication_error", msg).code("invalid_api_key").header("WWW-Authenticate", format!("Bearer realm=\"{realm}\"")))
 }
 
 struct Bucket {
@@ -107,6 +146,14 @@ mod tests {
 
     fn peer(s: &str) -> SocketAddr {
         SocketAddr::new(s.parse().unwrap(), 5555)
+    }
+
+    #[test]
+    fn constant_time_eq_is_equality() {
+        assert!(constant_time_eq(b"secret", b"secret"));
+        assert!(!constant_time_eq(b"secret", b"secreT"));
+        assert!(!constant_time_eq(b"secret", b"secret2"));
+        assert!(constant_time_eq(b"", b""));
     }
 
     #[test]

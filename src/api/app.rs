@@ -1,11 +1,13 @@
-//! The application: routes every request, applies admission (rate limit, metrics token), calls
-//! the handler and counts the outcome. Implements the server's `Handler`.
+//! The application: routes every request, answers CORS preflights, applies admission (rate
+//! limit and API key on the API routes, the metrics token on the metrics routes), calls the
+//! handler and counts the outcome. Implements the server's `Handler`.
 
-use super::admission::{client_ip, RateLimiter};
+use super::admission::{check_bearer, client_ip, Guard, RateLimiter};
+use super::cors::Cors;
 use super::error::ApiError;
 use super::router::{Lookup, Router};
-use super::{health, metrics_routes, openai};
-use crate::config::ServeConfig;
+use super::state::{ApiConfig, InFlightGuard, Llm, Route, ROUTES};
+use super::{health, metrics_handlers, openai};
 use crate::http::{Handler, Rejected, Request, Response};
 use crate::metrics::{Metrics, RouteId};
 use std::future::Future;
@@ -13,65 +15,26 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Instant;
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Route {
-    Health,
-    Metrics,
-    MtplxMetrics,
-    MtplxMetricsStream,
-    Models,
-    ChatCompletions,
-    Completions,
-}
-
-impl Route {
-    fn is_metrics(self) -> bool {
-        matches!(self, Route::Metrics | Route::MtplxMetrics | Route::MtplxMetricsStream)
-    }
-}
-
-/// Every route the server answers: (method, path template, handler).
-pub const ROUTES: &[(&str, &str, Route)] = &[
-    ("GET", "/health", Route::Health),
-    ("GET", "/metrics", Route::Metrics),
-    ("GET", "/v1/mtplx/metrics", Route::MtplxMetrics),
-    ("GET", "/v1/mtplx/metrics/stream", Route::MtplxMetricsStream),
-    ("GET", "/v1/models", Route::Models),
-    ("POST", "/v1/chat/completions", Route::ChatCompletions),
-    ("POST", "/v1/completions", Route::Completions),
-];
-
-/// Holds `http_requests_in_flight` up while a request is handled; moves into a streaming
-/// response's producer so that a stream counts until it ends.
-pub struct InFlightGuard(Arc<Metrics>);
-
-impl InFlightGuard {
-    pub fn new(m: &Arc<Metrics>) -> InFlightGuard {
-        m.http_requests_in_flight.inc();
-        InFlightGuard(m.clone())
-    }
-}
-
-impl Drop for InFlightGuard {
-    fn drop(&mut self) {
-        self.0.http_requests_in_flight.dec();
-    }
-}
-
 pub struct App {
-    cfg: ServeConfig,
+    cfg: ApiConfig,
     router: Router<(Route, RouteId)>,
     metrics: Arc<Metrics>,
     limiter: Option<RateLimiter>,
+    cors: Cors,
     started: Instant,
-    llm: Option<Arc<openai::Llm>>,
+    llm: Option<Arc<Llm>>,
 }
 
 impl App {
-    pub fn new(cfg: ServeConfig, metrics: Arc<Metrics>, llm: Option<Arc<openai::Llm>>) -> App {
+    pub fn new(cfg: ApiConfig, metrics: Arc<Metrics>, llm: Option<Arc<Llm>>) -> App {
         let router = ROUTES.iter().fold(Router::new(), |r, &(m, t, route)| r.add(m, t, (route, metrics.route_id(t))));
         let limiter = cfg.rate_limit_per_minute.map(RateLimiter::new);
-        App { cfg, router, metrics, limiter, started: Instant::now(), llm }
+        let cors = Cors::new(cfg.cors_origins.clone());
+        App { cfg, router, metrics, limiter, cors, started: Instant::now(), llm }
+    }
+
+    pub fn llm(&self) -> Option<&Arc<Llm>> {
+        self.llm.as_ref()
     }
 
     pub fn model_id(&self) -> Option<&str> {
@@ -84,36 +47,29 @@ impl App {
     }
 
     async fn route(&self, req: Request, guard: InFlightGuard) -> (RouteId, Response) {
-        let (route, rid) = match self.router.lookup(&req.method, &req.path) {
+        let preflight = self.cors.is_preflight(&req);
+        let (route, rid, model_param) = match self.router.lookup(&req.method, &req.path) {
             Lookup::NotFound => return self.not_found(&req.path),
+            // No route takes OPTIONS, so a preflight always lands here, with the methods to allow.
+            Lookup::MethodNotAllowed { template, allow } if preflight => {
+                return (self.metrics.route_id(template), self.cors.preflight(&req, &allow));
+            }
             Lookup::MethodNotAllowed { template, allow } => {
                 let msg = format!("{} is not allowed on {template}; allowed: {allow}", req.method);
                 let e = ApiError::new(405, "invalid_request_error", msg).code("method_not_allowed").header("Allow", allow);
                 return (self.metrics.route_id(template), e.into_response());
             }
-            Lookup::Found { route, .. } => route,
+            Lookup::Found { route: (route, rid), params, .. } => (route, rid, params.get("model_id").map(str::to_string)),
         };
         // Withheld metrics routes look exactly like unknown paths.
         if route.is_metrics() && !self.cfg.metrics_enabled {
             return self.not_found(&req.path);
         }
-        if let Some(limiter) = &self.limiter {
-            self.metrics.record_rate_limit_seen(rid);
-            let ip = client_ip(req.peer, req.header("x-forwarded-for"), &self.cfg.trusted_proxies);
-            if let Err(l) = limiter.check(ip) {
-                self.metrics.record_rate_limited(rid);
-                let msg = format!("rate limit of {} requests per minute exceeded for {ip}; retry in {} s", self.cfg.rate_limit_per_minute.unwrap_or(0), l.retry_after_secs);
-                let e = ApiError::new(429, "rate_limit_error", msg).code("rate_limit_exceeded").header("Retry-After", l.retry_after_secs.to_string());
-                return (rid, e.into_response());
-            }
-        }
-        if route.is_metrics() {
-            if let Some(e) = metrics_routes::check_token(&req, self.cfg.metrics_token.as_deref()) {
-                return (rid, e.into_response());
-            }
+        if let Some(e) = self.admit(&req, route, rid) {
+            return (rid, e.into_response());
         }
         let resp = match route {
-            Route::Health => Ok(health::health(self.started, self.llm.as_ref().map(|l| l.model_id.as_str()))),
+            Route::Health => Ok(health::health(self.started, self.model_id())),
             Route::Metrics => {
                 // Like `http_requests_total`, the in-flight gauge leaves the scrape itself out, so
                 // that an idle server reads 0.
@@ -123,16 +79,43 @@ impl App {
                     self.metrics.llm_requests_running.set(llm.engine.running() as i64);
                     self.metrics.llm_requests_waiting.set(llm.engine.waiting() as i64);
                 }
-                Ok(metrics_routes::prometheus(&req, &self.metrics))
+                Ok(metrics_handlers::prometheus(&req, &self.metrics, self.cfg.metrics_default))
             }
-            Route::MtplxMetrics => metrics_routes::snapshot(&req, &self.metrics),
-            Route::MtplxMetricsStream => metrics_routes::stream(&req, &self.metrics),
-            Route::Models | Route::ChatCompletions | Route::Completions => match &self.llm {
-                Some(llm) => openai::handle(llm, route, &req, &self.metrics, guard).await,
+            Route::MtplxMetrics => metrics_handlers::snapshot(&req, &self.metrics),
+            Route::MtplxMetricsStream => metrics_handlers::stream(&req, &self.metrics),
+            Route::Models | Route::Model | Route::ChatCompletions | Route::Completions => match &self.llm {
                 None => Err(ApiError::new(503, "server_error", "no model is loaded").code("model_not_loaded")),
+                Some(llm) => match route {
+                    Route::Models => Ok(openai::models(llm)),
+                    Route::Model => openai::model(llm, model_param.as_deref().unwrap_or_default()),
+                    Route::ChatCompletions => openai::chat(llm, &self.cfg, req, &self.metrics, guard).await,
+                    _ => openai::completion(llm, req, &self.metrics, guard).await,
+                },
             },
         };
         (rid, resp.unwrap_or_else(ApiError::into_response))
+    }
+
+    /// The checks before a handler: the rate limit and the API key on the API routes, the
+    /// metrics token on the metrics routes. `/health` passes freely, so that probes and scrapes
+    /// never use up a client's budget.
+    fn admit(&self, req: &Request, route: Route, rid: RouteId) -> Option<ApiError> {
+        if route.is_metrics() {
+            return check_bearer(req, self.cfg.metrics_token.as_deref(), Guard::MetricsToken);
+        }
+        if !route.is_api() {
+            return None;
+        }
+        if let Some(limiter) = &self.limiter {
+            self.metrics.record_rate_limit_seen(rid);
+            let ip = client_ip(req.peer, req.header("x-forwarded-for"), &self.cfg.trusted_proxies);
+            if let Err(l) = limiter.check(ip) {
+                self.metrics.record_rate_limited(rid);
+                let msg = format!("rate limit of {} requests per minute exceeded for {ip}; retry in {} s", self.cfg.rate_limit_per_minute.unwrap_or(0), l.retry_after_secs);
+                return Some(ApiError::new(429, "rate_limit_error", msg).code("rate_limit_exceeded").header("Retry-After", l.retry_after_secs.to_string()));
+            }
+        }
+        check_bearer(req, self.cfg.api_key.as_deref(), Guard::ApiKey)
     }
 }
 
@@ -156,7 +139,9 @@ impl Handler for App {
         Box::pin(async move {
             let guard = InFlightGuard::new(&self.metrics);
             let method = method_label(&req.method);
-            let (rid, resp) = self.route(req, guard).await;
+            let origin = self.cors.origin_of(&req);
+            let (rid, mut resp) = self.route(req, guard).await;
+            self.cors.decorate(origin, &mut resp);
             self.metrics.record_http(method, rid, resp.status);
             resp
         })

@@ -1,7 +1,7 @@
 //! Errors in the OpenAI shape: `{"error": {"message", "type", "param", "code"}}`.
 
+use super::wire::{ErrorBody, ErrorDetail};
 use crate::http::{HttpError, Response};
-use serde_json::json;
 
 #[derive(Debug, Clone, PartialEq)]
 pub struct ApiError {
@@ -36,12 +36,13 @@ impl ApiError {
         self
     }
 
-    pub fn body(&self) -> serde_json::Value {
-        json!({"error": {"message": self.message, "type": self.kind, "param": self.param, "code": self.code}})
+    /// The `error` object, also sent inside the last chunk of a stream that failed.
+    pub fn detail(&self) -> ErrorDetail<'_> {
+        ErrorDetail { message: &self.message, kind: self.kind, param: self.param.as_deref(), code: self.code }
     }
 
     pub fn into_response(self) -> Response {
-        let mut r = Response::json(self.status, &self.body());
+        let mut r = Response::json(self.status, &ErrorBody { error: self.detail() });
         for (n, v) in self.headers {
             r.headers.push((n.to_string(), v));
         }
@@ -71,7 +72,10 @@ mod tests {
     #[test]
     fn server_refusals_take_the_openai_shape() {
         let e = ApiError::from(&HttpError::BodyTooLarge { len: 10, limit: 5 });
-        let v = e.body();
+        let resp = e.clone().into_response();
+        let crate::http::Body::Full(bytes) = &resp.body else { panic!("an error is a full body") };
+        let v: serde_json::Value = serde_json::from_slice(bytes).unwrap();
+        assert_eq!(resp.status, 413);
         assert_eq!((e.status, v["error"]["code"].as_str()), (413, Some("body_too_large")));
         assert_eq!(v["error"]["type"], "invalid_request_error");
         assert!(v["error"]["param"].is_null());

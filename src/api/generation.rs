@@ -2,13 +2,15 @@
 //! stop sequences, logprobs in OpenAI's shapes), and exactly one metrics record at the end —
 //! also when the client leaves early (then from `Drop`, as `interrupted`).
 
-use super::app::InFlightGuard;
-use super::openai::{unix_now, Llm};
+use super::error::ApiError;
 use super::openai_request::GenParams;
+use super::record;
+use super::state::{unix_now, InFlightGuard, Llm};
 use super::stop::StopMatcher;
+use super::wire::{self, ChatChunkChoice, ChatDelta, ChatLogprobs, Chunk, TextChoice, TokenLogprob, Usage};
 use crate::engine::{Event, FinishReason, GenStats};
-use crate::metrics::{FinishStatus, GenerationClock, GenerationOutcome, KvSnapshot as KvRecord, Metrics, PrefixCommit};
-use serde_json::{json, Value};
+use crate::metrics::{FinishStatus, GenerationClock, Metrics};
+use serde_json::value::RawValue;
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -27,13 +29,14 @@ pub enum Kind {
 pub struct End {
     /// OpenAI's `finish_reason`: `stop`, `length` or `error`.
     pub finish_reason: &'static str,
-    pub error: Option<String>,
+    /// Why the answer is incomplete, when it failed or the server cut it short.
+    pub error: Option<ApiError>,
     /// The metrics record (`mtplx_stats`).
-    pub stats: Value,
+    pub stats: Box<RawValue>,
 }
 
 pub enum Piece {
-    Delta { text: String, logprobs: Vec<Value> },
+    Delta { text: String, logprobs: Vec<TokenLogprob> },
     End(End),
 }
 
@@ -56,7 +59,7 @@ pub struct Generation {
     /// A stop sequence matched: the engine is being cancelled, the answer is complete.
     stopped: bool,
     recorded: bool,
-    /// Characters of text sent so far (completions' `text_offset`).
+    /// Characters of answer text so far (completions' `text_offset`).
     offset: usize,
     queued: VecDeque<Piece>,
 }
@@ -131,7 +134,8 @@ impl Generation {
                     return;
                 }
                 self.completion_tokens += 1;
-                let lp: Vec<Value> = logprob.map(|lp| self.logprob_entry(id, lp, &top_logprobs)).into_iter().collect();
+                let lp: Vec<TokenLogprob> = logprob.map(|lp| self.logprob_entry(id, lp, &top_logprobs)).into_iter().collect();
+                self.offset += text.chars().count();
                 let released = self.stop.push(&text);
                 if released.stopped {
                     self.stopped = true;
@@ -162,7 +166,7 @@ impl Generation {
         }
     }
 
-    fn push_delta(&mut self, text: String, logprobs: Vec<Value>) {
+    fn push_delta(&mut self, text: String, logprobs: Vec<TokenLogprob>) {
         if text.is_empty() && logprobs.is_empty() {
             return;
         }
@@ -171,30 +175,12 @@ impl Generation {
         self.queued.push_back(Piece::Delta { text, logprobs });
     }
 
-    fn token_text(&self, id: u32) -> String {
-        self.llm.tokenizer.decode(&[id])
-    }
-
-    fn logprob_entry(&mut self, id: u32, lp: f32, top: &[(u32, f32)]) -> Value {
-        let tok = self.token_text(id);
-        let entry = match self.kind {
-            Kind::Chat => json!({
-                "token": tok, "logprob": lp, "bytes": tok.as_bytes(),
-                "top_logprobs": top.iter().take(self.params.logprobs.unwrap_or(0)).map(|&(t, l)| {
-                    let s = self.token_text(t);
-                    json!({"token": s, "logprob": l, "bytes": s.as_bytes()})
-                }).collect::<Vec<_>>(),
-            }),
-            Kind::Completion => {
-                let mut alts = serde_json::Map::new();
-                for &(t, l) in top.iter().take(self.params.logprobs.unwrap_or(0)) {
-                    alts.insert(self.token_text(t), json!(l));
-                }
-                json!({"token": tok, "logprob": lp, "top": alts, "offset": self.offset})
-            }
-        };
-        self.offset += tok.chars().count();
-        entry
+    /// A token's logprob with its real bytes: a token that ends inside a UTF-8 character keeps
+    /// its partial bytes, so that the bytes of all tokens rebuild the text.
+    fn logprob_entry(&self, id: u32, logprob: f32, top: &[(u32, f32)]) -> TokenLogprob {
+        let tok = &self.llm.tokenizer;
+        let n = self.params.logprobs.unwrap_or(0);
+        TokenLogprob { bytes: tok.token_bytes(id), logprob, offset: self.offset, top: top.iter().take(n).map(|&(t, l)| (tok.token_bytes(t), l)).collect() }
     }
 
     /// Records the generation (once) and says how it ended.
@@ -204,109 +190,65 @@ impl Generation {
             (FinishReason::Stop, _) => ("stop", FinishStatus::Done, None),
             (FinishReason::Length, _) => ("length", FinishStatus::Length, None),
             (FinishReason::Cancelled, _) => ("stop", FinishStatus::Interrupted, None),
-            (FinishReason::Error(e), _) => ("error", FinishStatus::Errored, Some(e.clone())),
+            (FinishReason::Shutdown, _) => {
+                let e = ApiError::new(503, "server_error", "the server shut down before the answer was complete").code("server_shutdown");
+                ("error", FinishStatus::Interrupted, Some(e))
+            }
+            (FinishReason::Error(e), _) => ("error", FinishStatus::Errored, Some(ApiError::new(500, "server_error", format!("generation failed: {e}")).code("engine_error"))),
         };
-        let stats = self.record(status, stats, error.clone());
+        let stats = self.record(status, stats, error.as_ref().map(|e| e.message.clone()));
         End { finish_reason, error, stats }
     }
 
-    fn record(&mut self, status: FinishStatus, stats: Option<GenStats>, error: Option<String>) -> Value {
+    fn record(&mut self, status: FinishStatus, stats: Option<GenStats>, error: Option<String>) -> Box<RawValue> {
         self.recorded = true;
-        let mut o = GenerationOutcome::new(self.id.clone(), self.route, &self.llm.model_id, status, self.clock);
-        o.prompt_tokens = self.prompt_tokens as u64;
-        o.completion_tokens = self.completion_tokens as u64;
-        o.question_chars = self.question_chars;
-        o.answer_chars = self.answer_chars;
-        o.error = error;
-        if let Some(s) = stats {
-            o.clock.admitted_at(self.clock_start() + s.queue_time);
-            o.prefill = Some(s.prefill_time);
-            o.completion_tokens = o.completion_tokens.max(if self.stopped { 0 } else { s.completion_tokens as u64 });
-            o.prefix = PrefixCommit { cached_tokens: s.cached_tokens as u64, prefilled_tokens: s.prefilled_tokens as u64 };
-            let kv = s.kv_after;
-            let per_pos = self.llm.info.n_layers * 2 * self.llm.info.n_kv_heads * self.llm.info.head_dim * 4;
-            o.snapshot = KvRecord {
-                session_tokens: (s.prompt_tokens + s.completion_tokens) as u64,
-                total_tokens: (kv.bytes / per_pos.max(1)) as u64,
-                capacity_tokens: (kv.budget_bytes / per_pos.max(1)) as u64,
-                used_bytes: kv.bytes as u64,
-                sequences: kv.sequences as u64,
-            };
-        }
+        let ended = record::Ended { status, error, stopped: self.stopped, prompt_tokens: self.prompt_tokens, completion_tokens: self.completion_tokens, question_chars: self.question_chars, answer_chars: self.answer_chars };
+        let o = record::outcome(&self.id, self.route, &self.llm.model_id, self.clock, ended, stats.as_ref());
         // `usage` reports what the record says: the engine's count includes the end-of-sequence
         // token the model sampled to end its answer, which sends no text.
         self.completion_tokens = o.completion_tokens as usize;
         let entry = self.metrics.record_generation(o);
-        serde_json::from_slice(&entry.json).unwrap_or(Value::Null)
+        wire::raw_json(&entry.json)
     }
 
-    fn clock_start(&self) -> Instant {
-        self.clock.start_instant()
+    pub fn usage(&self) -> Usage {
+        Usage::new(self.prompt_tokens, self.completion_tokens)
     }
 
-    /// The body of a non-streamed answer.
-    pub fn whole_body(&self, text: &str, logprobs: Vec<Value>, end: &End) -> Value {
-        let usage = self.usage();
+    fn object(&self) -> &'static str {
         match self.kind {
-            Kind::Chat => json!({
-                "id": self.id, "object": "chat.completion", "created": self.created, "model": self.model_id(),
-                "choices": [{"index": 0, "message": {"role": "assistant", "content": text},
-                    "logprobs": self.params.logprobs.map(|_| json!({"content": logprobs})), "finish_reason": end.finish_reason}],
-                "usage": usage, "mtplx_stats": end.stats,
-            }),
-            Kind::Completion => json!({
-                "id": self.id, "object": "text_completion", "created": self.created, "model": self.model_id(),
-                "choices": [{"index": 0, "text": text, "logprobs": self.params.logprobs.map(|_| completion_logprobs(&logprobs)),
-                    "finish_reason": end.finish_reason}],
-                "usage": usage, "mtplx_stats": end.stats,
-            }),
+            Kind::Chat => "chat.completion.chunk",
+            Kind::Completion => "text_completion",
         }
     }
 
-    pub fn usage(&self) -> Value {
-        json!({"prompt_tokens": self.prompt_tokens, "completion_tokens": self.completion_tokens,
-               "total_tokens": self.prompt_tokens + self.completion_tokens})
-    }
-
-    /// One streamed chunk (`chat.completion.chunk` or `text_completion`).
-    pub fn chunk(&self, delta_text: Option<&str>, role: bool, logprobs: Vec<Value>, end: Option<&End>) -> Value {
-        let finish = end.map(|e| e.finish_reason);
-        let mut v = match self.kind {
+    /// One streamed chunk (`chat.completion.chunk` or `text_completion`), as an SSE event.
+    pub fn chunk(&self, delta_text: Option<&str>, role: bool, logprobs: &[TokenLogprob], end: Option<&End>) -> Vec<u8> {
+        let finish_reason = end.map(|e| e.finish_reason);
+        let with_logprobs = self.params.logprobs.is_some() && !logprobs.is_empty();
+        let (id, model, created, object) = (self.id.as_str(), self.model_id(), self.created, self.object());
+        let mtplx_stats = end.map(|e| &*e.stats);
+        let error = end.and_then(|e| e.error.as_ref()).map(ApiError::detail);
+        match self.kind {
             Kind::Chat => {
-                let mut delta = serde_json::Map::new();
-                if role {
-                    delta.insert("role".into(), json!("assistant"));
-                }
-                if let Some(t) = delta_text {
-                    delta.insert("content".into(), json!(t));
-                }
-                let lp = (self.params.logprobs.is_some() && !logprobs.is_empty()).then(|| json!({"content": logprobs}));
-                json!({"id": self.id, "object": "chat.completion.chunk", "created": self.created, "model": self.model_id(),
-                       "choices": [{"index": 0, "delta": delta, "logprobs": lp, "finish_reason": finish}]})
+                let delta = ChatDelta { role: role.then_some("assistant"), content: delta_text };
+                let lp = with_logprobs.then(|| ChatLogprobs { content: logprobs.iter().map(TokenLogprob::chat).collect() });
+                let choices = vec![ChatChunkChoice { index: 0, delta, logprobs: lp, finish_reason }];
+                wire::sse_event(&Chunk { id, object, created, model, choices, usage: None, mtplx_stats, error })
             }
             Kind::Completion => {
-                let lp = (self.params.logprobs.is_some() && !logprobs.is_empty()).then(|| completion_logprobs(&logprobs));
-                json!({"id": self.id, "object": "text_completion", "created": self.created, "model": self.model_id(),
-                       "choices": [{"index": 0, "text": delta_text.unwrap_or(""), "logprobs": lp, "finish_reason": finish}]})
-            }
-        };
-        if let Some(e) = end {
-            v["mtplx_stats"] = e.stats.clone();
-            if let Some(err) = &e.error {
-                v["error"] = json!({"message": err, "type": "server_error", "param": null, "code": "engine_error"});
+                let lp = with_logprobs.then(|| wire::completion_logprobs(logprobs));
+                let choices = vec![TextChoice { index: 0, text: delta_text.unwrap_or(""), logprobs: lp, finish_reason }];
+                wire::sse_event(&Chunk { id, object, created, model, choices, usage: None, mtplx_stats, error })
             }
         }
-        v
     }
-}
 
-fn completion_logprobs(entries: &[Value]) -> Value {
-    json!({
-        "tokens": entries.iter().map(|e| e["token"].clone()).collect::<Vec<_>>(),
-        "token_logprobs": entries.iter().map(|e| e["logprob"].clone()).collect::<Vec<_>>(),
-        "top_logprobs": entries.iter().map(|e| e["top"].clone()).collect::<Vec<_>>(),
-        "text_offset": entries.iter().map(|e| e["offset"].clone()).collect::<Vec<_>>(),
-    })
+    /// The extra chunk of `stream_options.include_usage`: no choices, the usage.
+    fn usage_chunk(&self) -> Vec<u8> {
+        let choices: Vec<TextChoice<'_>> = Vec::new();
+        wire::sse_event(&Chunk { id: &self.id, object: self.object(), created: self.created, model: self.model_id(), choices, usage: Some(self.usage()), mtplx_stats: None, error: None })
+    }
 }
 
 impl Drop for Generation {
@@ -316,15 +258,20 @@ impl Drop for Generation {
         if !self.recorded {
             self.cancel.store(true, Ordering::Relaxed);
             self.record(FinishStatus::Interrupted, None, Some("the client disconnected".into()));
+            // The engine decodes on until it sees the cancel: count those tokens when it says
+            // how many there were, so that `llm_generation_tokens_total` stays exact.
+            let (rx, metrics, counted) = (self.rx.clone(), self.metrics.clone(), self.completion_tokens as u64);
+            smol::spawn(async move {
+                while let Ok(ev) = rx.recv().await {
+                    if let Event::Done { stats, .. } = ev {
+                        metrics.record_tokens_decoded_late((stats.completion_tokens as u64).saturating_sub(counted));
+                        break;
+                    }
+                }
+            })
+            .detach();
         }
     }
-}
-
-fn sse(v: &Value) -> Vec<u8> {
-    let mut out = b"data: ".to_vec();
-    serde_json::to_writer(&mut out, v).unwrap_or_default();
-    out.extend_from_slice(b"\n\n");
-    out
 }
 
 enum Step {
@@ -346,19 +293,17 @@ async fn stream_every(mut gen: Generation, out: async_channel::Sender<Vec<u8>>, 
     // token registers with the reactor (a wake-up of its thread) per token.
     let mut idle = async_io::Timer::after(keep_alive);
     let mut last_sent = Instant::now();
-    if gen.kind == Kind::Chat && out.send(sse(&gen.chunk(None, true, Vec::new(), None))).await.is_err() {
+    if gen.kind == Kind::Chat && out.send(gen.chunk(None, true, &[], None)).await.is_err() {
         return;
     }
     loop {
         while let Some(piece) = gen.take_queued() {
             let (bytes, done) = match piece {
-                Piece::Delta { text, logprobs } => (sse(&gen.chunk(Some(&text), false, logprobs, None)), false),
+                Piece::Delta { text, logprobs } => (gen.chunk(Some(&text), false, &logprobs, None), false),
                 Piece::End(end) => {
-                    let mut b = sse(&gen.chunk(None, false, Vec::new(), Some(&end)));
+                    let mut b = gen.chunk(None, false, &[], Some(&end));
                     if gen.params.include_usage {
-                        let usage = json!({"id": gen.id, "object": if gen.kind == Kind::Chat { "chat.completion.chunk" } else { "text_completion" },
-                            "created": gen.created, "model": gen.model_id(), "choices": [], "usage": gen.usage()});
-                        b.extend_from_slice(&sse(&usage));
+                        b.extend_from_slice(&gen.usage_chunk());
                     }
                     b.extend_from_slice(b"data: [DONE]\n\n");
                     (b, true)

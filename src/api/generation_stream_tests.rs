@@ -2,10 +2,11 @@
 //! error in the middle of a stream, and keep-alive comments while nothing else is sent.
 
 use super::*;
-use crate::engine::testing::{Gate, ToyModel};
-use crate::engine::{Engine, EngineConfig};
+use crate::engine::toy_model::{Gate, ToyModel};
+use crate::engine::{Engine, EngineConfig, GenStats, SamplingParams};
 use crate::metrics::BuildInfo;
 use crate::model::{ChatTemplate, Model, Tokenizer};
+use serde_json::Value;
 use std::path::Path;
 
 fn llm() -> Arc<Llm> {
@@ -17,7 +18,12 @@ fn llm() -> Arc<Llm> {
     Arc::new(Llm {
         engine: Engine::start(model, tokenizer.clone(), cfg),
         tokenizer,
-        template: ChatTemplate::new("{% for m in messages %}{{ m.content }}{% endfor %}", "<s>", "</s>").unwrap(),
+        template: ChatTemplate::new(
+            "{% for m in messages %}{{ m.content }}{% endfor %}",
+            "<s>",
+            "</s>",
+        )
+        .unwrap(),
         info,
         model_id: "toy".into(),
         created: 0,
@@ -28,13 +34,7 @@ fn llm() -> Arc<Llm> {
 fn params() -> GenParams {
     GenParams {
         max_tokens: Some(8),
-        temperature: 0.0,
-        top_p: 1.0,
-        top_k: 0,
-        min_p: 0.0,
-        presence_penalty: 0.0,
-        frequency_penalty: 0.0,
-        seed: None,
+        sampling: SamplingParams::greedy(),
         stop: Vec::new(),
         logprobs: None,
         stream: true,
@@ -42,46 +42,108 @@ fn params() -> GenParams {
     }
 }
 
-/// Streams a chat whose engine events are `events`, each sent after its delay; returns the
-/// bytes the client would read.
-fn run(events: Vec<(Duration, Event)>, keep_alive: Duration) -> (String, Arc<Metrics>) {
-    let metrics = Arc::new(Metrics::new(16, BuildInfo::current("cpu", "toy")));
-    let (tx, rx) = async_channel::unbounded();
-    let gen = Generation::new(
-        llm(),
-        metrics.clone(),
-        Kind::Chat,
-        "chatcmpl-test".into(),
-        "/v1/chat/completions",
-        3,
-        Some(5),
-        params(),
-        rx,
-        Arc::new(AtomicBool::new(false)),
-        Instant::now(),
-    );
-    let feeder = std::thread::spawn(move || {
-        for (delay, ev) in events {
-            std::thread::sleep(delay);
-            tx.send_blocking(ev).unwrap();
-        }
-    });
-    let (out_tx, out_rx) = async_channel::unbounded();
-    smol::block_on(stream_every(gen, out_tx, InFlightGuard::new(&metrics), keep_alive));
-    feeder.join().unwrap();
-    let mut text = Vec::new();
-    while let Ok(b) = out_rx.try_recv() {
-        text.extend_from_slice(&b);
-    }
-    (String::from_utf8(text).unwrap(), metrics)
+/// Longest wait for any one piece of output: only bounds a broken stream, never paces one.
+const OUTPUT_DEADLINE: Duration = Duration::from_secs(30);
+
+/// A streamed chat driven by hand: the test sends the engine's events and reads what the client
+/// would, piece by piece, so that it can wait for output before sending more.
+struct Live {
+    events: async_channel::Sender<Event>,
+    out: async_channel::Receiver<Vec<u8>>,
+    stream: std::thread::JoinHandle<()>,
+    metrics: Arc<Metrics>,
 }
 
+impl Live {
+    fn start(keep_alive: Duration) -> Live {
+        let metrics = Arc::new(Metrics::new(16, BuildInfo::current("cpu", "toy")));
+        let (events, rx) = async_channel::unbounded();
+        let gen = Generation::new(
+            llm(),
+            metrics.clone(),
+            Kind::Chat,
+            "chatcmpl-test".into(),
+            "/v1/chat/completions",
+            3,
+            Some(5),
+            params(),
+            rx,
+            Arc::new(AtomicBool::new(false)),
+            Instant::now(),
+        );
+        let (out_tx, out) = async_channel::unbounded();
+        let guard = InFlightGuard::new(&metrics);
+        let stream = std::thread::spawn(move || {
+            smol::block_on(stream_every(gen, out_tx, guard, keep_alive))
+        });
+        Live {
+            events,
+            out,
+            stream,
+            metrics,
+        }
+    }
+
+    fn send(&self, ev: Event) {
+        self.events
+            .send_blocking(ev)
+            .expect("the stream stopped taking events");
+    }
+
+    /// The next piece of output, as text.
+    fn next(&self) -> String {
+        let piece = smol::block_on(smol::future::or(
+            async { self.out.recv().await.ok() },
+            async {
+                async_io::Timer::after(OUTPUT_DEADLINE).await;
+                panic!("no output within {OUTPUT_DEADLINE:?}")
+            },
+        ))
+        .expect("the stream ended early");
+        String::from_utf8(piece).unwrap()
+    }
+
+    /// Waits for the stream to end; returns everything it sent that was not read yet.
+    fn finish(self) -> (String, Arc<Metrics>) {
+        let mut rest = String::new();
+        while let Ok(b) = smol::block_on(smol::future::or(
+            async { self.out.recv().await.map_err(|_| ()) },
+            async {
+                async_io::Timer::after(OUTPUT_DEADLINE).await;
+                panic!("the stream did not end within {OUTPUT_DEADLINE:?}; it sent {rest:?}")
+            },
+        )) {
+            rest.push_str(&String::from_utf8(b).unwrap());
+        }
+        self.stream.join().unwrap();
+        (rest, self.metrics)
+    }
+}
+
+/// Streams a chat whose engine events are all queued at once; returns what the client reads.
+fn run(events: Vec<Event>) -> (String, Arc<Metrics>) {
+    let live = Live::start(Duration::from_secs(15));
+    for ev in events {
+        live.send(ev);
+    }
+    live.finish()
+}
+
+const KEEP_ALIVE: &str = ": keep-alive\n\n";
+
 fn token(text: &str) -> Event {
-    Event::Token { id: 5, text: text.into(), logprob: None, top_logprobs: Vec::new() }
+    Event::Token {
+        id: 5,
+        text: text.into(),
+        logprob: None,
+        top_logprobs: Vec::new(),
+    }
 }
 
 fn data_events(text: &str) -> Vec<&str> {
-    text.split("\n\n").filter_map(|e| e.strip_prefix("data: ")).collect()
+    text.split("\n\n")
+        .filter_map(|e| e.strip_prefix("data: "))
+        .collect()
 }
 
 #[test]
@@ -91,34 +153,97 @@ fn an_engine_error_mid_stream_ends_with_an_error_chunk_then_done() {
         text: String::new(),
         stats: GenStats::default(),
     };
-    let (text, metrics) = run(vec![(Duration::ZERO, token("Hel")), (Duration::ZERO, token("lo")), (Duration::ZERO, failed)], Duration::from_secs(15));
+    let (text, metrics) = run(vec![token("Hel"), token("lo"), failed]);
     let events = data_events(&text);
     assert_eq!(events.last(), Some(&"[DONE]"), "{text}");
-    let chunks: Vec<Value> = events[..events.len() - 1].iter().map(|e| serde_json::from_str(e).unwrap()).collect();
+    let chunks: Vec<Value> = events[..events.len() - 1]
+        .iter()
+        .map(|e| serde_json::from_str(e).unwrap())
+        .collect();
     assert_eq!(chunks[0]["choices"][0]["delta"]["role"], "assistant");
-    let content: String = chunks.iter().filter_map(|c| c["choices"][0]["delta"]["content"].as_str()).collect();
+    let content: String = chunks
+        .iter()
+        .filter_map(|c| c["choices"][0]["delta"]["content"].as_str())
+        .collect();
     assert_eq!(content, "Hello");
     let last = chunks.last().unwrap();
     assert_eq!(last["choices"][0]["finish_reason"], "error", "{last}");
     assert_eq!(last["error"]["code"], "engine_error");
-    assert!(last["error"]["message"].as_str().unwrap().contains("a NaN in layer 3"), "{last}");
+    assert!(
+        last["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("a NaN in layer 3"),
+        "{last}"
+    );
     assert_eq!(last["mtplx_stats"]["status"], "errored");
     // The stream is over: nothing stays counted in flight.
     assert_eq!(metrics.http_requests_in_flight.get(), 0);
 }
 
+/// Keep-alive comments come while the engine is silent and never sooner than a tick after the
+/// last event. Asserted on the order of what the client reads, plus one bound that lateness
+/// can only help: the test waits for the output it expects instead of counting what arrived in
+/// a time window, so a loaded machine makes it slower, never red.
 #[test]
 fn keep_alive_comments_fill_the_silence_and_only_the_silence() {
-    let tick = Duration::from_millis(200);
-    let done = Event::Done { finish: FinishReason::Length, text: String::new(), stats: GenStats::default() };
-    // Silence for over three ticks (a long prefill), then tokens faster than the tick.
-    let events = vec![(tick * 7 / 2, token("a")), (tick / 20, token("b")), (tick / 20, done)];
-    let (text, _) = run(events, tick);
-    let first_token = text.find("\"content\":\"a\"").unwrap();
-    let before = text[..first_token].matches(": keep-alive\n\n").count();
-    let after = text[first_token..].matches(": keep-alive\n\n").count();
-    // Three are due; a late feeder thread (a loaded machine) only adds more.
-    assert!(before >= 3, "{before} keep-alive comments during the silence: {text}");
-    assert_eq!(after, 0, "keep-alive comments while tokens flow: {text}");
-    assert_eq!(data_events(&text).last(), Some(&"[DONE]"));
+    let tick = Duration::from_millis(50);
+    let live = Live::start(tick);
+    assert!(
+        live.next().contains("\"role\":\"assistant\""),
+        "the role chunk comes first"
+    );
+    // Silence (a long prefill): keep-alives, and nothing else, until the engine speaks.
+    for _ in 0..3 {
+        assert_eq!(live.next(), KEEP_ALIVE);
+    }
+    // Half a tick after a keep-alive, a token: the wait restarts from it, so the next keep-alive
+    // is a whole tick after the token, not one tick after the previous keep-alive.
+    std::thread::sleep(tick / 2);
+    let mut last_sent = Instant::now();
+    live.send(token("a"));
+    let mut read = vec![live.next()];
+    read.push(live.next());
+    assert_eq!(
+        read[1], KEEP_ALIVE,
+        "silence after a token is filled too: {read:?}"
+    );
+    // A keep-alive is sent a tick after the stream's last output, which followed the last event
+    // the test sent; so at least a tick separates that send from its arrival here.
+    let check = |read_at: Instant, last_sent: Instant| {
+        let silence = read_at - last_sent;
+        assert!(
+            silence >= tick,
+            "a keep-alive {silence:?} after the last event, less than the {tick:?} tick"
+        );
+    };
+    check(Instant::now(), last_sent);
+    last_sent = Instant::now();
+    live.send(token("b"));
+    live.send(Event::Done {
+        finish: FinishReason::Length,
+        text: String::new(),
+        stats: GenStats::default(),
+    });
+    loop {
+        let piece = live.next();
+        if piece == KEEP_ALIVE {
+            // Allowed only if this thread was held up for a tick between the two sends.
+            check(Instant::now(), last_sent);
+        }
+        // The final chunk and `[DONE]` go out together.
+        let end = piece.ends_with("data: [DONE]\n\n");
+        read.push(piece);
+        if end {
+            break;
+        }
+    }
+    let data: Vec<&String> = read.iter().filter(|p| *p != KEEP_ALIVE).collect();
+    assert_eq!(data.len(), 3, "{read:?}");
+    assert!(data[0].contains("\"content\":\"a\""), "{read:?}");
+    assert!(data[1].contains("\"content\":\"b\""), "{read:?}");
+    assert!(data[2].contains("\"finish_reason\":\"length\""), "{read:?}");
+    let (rest, metrics) = live.finish();
+    assert_eq!(rest, "", "nothing after [DONE]");
+    assert_eq!(metrics.http_requests_in_flight.get(), 0);
 }

@@ -1,12 +1,25 @@
 //! Routes and handlers: from a parsed request to a response.
+//!
+//! `app` routes a request, applies admission and calls a handler (`health`,
+//! `metrics_handlers`, `openai`); `openai_request` validates bodies, `prepare` turns them into
+//! prompt tokens off the I/O thread, `generation` drives one generation (stop sequences,
+//! streaming), `record` turns its end into a metrics record, and `wire` spells every answer.
+//! `state` holds what the files share, and imports none of them.
+
+#![forbid(unsafe_code)]
 
 pub mod admission;
 pub mod app;
+pub mod cors;
+pub mod error;
 pub mod generation;
 pub mod health;
-pub mod metrics_routes;
+pub mod metrics_handlers;
 pub mod openai;
-pub mod error;
 pub mod openai_request;
+pub mod prepare;
+pub mod record;
 pub mod router;
+pub mod state;
 pub mod stop;
+pub mod wire;

@@ -1,19 +1,18 @@
-//! The OpenAI routes: `/v1/models`, `/v1/chat/completions`, `/v1/completions`. A request is
-//! validated, turned into prompt tokens (through the model's chat template for chat), submitted
+//! The OpenAI routes: `/v1/models`, `/v1/models/{id}`, `/v1/chat/completions`,
+//! `/v1/completions`. A request is prepared (validated and tokenized, see `prepare`), submitted
 //! to the decode thread, and answered whole or streamed; every generation ends in exactly one
 //! metrics record, whatever way it ends.
 
-use super::app::{InFlightGuard, Route};
 use super::error::ApiError;
 use super::generation::{Generation, Kind, Piece};
-use super::openai_request::{parse_chat, parse_completion, GenParams};
-use crate::engine::{Engine, Job, SamplingParams, SubmitError};
+use super::prepare::{self, Prepared};
+use super::state::{ApiConfig, InFlightGuard, Llm};
+use super::wire::{self, ChatChoice, ChatLogprobs, ChatMessageOut, Completion, ModelCard, ModelList, TextChoice, TokenLogprob};
+use crate::engine::{JobSpec, SubmitError};
 use crate::http::{Request, Response};
 use crate::metrics::Metrics;
-use crate::model::{ChatMessage, ChatTemplate, ModelInfo, Tokenizer};
-use serde_json::{json, Value};
 use std::sync::Arc;
-use std::time::{Instant, SystemTime, UNIX_EPOCH};
+use std::time::Instant;
 
 /// Tokens generated at most when a request names no `max_tokens`. The decode thread admits a
 /// request only when its whole worst case fits the KV budget, so "up to the end of the context"
@@ -23,56 +22,42 @@ pub const DEFAULT_MAX_TOKENS: usize = 2048;
 /// Seconds to suggest in `Retry-After` when the queue is full.
 pub const QUEUE_FULL_RETRY_AFTER_SECS: u64 = 1;
 
-/// The loaded model as the API sees it.
-pub struct Llm {
-    pub engine: Engine,
-    pub tokenizer: Arc<Tokenizer>,
-    pub template: ChatTemplate,
-    pub info: ModelInfo,
-    /// The id `/v1/models` lists and every answer names.
-    pub model_id: String,
-    /// Unix seconds when the model was loaded.
-    pub created: u64,
-    /// Context length of one sequence (prompt plus completion).
-    pub ctx: usize,
+fn card(llm: &Llm) -> ModelCard<'_> {
+    ModelCard { id: &llm.model_id, object: "model", created: llm.created, owned_by: "mtplx-lite", context_length: llm.ctx, architecture: &llm.info.arch }
 }
 
-pub fn unix_now() -> u64 {
-    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0)
+/// `GET /v1/models`.
+pub fn models(llm: &Llm) -> Response {
+    Response::json(200, &ModelList { object: "list", data: vec![card(llm)] })
 }
 
-pub async fn handle(llm: &Arc<Llm>, route: Route, req: &Request, metrics: &Arc<Metrics>, guard: InFlightGuard) -> Result<Response, ApiError> {
-    match route {
-        Route::Models => Ok(models(llm)),
-        Route::ChatCompletions => {
-            let r = parse_chat(&req.body)?;
-            let messages: Vec<ChatMessage> = r.messages.iter().map(|m| ChatMessage { role: m.role.clone(), content: m.content.clone() }).collect();
-            let prompt = llm.template.render(&messages, true).map_err(|e| ApiError::invalid("messages", format!("the chat template refused the messages: {e}")))?;
-            let tokens = llm.tokenizer.encode(&prompt, false).map_err(|e| ApiError::invalid("messages", e.to_string()))?;
-            let question = r.messages.iter().rev().find(|m| m.role == "user").map(|m| m.content.chars().count() as u64);
-            start(llm, metrics, Kind::Chat, "/v1/chat/completions", tokens, r.params, question, guard).await
-        }
-        Route::Completions => {
-            let r = parse_completion(&req.body)?;
-            let tokens = llm.tokenizer.encode(&r.prompt, llm.tokenizer.adds_bos()).map_err(|e| ApiError::invalid("prompt", e.to_string()))?;
-            if tokens.is_empty() {
-                return Err(ApiError::invalid("prompt", "'prompt' must not be empty"));
-            }
-            let question = Some(r.prompt.chars().count() as u64);
-            start(llm, metrics, Kind::Completion, "/v1/completions", tokens, r.params, question, guard).await
-        }
-        _ => unreachable!("openai::handle is only routed the OpenAI routes"),
+/// `GET /v1/models/{model_id}`.
+pub fn model(llm: &Llm, id: &str) -> Result<Response, ApiError> {
+    if id != llm.model_id {
+        let msg = format!("the model '{}' does not exist; this server serves '{}'", truncate(id, 200), llm.model_id);
+        return Err(ApiError::new(404, "invalid_request_error", msg).code("model_not_found"));
     }
+    Ok(Response::json(200, &card(llm)))
 }
 
-fn models(llm: &Llm) -> Response {
-    Response::json(
-        200,
-        &json!({"object": "list", "data": [{
-            "id": llm.model_id, "object": "model", "created": llm.created, "owned_by": "mtplx-lite",
-            "context_length": llm.ctx, "architecture": llm.info.arch,
-        }]}),
-    )
+fn truncate(s: &str, max: usize) -> &str {
+    let mut end = s.len().min(max);
+    while !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    &s[..end]
+}
+
+/// `POST /v1/chat/completions`.
+pub async fn chat(llm: &Arc<Llm>, cfg: &ApiConfig, req: Request, metrics: &Arc<Metrics>, guard: InFlightGuard) -> Result<Response, ApiError> {
+    let prepared = prepare::chat(llm, req.body, cfg.special_tokens_in_content).await?;
+    start(llm, metrics, "/v1/chat/completions", prepared, guard).await
+}
+
+/// `POST /v1/completions`.
+pub async fn completion(llm: &Arc<Llm>, req: Request, metrics: &Arc<Metrics>, guard: InFlightGuard) -> Result<Response, ApiError> {
+    let prepared = prepare::completion(llm, req.body).await?;
+    start(llm, metrics, "/v1/completions", prepared, guard).await
 }
 
 fn request_id(kind: Kind) -> String {
@@ -83,51 +68,36 @@ fn request_id(kind: Kind) -> String {
         Kind::Chat => "chatcmpl",
         Kind::Completion => "cmpl",
     };
-    format!("{prefix}-{:x}{:06x}", unix_now(), n)
+    format!("{prefix}-{:x}{:06x}", super::state::unix_now(), n)
 }
 
-#[allow(clippy::too_many_arguments)]
-async fn start(
-    llm: &Arc<Llm>,
-    metrics: &Arc<Metrics>,
-    kind: Kind,
-    route: &'static str,
-    tokens: Vec<u32>,
-    p: GenParams,
-    question_chars: Option<u64>,
-    guard: InFlightGuard,
-) -> Result<Response, ApiError> {
-    let n = tokens.len();
-    let max_tokens = match p.max_tokens {
-        Some(m) if n + m > llm.ctx => {
-            return Err(ApiError::invalid(
-                "max_tokens",
-                format!("this model's maximum context length is {} tokens, but {} were requested ({n} in the prompt, {m} for the completion)", llm.ctx, n + m),
-            )
-            .code("context_length_exceeded"))
-        }
-        Some(m) => m,
-        None if n >= llm.ctx => {
-            let param = if kind == Kind::Chat { "messages" } else { "prompt" };
-            return Err(ApiError::invalid(param, format!("this model's maximum context length is {} tokens, but the prompt alone has {n}", llm.ctx)).code("context_length_exceeded"));
-        }
-        None => (llm.ctx - n).min(DEFAULT_MAX_TOKENS),
-    };
-    let params = SamplingParams {
-        temperature: p.temperature,
-        top_k: p.top_k,
-        top_p: p.top_p,
-        min_p: p.min_p,
-        presence_penalty: p.presence_penalty,
-        frequency_penalty: p.frequency_penalty,
-        seed: p.seed,
-    };
+/// The completion length: what the request asks, within the context; by default what is left
+/// of the context, at most [`DEFAULT_MAX_TOKENS`].
+fn max_tokens(llm: &Llm, p: &Prepared) -> Result<usize, ApiError> {
+    let (n, ctx) = (p.tokens.len(), llm.ctx);
+    let prompt_param = if p.kind == Kind::Chat { "messages" } else { "prompt" };
+    if n >= ctx {
+        let msg = format!("this model's maximum context length is {ctx} tokens, but the prompt alone has {n}");
+        return Err(ApiError::invalid(prompt_param, msg).code("context_length_exceeded"));
+    }
+    match p.params.max_tokens {
+        Some(m) if n + m > ctx => Err(ApiError::invalid(
+            "max_tokens",
+            format!("this model's maximum context length is {ctx} tokens, but {} were requested ({n} in the prompt, {m} for the completion); ask for at most {} tokens", n + m, ctx - n),
+        )
+        .code("context_length_exceeded")),
+        Some(m) => Ok(m),
+        None => Ok((ctx - n).min(DEFAULT_MAX_TOKENS)),
+    }
+}
+
+async fn start(llm: &Arc<Llm>, metrics: &Arc<Metrics>, route: &'static str, p: Prepared, guard: InFlightGuard) -> Result<Response, ApiError> {
+    let max_tokens = max_tokens(llm, &p)?;
     let submitted = Instant::now();
-    let (mut job, rx) = Job::new(tokens, params, max_tokens);
-    job.stop_tokens = llm.tokenizer.eos_tokens().to_vec();
-    job.logprobs = p.logprobs.is_some();
-    job.top_logprobs = p.logprobs.unwrap_or(0);
-    job.submitted = submitted;
+    let Prepared { kind, tokens, params, question_chars } = p;
+    let n = tokens.len();
+    let spec = JobSpec { stop_tokens: llm.tokenizer.eos_tokens().to_vec(), logprobs: params.logprobs, submitted, ..JobSpec::new(tokens, params.sampling.clone(), max_tokens) };
+    let (job, rx) = spec.build();
     let cancel = job.cancel.clone();
     match llm.engine.submit(job) {
         Ok(()) => {}
@@ -138,7 +108,7 @@ async fn start(
         }
         Err(SubmitError::ShuttingDown) => return Err(ApiError::new(503, "server_error", "the server is shutting down").code("shutting_down")),
     }
-    let gen = Generation::new(llm.clone(), metrics.clone(), kind, request_id(kind), route, n, question_chars, p, rx, cancel, submitted);
+    let gen = Generation::new(llm.clone(), metrics.clone(), kind, request_id(kind), route, n, question_chars, params, rx, cancel, submitted);
     if gen.params.stream {
         let (tx, body) = async_channel::bounded(64);
         Ok(Response::sse_produced(body, Box::pin(super::generation::stream(gen, tx, guard))))
@@ -150,7 +120,7 @@ async fn start(
 /// A non-streamed answer: run the generation to its end, then answer once.
 async fn whole(mut gen: Generation) -> Result<Response, ApiError> {
     let mut text = String::new();
-    let mut logprobs: Vec<Value> = Vec::new();
+    let mut logprobs: Vec<TokenLogprob> = Vec::new();
     loop {
         match gen.next_piece().await {
             Piece::Delta { text: t, logprobs: lp } => {
@@ -160,10 +130,25 @@ async fn whole(mut gen: Generation) -> Result<Response, ApiError> {
             Piece::End(end) => {
                 if let Some(err) = &end.error {
                     if gen.completion_tokens == 0 {
-                        return Err(ApiError::new(500, "server_error", format!("generation failed: {err}")).code("engine_error"));
+                        return Err(err.clone());
                     }
                 }
-                return Ok(Response::json(200, &gen.whole_body(&text, logprobs, &end)));
+                let stats = end.stats.as_ref();
+                let usage = gen.usage();
+                let (id, model) = (gen.id.as_str(), gen.model_id());
+                let with_logprobs = gen.params.logprobs.is_some();
+                return Ok(match gen.kind {
+                    Kind::Chat => {
+                        let lp = with_logprobs.then(|| ChatLogprobs { content: logprobs.iter().map(TokenLogprob::chat).collect() });
+                        let choice = ChatChoice { index: 0, message: ChatMessageOut { role: "assistant", content: &text }, logprobs: lp, finish_reason: end.finish_reason };
+                        Response::json(200, &Completion { id, object: "chat.completion", created: gen.created, model, choices: vec![choice], usage, mtplx_stats: stats })
+                    }
+                    Kind::Completion => {
+                        let lp = with_logprobs.then(|| wire::completion_logprobs(&logprobs));
+                        let choice = TextChoice { index: 0, text: &text, logprobs: lp, finish_reason: Some(end.finish_reason) };
+                        Response::json(200, &Completion { id, object: "text_completion", created: gen.created, model, choices: vec![choice], usage, mtplx_stats: stats })
+                    }
+                });
             }
         }
     }

@@ -2,12 +2,13 @@
 //! `param` and, for numbers, the allowed range in the message.
 
 use super::error::ApiError;
+use crate::engine::SamplingParams;
 use serde_json::{Map, Value};
 
 /// OpenAI accepts at most 4 stop sequences.
 pub const MAX_STOP_SEQUENCES: usize = 4;
-/// OpenAI's bound on `top_logprobs` for chat.
-pub const MAX_TOP_LOGPROBS: usize = 20;
+/// OpenAI's bound on `top_logprobs` for chat (the engine's own bound).
+pub use crate::engine::MAX_TOP_LOGPROBS;
 /// OpenAI's bound on the integer `logprobs` of legacy completions.
 pub const MAX_COMPLETION_LOGPROBS: usize = 5;
 /// Longest stop sequence accepted, in bytes; longer ones are almost surely mistakes.
@@ -19,17 +20,33 @@ pub struct ChatMessage {
     pub content: String,
 }
 
+/// Fields whose effect a client relies on and that this server does not have: refused with a
+/// 400 naming the field rather than silently ignored. (Fields that only inform, such as `user`,
+/// `metadata` or `store`, are accepted; unknown fields are ignored.)
+pub const REFUSED_FIELDS: &[(&str, &str)] = &[
+    ("tools", "tool calling is not supported"),
+    ("tool_choice", "tool calling is not supported"),
+    ("parallel_tool_calls", "tool calling is not supported"),
+    ("functions", "function calling is not supported"),
+    ("function_call", "function calling is not supported"),
+    ("response_format", "structured output (response_format) is not supported"),
+    ("logit_bias", "logit_bias is not supported"),
+    ("audio", "audio output is not supported"),
+    ("modalities", "only text output is supported"),
+    ("prediction", "predicted outputs are not supported"),
+    ("reasoning_effort", "reasoning_effort is not supported by this model"),
+    ("web_search_options", "web search is not supported"),
+    ("echo", "echo is not supported"),
+    ("suffix", "suffix (insertion) is not supported"),
+    ("best_of", "best_of is not supported"),
+];
+
 /// Sampling and length settings shared by both generation routes.
 #[derive(Debug, Clone, PartialEq)]
 pub struct GenParams {
     pub max_tokens: Option<usize>,
-    pub temperature: f32,
-    pub top_p: f32,
-    pub top_k: usize,
-    pub min_p: f32,
-    pub presence_penalty: f32,
-    pub frequency_penalty: f32,
-    pub seed: Option<u64>,
+    /// Exactly what the decode thread's sampler gets.
+    pub sampling: SamplingParams,
     pub stop: Vec<String>,
     /// Alternatives to report per token (`None`: no logprobs at all).
     pub logprobs: Option<usize>,
@@ -141,7 +158,15 @@ fn stop(m: &Map<String, Value>) -> Result<Vec<String>, ApiError> {
     Ok(list)
 }
 
+fn refuse_unsupported(m: &Map<String, Value>) -> Result<(), ApiError> {
+    match REFUSED_FIELDS.iter().find(|(f, _)| field(m, f).is_some()) {
+        Some((f, why)) => Err(ApiError::invalid(f, format!("'{f}' is not supported by this server ({why}); remove it from the request")).code("unsupported_parameter")),
+        None => Ok(()),
+    }
+}
+
 fn gen_params(m: &Map<String, Value>, max_tokens_fields: &[&str]) -> Result<GenParams, ApiError> {
+    refuse_unsupported(m)?;
     if let Some(n) = integer(m, "n", 0, u64::MAX)? {
         if n != 1 {
             return Err(ApiError::invalid("n", format!("only n=1 is supported (one choice per request), got n={n}")));
@@ -168,8 +193,7 @@ fn gen_params(m: &Map<String, Value>, max_tokens_fields: &[&str]) -> Result<GenP
         Some(Value::Number(n)) => Some(n.as_u64().or_else(|| n.as_i64().map(|i| i as u64)).ok_or_else(|| ApiError::invalid("seed", format!("'seed' must be an integer, got {n}")))?),
         Some(v) => return Err(ApiError::invalid("seed", format!("'seed' must be an integer, not {}", type_name(v)))),
     };
-    Ok(GenParams {
-        max_tokens,
+    let sampling = SamplingParams {
         temperature: number(m, "temperature", 0.0, 2.0, 1.0)?,
         top_p: number(m, "top_p", 0.0, 1.0, 1.0)?,
         top_k,
@@ -177,6 +201,10 @@ fn gen_params(m: &Map<String, Value>, max_tokens_fields: &[&str]) -> Result<GenP
         presence_penalty: number(m, "presence_penalty", -2.0, 2.0, 0.0)?,
         frequency_penalty: number(m, "frequency_penalty", -2.0, 2.0, 0.0)?,
         seed,
+    };
+    Ok(GenParams {
+        max_tokens,
+        sampling,
         stop: stop(m)?,
         logprobs: None,
         stream,
@@ -266,20 +294,20 @@ mod tests {
         .unwrap();
         assert_eq!(r.messages[1].content, "hi there");
         assert_eq!(r.params.max_tokens, Some(7));
-        assert_eq!(r.params.top_k, 40);
-        assert_eq!(r.params.seed, Some(42));
+        assert_eq!(r.params.sampling.top_k, 40);
+        assert_eq!(r.params.sampling.seed, Some(42));
         assert_eq!(r.params.stop, vec!["\n\n", "END"]);
         assert_eq!(r.params.logprobs, Some(3));
         assert!(r.params.stream && r.params.include_usage);
-        assert_eq!(r.params.temperature, 0.5);
+        assert_eq!(r.params.sampling.temperature, 0.5);
     }
 
     #[test]
     fn defaults_when_fields_are_absent() {
         let r = chat(r#"{"messages":[{"role":"user","content":"hi"}]}"#).unwrap();
-        assert_eq!(r.params.temperature, 1.0);
-        assert_eq!(r.params.top_p, 1.0);
-        assert_eq!((r.params.top_k, r.params.logprobs, r.params.max_tokens), (0, None, None));
+        assert_eq!(r.params.sampling.temperature, 1.0);
+        assert_eq!(r.params.sampling.top_p, 1.0);
+        assert_eq!((r.params.sampling.top_k, r.params.logprobs, r.params.max_tokens), (0, None, None));
         assert!(!r.params.stream);
     }
 
@@ -303,6 +331,20 @@ mod tests {
             assert_eq!(e.param.as_deref(), Some(param), "{body}");
             assert!(e.message.contains(needle), "{body}: {}", e.message);
         }
+    }
+
+    #[test]
+    fn fields_without_effect_here_are_refused_by_name() {
+        for (f, v) in [("tools", "[]"), ("tool_choice", "\"auto\""), ("response_format", "{\"type\":\"json_object\"}"), ("logit_bias", "{\"50256\":-100}")] {
+            let body = format!(r#"{{"messages":[{{"role":"user","content":"hi"}}],"{f}":{v}}}"#);
+            let e = chat(&body).unwrap_err();
+            assert_eq!((e.status, e.param.as_deref(), e.code), (400, Some(f), Some("unsupported_parameter")), "{body}");
+            assert!(e.message.contains(f), "{}", e.message);
+        }
+        let e = parse_completion(br#"{"prompt":"x","echo":true}"#).unwrap_err();
+        assert_eq!(e.param.as_deref(), Some("echo"));
+        // Fields that only inform are accepted.
+        chat(r#"{"messages":[{"role":"user","content":"hi"}],"user":"u1","metadata":{"k":"v"},"store":false}"#).unwrap();
     }
 
     #[test]

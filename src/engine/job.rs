@@ -77,17 +77,40 @@ impl Job {
         params: SamplingParams,
         max_tokens: usize,
     ) -> (Job, async_channel::Receiver<Event>) {
+        JobSpec::new(prompt, params, max_tokens).build()
+    }
+}
+
+/// Everything a job is made of but its channels: fill it, then [`JobSpec::build`] it once.
+#[derive(Clone, Debug)]
+pub struct JobSpec {
+    pub prompt: Vec<u32>,
+    pub params: SamplingParams,
+    pub max_tokens: usize,
+    pub stop_tokens: Vec<u32>,
+    /// `None`: no logprobs; `Some(n)`: each token's logprob and its `n` best alternatives.
+    pub logprobs: Option<usize>,
+    pub submitted: Instant,
+}
+
+impl JobSpec {
+    pub fn new(prompt: Vec<u32>, params: SamplingParams, max_tokens: usize) -> JobSpec {
+        JobSpec { prompt, params, max_tokens, stop_tokens: Vec::new(), logprobs: None, submitted: Instant::now() }
+    }
+
+    /// The job and the receiver of its events.
+    pub fn build(self) -> (Job, async_channel::Receiver<Event>) {
         let (tx, rx) = async_channel::unbounded();
         let job = Job {
-            prompt,
-            params,
-            max_tokens,
-            stop_tokens: Vec::new(),
-            logprobs: false,
-            top_logprobs: 0,
+            prompt: self.prompt,
+            params: self.params,
+            max_tokens: self.max_tokens,
+            stop_tokens: self.stop_tokens,
+            logprobs: self.logprobs.is_some(),
+            top_logprobs: self.logprobs.unwrap_or(0).min(MAX_TOP_LOGPROBS),
             cancel: Arc::new(AtomicBool::new(false)),
             reply: tx,
-            submitted: Instant::now(),
+            submitted: self.submitted,
         };
         (job, rx)
     }
@@ -124,6 +147,8 @@ pub enum FinishReason {
     Length,
     /// The cancel flag was set or the receiver dropped.
     Cancelled,
+    /// The engine shut down (server shutdown) before the generation ended.
+    Shutdown,
     /// The job could not run or the model failed; the message says why.
     Error(String),
 }
@@ -135,6 +160,7 @@ impl FinishReason {
             FinishReason::Stop => "stop",
             FinishReason::Length => "length",
             FinishReason::Cancelled => "cancelled",
+            FinishReason::Shutdown => "error",
             FinishReason::Error(_) => "error",
         }
     }
@@ -152,6 +178,20 @@ pub struct KvSnapshot {
     /// Bytes the active sequences may grow to (what admission reserved).
     pub reserved_bytes: usize,
     pub budget_bytes: usize,
+    /// Bytes one position of one sequence takes (keys and values of every layer).
+    pub bytes_per_position: usize,
+}
+
+impl KvSnapshot {
+    /// Positions the caches hold now.
+    pub fn positions(&self) -> usize {
+        self.bytes / self.bytes_per_position.max(1)
+    }
+
+    /// Positions the whole budget holds.
+    pub fn capacity_positions(&self) -> usize {
+        self.budget_bytes / self.bytes_per_position.max(1)
+    }
 }
 
 /// Per-request numbers for the metrics record.

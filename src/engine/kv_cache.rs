@@ -264,6 +264,7 @@ impl KvCacheManager {
             bytes: self.slots.iter().map(|s| s.cache.bytes()).sum(),
             reserved_bytes: self.slots.iter().filter(|s| s.reserved.is_some()).map(|s| self.charge(s)).sum(),
             budget_bytes: self.budget,
+            bytes_per_position: self.bytes_per_position,
         }
     }
 
@@ -340,7 +341,7 @@ mod tests {
         feed(&mut m, a.id, &[1, 2, 3]);
         assert!(m.snapshot().bytes > 0);
         m.finish(a.id, false);
-        assert_eq!(m.snapshot(), KvSnapshot { budget_bytes: 64 * BPP * 4, ..Default::default() });
+        assert_eq!(m.snapshot(), KvSnapshot { budget_bytes: 64 * BPP * 4, bytes_per_position: BPP, ..Default::default() });
     }
 
     #[test]

@@ -88,7 +88,7 @@ impl Scheduler {
             self.retire();
             self.publish();
         }
-        let reason = FinishReason::Error("the engine shut down".into());
+        let reason = FinishReason::Shutdown;
         for s in self.active.iter_mut() {
             s.done = Some((reason.clone(), false));
         }

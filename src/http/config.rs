@@ -1,5 +1,5 @@
-//! The settings of the HTTP layer and their defaults. `main.rs` fills an [`HttpConfig`] from the
-//! command line; nothing here knows about flags.
+//! The settings of the HTTP layer and their defaults. The binary's `cli` module fills an
+//! [`HttpConfig`] from the command line; nothing here knows about flags.
 
 use std::time::Duration;
 

@@ -140,7 +140,7 @@ impl Response {
         }
     }
 
-    pub fn json(status: u16, value: &serde_json::Value) -> Response {
+    pub fn json<T: serde::Serialize + ?Sized>(status: u16, value: &T) -> Response {
         Response::new(
             status,
             "application/json",

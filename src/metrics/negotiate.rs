@@ -36,6 +36,12 @@ fn media_ranges(accept: &str) -> impl Iterator<Item = (&str, f32)> {
 /// the types we serve wins; at equal q an exact type beats a wildcard and earlier beats later.
 /// No header, or nothing we serve, means Prometheus text (what scrapers without `Accept` expect).
 pub fn negotiate(accept: Option<&str>) -> Format {
+    negotiate_or(accept, Format::Prometheus)
+}
+
+/// [`negotiate`], with `default` served when `Accept` names no format we serve by name (no
+/// header, `*/*`, or only types we do not serve): `--metrics-format`.
+pub fn negotiate_or(accept: Option<&str>, default: Format) -> Format {
     let mut best: Option<(f32, u8, Format)> = None;
     for (ty, q) in media_ranges(accept.unwrap_or("")) {
         let (fmt, exact) = if ty.eq_ignore_ascii_case("application/openmetrics-text") {
@@ -44,7 +50,9 @@ pub fn negotiate(accept: Option<&str>) -> Format {
             (Format::Prometheus, 1)
         } else if ty.eq_ignore_ascii_case("application/json") {
             (Format::Json, 1)
-        } else if ty == "*/*" || ty.eq_ignore_ascii_case("text/*") {
+        } else if ty == "*/*" {
+            (default, 0)
+        } else if ty.eq_ignore_ascii_case("text/*") {
             (Format::Prometheus, 0)
         } else {
             continue;
@@ -53,7 +61,7 @@ pub fn negotiate(accept: Option<&str>) -> Format {
             best = Some((q, exact, fmt));
         }
     }
-    best.map_or(Format::Prometheus, |(_, _, f)| f)
+    best.map_or(default, |(_, _, f)| f)
 }
 
 /// How the live stream is framed.
@@ -95,6 +103,18 @@ pub fn negotiate_stream(accept: Option<&str>) -> StreamFormat {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_json_default_serves_clients_that_name_no_format() {
+        for accept in [None, Some("*/*"), Some("image/png")] {
+            assert_eq!(negotiate_or(accept, Format::Json), Format::Json, "{accept:?}");
+        }
+        // Named formats win over the default: Prometheus still scrapes text.
+        let prom = "application/openmetrics-text;version=1.0.0,text/plain;version=0.0.4;q=0.5,*/*;q=0.1";
+        assert_eq!(negotiate_or(Some(prom), Format::Json), Format::OpenMetrics);
+        assert_eq!(negotiate_or(Some("text/plain"), Format::Json), Format::Prometheus);
+        assert_eq!(negotiate_or(Some("text/*"), Format::Json), Format::Prometheus);
+    }
 
     #[test]
     fn accept_negotiation() {

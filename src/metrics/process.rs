@@ -50,7 +50,9 @@ fn read_small(path: &str, buf: &mut [u8; PROC_READ_BYTES]) -> Option<usize> {
 /// Field `n` of `/proc/self/stat`, numbered as in proc(5) (1 is the pid). Field 2, `(comm)`, may
 /// itself contain spaces and parentheses, hence counting from the last `)`; `n` must be over 2.
 fn stat_field(stat: &str, n: usize) -> Option<&str> {
-    stat[stat.rfind(')')? + 1..].split_ascii_whitespace().nth(n.checked_sub(3)?)
+    stat[stat.rfind(')')? + 1..]
+        .split_ascii_whitespace()
+        .nth(n.checked_sub(3)?)
 }
 
 /// utime + stime (fields 14 and 15 of `/proc/self/stat`).
@@ -107,7 +109,9 @@ struct Sampler {
 
 impl Sampler {
     const fn new() -> Sampler {
-        Sampler { last: Mutex::new(None) }
+        Sampler {
+            last: Mutex::new(None),
+        }
     }
 
     fn get(&self, now: Instant, read: impl FnOnce() -> ProcessStats) -> ProcessStats {
@@ -133,7 +137,9 @@ impl ProcessStats {
             start_time_seconds,
             resident_memory_bytes: stat.and_then(rss_pages).map(|p| p * page_bytes()),
             cpu_seconds: stat.and_then(cpu_seconds),
-            open_fds: std::fs::read_dir("/proc/self/fd").ok().map(|d| d.count() as u64),
+            open_fds: std::fs::read_dir("/proc/self/fd")
+                .ok()
+                .map(|d| d.count() as u64),
         }
     }
 
@@ -170,12 +176,23 @@ mod tests {
         let reads = std::cell::Cell::new(0u64);
         let read = || {
             reads.set(reads.get() + 1);
-            ProcessStats { open_fds: Some(reads.get()), ..ProcessStats::default() }
+            ProcessStats {
+                open_fds: Some(reads.get()),
+                ..ProcessStats::default()
+            }
         };
         let t0 = Instant::now();
         assert_eq!(sampler.get(t0, read).open_fds, Some(1));
-        assert_eq!(sampler.get(t0 + PROCESS_MAX_AGE / 2, read).open_fds, Some(1), "read again too soon");
-        assert_eq!(sampler.get(t0 + PROCESS_MAX_AGE, read).open_fds, Some(2), "not read again");
+        assert_eq!(
+            sampler.get(t0 + PROCESS_MAX_AGE / 2, read).open_fds,
+            Some(1),
+            "read again too soon"
+        );
+        assert_eq!(
+            sampler.get(t0 + PROCESS_MAX_AGE, read).open_fds,
+            Some(2),
+            "not read again"
+        );
         assert_eq!(reads.get(), 2);
     }
 
@@ -186,9 +203,20 @@ mod tests {
         // The same figure as the kernel's own `VmRSS` line, give or take pages touched between
         // the two reads.
         let status = std::fs::read_to_string("/proc/self/status").unwrap();
-        let kib: u64 = status.lines().find_map(|l| l.strip_prefix("VmRSS:")).unwrap().trim().trim_end_matches("kB").trim().parse().unwrap();
+        let kib: u64 = status
+            .lines()
+            .find_map(|l| l.strip_prefix("VmRSS:"))
+            .unwrap()
+            .trim()
+            .trim_end_matches("kB")
+            .trim()
+            .parse()
+            .unwrap();
         let rss = s.resident_memory_bytes.unwrap();
-        assert!(rss.abs_diff(kib * 1024) < 4 << 20, "stat says {rss} bytes, status {kib} KiB");
+        assert!(
+            rss.abs_diff(kib * 1024) < 4 << 20,
+            "stat says {rss} bytes, status {kib} KiB"
+        );
         assert_eq!(page_bytes() % 4096, 0);
         assert!(s.open_fds.unwrap() >= 3);
         assert!(s.cpu_seconds.is_some());

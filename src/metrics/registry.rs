@@ -10,7 +10,7 @@
 
 use std::sync::atomic::{AtomicI64, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 
-use super::routes::{RouteId, ROUTE_SLOTS};
+use super::route_labels::{RouteId, ROUTE_SLOTS};
 
 /// A monotonically increasing count.
 #[derive(Default, Debug)]

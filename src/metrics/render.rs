@@ -1,10 +1,10 @@
 //! Walking every family of [`Metrics`] into one text exposition (or the JSON envelope).
 
+use super::help;
 use super::histogram::{Histogram, MAX_BUCKETS};
 use super::process::ProcessStats;
 use super::prometheus::{write_f64, write_header, write_i64, write_u64, Format, Kind};
 use super::registry::{Counter, Gauge, RouteCounter, METHODS};
-use super::help;
 use super::series::Metrics;
 use std::sync::Arc;
 
@@ -92,7 +92,7 @@ impl Out<'_> {
     fn route_counter(&mut self, m: &Metrics, name: &str, help: &str, c: &RouteCounter) {
         self.head(name, Kind::Counter, None, help);
         for i in 0..m.routes.len() {
-            let id = super::routes::RouteId(i as u16);
+            let id = super::route_labels::RouteId(i as u16);
             let v = c.get(id);
             // Templates are shown from zero (so rate() works from the start); raw paths only
             // once counted.
@@ -173,13 +173,28 @@ impl Metrics {
             out.extend_from_slice(&self.envelope_json(None));
             return;
         }
-        self.walk(format, Some(out), &mut Vec::with_capacity(VALUES_HINT), stats);
+        self.walk(
+            format,
+            Some(out),
+            &mut Vec::with_capacity(VALUES_HINT),
+            stats,
+        );
     }
 
     /// Every family in exposition order: the text into `buf` when given, the values always.
-    fn walk(&self, format: Format, buf: Option<&mut Vec<u8>>, values: &mut Vec<u64>, stats: &ProcessStats) {
-        let mut o = Out { fmt: format, buf, values };
-        self.render_seed003(&mut o);
+    fn walk(
+        &self,
+        format: Format,
+        buf: Option<&mut Vec<u8>>,
+        values: &mut Vec<u64>,
+        stats: &ProcessStats,
+    ) {
+        let mut o = Out {
+            fmt: format,
+            buf,
+            values,
+        };
+        self.render_request_series(&mut o);
         self.render_process(&mut o, stats);
         self.render_generation(&mut o);
         if format == Format::OpenMetrics {
@@ -187,7 +202,9 @@ impl Metrics {
         }
     }
 
-    fn render_seed003(&self, o: &mut Out<'_>) {
+    /// The request-level series: HTTP traffic, generation latency, message lengths and the
+    /// rate limiter.
+    fn render_request_series(&self, o: &mut Out<'_>) {
         let name = "http_requests_total";
         o.head(name, Kind::Counter, None, help::HTTP_REQUESTS);
         self.http_requests_total.for_each(|cell, v| {
@@ -259,8 +276,13 @@ impl Metrics {
     fn render_process(&self, o: &mut Out<'_>, s: &ProcessStats) {
         // Which optional series are shown, so that two readings missing different series can
         // never share a cache key.
-        let shown = [s.resident_memory_bytes.is_some(), s.cpu_seconds.is_some(), s.open_fds.is_some()];
-        o.values.push(shown.iter().fold(0, |bits, &b| bits << 1 | b as u64));
+        let shown = [
+            s.resident_memory_bytes.is_some(),
+            s.cpu_seconds.is_some(),
+            s.open_fds.is_some(),
+        ];
+        o.values
+            .push(shown.iter().fold(0, |bits, &b| bits << 1 | b as u64));
         o.gauge_f64(
             "process_start_time_seconds",
             Kind::Gauge,
@@ -305,6 +327,11 @@ impl Metrics {
             "llm_generation_tokens_total",
             help::GEN_TOKENS,
             &self.llm_generation_tokens_total,
+        );
+        o.counter(
+            "llm_generation_tokens_delivered_total",
+            help::GEN_TOKENS_DELIVERED,
+            &self.llm_generation_tokens_delivered_total,
         );
         o.gauge(
             "llm_requests_running",
@@ -359,150 +386,14 @@ impl Metrics {
             help::DROPPED,
             &self.requests.dropped,
         );
+        o.gauge(
+            "mtplx_metrics_stream_subscribers",
+            help::SUBSCRIBERS,
+            &self.requests.subscribers,
+        );
     }
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::metrics::series::BuildInfo;
-    use std::collections::HashMap;
-
-    fn populated() -> Metrics {
-        let m = Metrics::new(8, BuildInfo::current("cpu", "smol\"lm\\2\nq4"));
-        let chat = m.route_id("/v1/chat/completions");
-        m.record_http("POST", chat, 200);
-        m.record_http("POST", chat, 200);
-        m.record_http("POST", chat, 503);
-        m.record_http("GET", m.route_id("/metrics"), 200);
-        m.record_http("GET", m.route_label("/weird\"path\\x\ny"), 404);
-        m.record_rate_limited(chat);
-        for v in [0.0005, 0.003, 0.2, 42.0, 1e9] {
-            m.llm_time_to_first_token_seconds.observe(v);
-        }
-        m.llm_spec_decode_num_accepted_tokens_per_pos_total
-            .add(1, 3);
-        m
-    }
-
-    fn text(m: &Metrics, f: Format) -> String {
-        let mut out = b"stale".to_vec();
-        m.render_with(
-            f,
-            &mut out,
-            &ProcessStats {
-                start_time_seconds: 1.5e9,
-                resident_memory_bytes: Some(1 << 20),
-                cpu_seconds: Some(0.25),
-                open_fds: Some(9),
-            },
-        );
-        String::from_utf8(out).unwrap()
-    }
-
-    #[test]
-    fn help_and_type_once_per_family_and_before_samples() {
-        for f in [Format::Prometheus, Format::OpenMetrics] {
-            let t = text(&populated(), f);
-            let mut seen: HashMap<String, (usize, usize)> = HashMap::new();
-            for l in t.lines() {
-                if let Some(rest) = l.strip_prefix("# HELP ") {
-                    seen.entry(rest.split(' ').next().unwrap().into())
-                        .or_default()
-                        .0 += 1;
-                } else if let Some(rest) = l.strip_prefix("# TYPE ") {
-                    seen.entry(rest.split(' ').next().unwrap().into())
-                        .or_default()
-                        .1 += 1;
-                }
-            }
-            assert_eq!(seen.len(), 25, "{f:?}: one family per series");
-            assert!(seen.values().all(|&(h, t)| h == 1 && t == 1), "{seen:?}");
-            assert!(!t.starts_with("stale"), "buffer is cleared");
-        }
-    }
-
-    #[test]
-    fn histogram_buckets_cumulative_increasing_and_inf_is_count() {
-        let t = text(&populated(), Format::Prometheus);
-        let buckets: Vec<(f64, u64)> = t
-            .lines()
-            .filter_map(|l| l.strip_prefix("llm_time_to_first_token_seconds_bucket{le=\""))
-            .map(|l| {
-                let (le, v) = l.split_once("\"} ").unwrap();
-                (
-                    if le == "+Inf" {
-                        f64::INFINITY
-                    } else {
-                        le.parse().unwrap()
-                    },
-                    v.parse().unwrap(),
-                )
-            })
-            .collect();
-        assert_eq!(
-            buckets.len(),
-            crate::metrics::series::LATENCY_BUCKETS.len() + 1
-        );
-        assert!(buckets
-            .windows(2)
-            .all(|w| w[0].0 < w[1].0 && w[0].1 <= w[1].1));
-        assert_eq!(buckets.last().unwrap(), &(f64::INFINITY, 5));
-        assert!(t.contains("llm_time_to_first_token_seconds_count 5\n"));
-        assert!(t.contains("llm_time_to_first_token_seconds_bucket{le=\"0.001\"} 1\n"));
-        assert!(t.contains("llm_time_to_first_token_seconds_bucket{le=\"0.005\"} 2\n"));
-        // 1e9 s is clamped to the hdr maximum (an hour).
-        assert!(
-            t.contains("llm_time_to_first_token_seconds_sum 3642.2035\n"),
-            "{t}"
-        );
-    }
-
-    #[test]
-    fn samples_escape_labels_and_skip_metrics_route() {
-        let t = text(&populated(), Format::Prometheus);
-        assert!(t.contains("http_requests_total{method=\"POST\",route=\"/v1/chat/completions\",status=\"200\"} 2\n"));
-        assert!(t.contains("http_requests_total{method=\"GET\",route=\"/weird\\\"path\\\\x\\ny\",status=\"404\"} 1\n"));
-        assert!(
-            !t.contains("route=\"/metrics\",status"),
-            "/metrics is not counted in http_requests_total"
-        );
-        assert!(t.contains("http_request_errors_total{route=\"/v1/chat/completions\"} 1\n"));
-        assert!(t.contains("rejected_requests_total{route=\"/v1/chat/completions\"} 1\n"));
-        assert!(t.contains("requests_per_ip_total{route=\"/v1/chat/completions\"} 0\n"));
-        assert!(t.contains("mtplx_build_info{version=\"0.1.0\",backend=\"cpu\",model=\"smol\\\"lm\\\\2\\nq4\"} 1\n"));
-        assert!(t.contains("process_start_time_seconds 1.5e+09\n"));
-        assert!(t.contains("process_cpu_seconds_total 0.25\n"));
-        assert!(t.contains("llm_spec_decode_num_accepted_tokens_per_pos_total{position=\"0\"} 0\n"));
-        assert!(t.contains("llm_spec_decode_num_accepted_tokens_per_pos_total{position=\"1\"} 3\n"));
-        assert!(!t.contains("# EOF"));
-        assert!(t.ends_with("mtplx_metrics_stream_dropped_total 0\n"));
-    }
-
-    #[test]
-    fn openmetrics_names_counter_families_without_total_and_ends_with_eof() {
-        let t = text(&populated(), Format::OpenMetrics);
-        assert!(t.contains("# TYPE http_requests counter\n"));
-        assert!(
-            t.contains("# TYPE process_cpu_seconds counter\n# UNIT process_cpu_seconds seconds\n")
-        );
-        assert!(t.contains("# TYPE mtplx_build info\n"));
-        assert!(t.contains("\nhttp_requests_total{method=\"POST\""));
-        assert!(t.contains("# TYPE llm_time_to_first_token_seconds histogram\n# UNIT llm_time_to_first_token_seconds seconds\n"));
-        assert!(t.ends_with("mtplx_metrics_stream_dropped_total 0\n# EOF\n"));
-        assert_eq!(t.matches("# EOF").count(), 1);
-    }
-
-    #[test]
-    fn json_format_is_the_envelope() {
-        let m = populated();
-        let t = text(&m, Format::Json);
-        let v: serde_json::Value = serde_json::from_str(&t).unwrap();
-        assert!(v["latest"].is_null());
-        assert_eq!(v["history"], serde_json::json!([]));
-        assert_eq!(
-            v["quantiles"]["llm_time_to_first_token_seconds"]["count"],
-            5
-        );
-    }
-}
+#[path = "render_tests.rs"]
+mod tests;

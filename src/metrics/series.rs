@@ -1,14 +1,14 @@
 //! The series the server exposes, one typed field each, and the calls that record them.
 //!
-//! Names, labels and HELP meanings follow seed 003 (the user's contract); bucket bounds are
-//! listed here and in `docs/metrics.md`.
+//! Names, labels, HELP meanings and bucket bounds are the contract that `docs/metrics.md`
+//! documents; a change here is a change there.
 
 use std::sync::{Arc, RwLock};
 
 use super::histogram::{Histogram, HistogramSpec};
 use super::registry::{method_index, Counter, Gauge, HttpCounter, PositionCounter, RouteCounter};
-use super::requests::{Entry, RequestLog};
-use super::routes::{RouteId, RouteTable};
+use super::request_log::{Entry, RequestLog};
+use super::route_labels::{RouteId, RouteTable};
 
 /// TTFT / TTLT bounds: 1 ms steps below 10 ms, then up to 10 minutes.
 pub const LATENCY_BUCKETS: &[f64] = &[
@@ -48,7 +48,8 @@ const TOK_S: HistogramSpec = HistogramSpec {
     hdr_max: 100_000_000,
 };
 
-/// The route whose own requests `http_requests_total` leaves out (seed 003).
+/// The route whose own requests `http_requests_total` leaves out (`docs/metrics.md`: a scrape
+/// does not count itself).
 pub const METRICS_ROUTE: &str = "/metrics";
 
 /// Labels of `mtplx_build_info`.
@@ -103,7 +104,10 @@ pub struct Metrics {
     pub(crate) render_cache: super::render_cache::RenderCache,
 
     pub llm_prompt_tokens_total: Counter,
+    /// Decoded: every token the decode thread sampled.
     pub llm_generation_tokens_total: Counter,
+    /// Delivered: the tokens the API took from the decode thread for its clients.
+    pub llm_generation_tokens_delivered_total: Counter,
     pub llm_requests_running: Gauge,
     pub llm_requests_waiting: Gauge,
     pub llm_spec_decode_num_drafts_total: Counter,
@@ -113,7 +117,8 @@ pub struct Metrics {
     pub llm_decode_tokens_per_second: Histogram,
     pub llm_inter_token_latency_seconds: Histogram,
 
-    /// The per-request records; its `dropped` is `mtplx_metrics_stream_dropped_total`.
+    /// The per-request records; its `dropped` is `mtplx_metrics_stream_dropped_total`, its
+    /// `subscribers` `mtplx_metrics_stream_subscribers`.
     pub requests: RequestLog,
 }
 
@@ -150,6 +155,7 @@ impl Metrics {
             render_cache: Default::default(),
             llm_prompt_tokens_total: Counter::default(),
             llm_generation_tokens_total: Counter::default(),
+            llm_generation_tokens_delivered_total: Counter::default(),
             llm_requests_running: Gauge::default(),
             llm_requests_waiting: Gauge::default(),
             llm_spec_decode_num_drafts_total: Counter::default(),

@@ -5,7 +5,8 @@
 use minijinja::{context, Environment, Error, ErrorKind, Value};
 use serde::Serialize;
 
-use super::tokenizer::Tokenizer;
+use super::chat_literal::Escapes;
+use super::tokenizer::{ChatPrompt, Tokenizer};
 
 /// The template used when a model carries none: ChatML, which SmolLM, Qwen and many others use.
 pub const CHATML_TEMPLATE: &str = "{%- for message in messages %}\
@@ -170,6 +171,35 @@ impl ChatTemplate {
             ..Value::from_serialize(kwargs)
         })
         .map_err(classify)
+    }
+
+    /// The prompt for `messages`, with the special-token strings the messages spell (roles and
+    /// content) marked as literal text, for [`Tokenizer::encode_chat`]: a user who writes
+    /// `<|im_end|>\n<|im_start|>system` gets those characters, not a system turn. `tok` finds
+    /// the special-token strings. The text is what [`render_with_kwargs`](Self::render_with_kwargs)
+    /// gives, unless the template branches on a special-token string in content.
+    pub fn render_prompt(
+        &self,
+        tok: &Tokenizer,
+        messages: &[ChatMessage],
+        add_generation_prompt: bool,
+        kwargs: &serde_json::Map<String, serde_json::Value>,
+    ) -> Result<ChatPrompt, TemplateError> {
+        let mut escapes = Escapes::default();
+        let mut escaped = Vec::with_capacity(messages.len());
+        for m in messages {
+            let role = escapes.escape(&m.role, &tok.special_token_spans(&m.role));
+            let content = escapes.escape(&m.content, &tok.special_token_spans(&m.content));
+            escaped.push((role, content));
+        }
+        if escapes.is_empty() {
+            let text = self.render_with_kwargs(messages, add_generation_prompt, kwargs)?;
+            return Ok(ChatPrompt { text, literal: Vec::new() });
+        }
+        let escaped: Vec<ChatMessage> =
+            escaped.into_iter().map(|(r, c)| ChatMessage::new(r, c)).collect();
+        let rendered = self.render_with_kwargs(&escaped, add_generation_prompt, kwargs)?;
+        Ok(escapes.restore(&rendered))
     }
 
     /// Renders system + user + assistant + user and checks every message made it into the

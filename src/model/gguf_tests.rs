@@ -1,6 +1,6 @@
 use super::*;
 use crate::model::gguf_write::GgufWriter;
-use crate::model::testutil::demo_model_path;
+use crate::model::test_models::demo_model_path;
 
 fn demo() -> GgufFile {
     let path = demo_model_path();

@@ -3,7 +3,7 @@
 //! together, so each weight matrix is streamed from memory once per step for all rows.
 
 use super::config::HParams;
-use super::files::ModelFiles;
+use super::model_files::ModelFiles;
 use super::weights::ModelWeights;
 use super::{ForwardError, LogitsWanted, Model, ModelError, ModelInfo, SeqBatch, Tensor};
 use crate::backend::cpu::dequant::dequantize_row;

@@ -1,5 +1,6 @@
 //! From a path to everything needed to serve it: the model on its backend, its tokenizer and
-//! its chat template. Errors name the file and the problem.
+//! its chat template (`model_files.rs` only opens and checks the files). Errors name the file and
+//! the problem.
 
 use super::llama::Llama;
 use super::{ChatTemplate, Model, ModelFiles, Tokenizer};

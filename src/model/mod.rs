@@ -3,38 +3,43 @@
 //! Everything above this layer sees a model through the [`Model`] trait: feed tokens of one or
 //! more sequences, each with its own [`KvCache`], and get logits back.
 
+mod chat_literal;
 pub mod chat_template;
 pub mod config;
+pub mod demo;
 pub mod error;
-pub mod files;
 pub mod gguf;
 pub mod gguf_write;
 pub mod kv;
 pub mod llama;
 pub mod load;
 pub mod metadata;
-pub mod demo;
+pub mod model_files;
 pub mod safetensors;
 pub mod sha256;
 pub mod tensor;
 pub mod tensor_set;
+#[cfg(test)]
+pub(crate) mod test_models;
 pub mod tokenizer;
+mod tokenizer_bytes;
+mod tokenizer_chat;
+mod tokenizer_chunks;
+mod tokenizer_error;
 mod tokenizer_gguf;
 mod tokenizer_spm;
 pub mod weights;
-#[cfg(test)]
-pub(crate) mod testutil;
 
+pub use chat_template::{ChatMessage, ChatTemplate, TemplateError};
 pub use config::{Arch, HParams, RopeLayout};
 pub use error::ModelError;
-pub use files::{Format, ModelFiles, TokenizerSource};
+pub use model_files::{Format, ModelFiles, TokenizerSource};
 pub use gguf::GgufFile;
 pub use kv::KvCache;
 pub use metadata::{MetaValue, Metadata};
 pub use tensor::Tensor;
-pub use chat_template::{ChatMessage, ChatTemplate, TemplateError};
 pub use tensor_set::TensorSet;
-pub use tokenizer::{Tokenizer, TokenizerError};
+pub use tokenizer::{ChatPrompt, Tokenizer, TokenizerError};
 pub use weights::{LayerWeights, ModelWeights};
 
 /// What the layers above need to know of a loaded model.
@@ -86,7 +91,10 @@ impl std::fmt::Display for ForwardError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             ForwardError::ContextFull { needed, capacity } => {
-                write!(f, "sequence needs {needed} positions but its cache holds at most {capacity}")
+                write!(
+                    f,
+                    "sequence needs {needed} positions but its cache holds at most {capacity}"
+                )
             }
             ForwardError::BadToken { token, vocab_size } => {
                 write!(f, "token id {token} is outside the vocabulary (size {vocab_size})")

@@ -1,5 +1,5 @@
 use super::*;
-use crate::model::testutil::{hf_tensor_list, qwen3_config, temp_dir, tensor_bytes, write_hf_dir, write_safetensors};
+use crate::model::test_models::{hf_tensor_list, qwen3_config, temp_dir, tensor_bytes, write_hf_dir, write_safetensors};
 
 #[test]
 fn single_file_loads_zero_copy_with_hf_names() {

@@ -4,12 +4,17 @@
 //! Two sources: a GGUF file's `tokenizer.ggml.*` metadata (built in `tokenizer_gguf.rs`), or a
 //! Hugging Face `tokenizer.json` with its optional `tokenizer_config.json`.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use tokenizers::Tokenizer as HfTokenizer;
 
-use super::files::{ModelFiles, TokenizerSource};
 use super::metadata::Metadata;
+use super::model_files::{ModelFiles, TokenizerSource};
+use super::tokenizer_bytes::TokenBytes;
+pub use super::tokenizer_chat::ChatPrompt;
+use super::tokenizer_chat::PlainEncoder;
+use super::tokenizer_chunks::{Cutter, PIECE_BYTES};
+pub use super::tokenizer_error::TokenizerError;
 
 /// Longest text `encode` accepts, in bytes. Far above any context window the server offers (a
 /// token is rarely under 2 bytes), it bounds the work one request can ask of the tokenizer.
@@ -33,96 +38,6 @@ pub const END_OF_TURN_TOKENS: &[&str] = &[
     "<｜end▁of▁sentence｜>",
 ];
 
-#[derive(Debug)]
-pub enum TokenizerError {
-    /// The model's files carry no tokenizer (no `tokenizer.ggml.*` keys, no tokenizer.json).
-    NoTokenizer { path: PathBuf },
-    /// A tokenizer file could not be read.
-    Io { path: PathBuf, error: std::io::Error },
-    /// A tokenizer file is larger than [`MAX_TOKENIZER_FILE_BYTES`].
-    FileTooLarge { path: PathBuf, size: u64, max: u64 },
-    /// tokenizer.json or tokenizer_config.json is not what the format says.
-    BadJson { what: String, detail: String },
-    /// A GGUF metadata key the tokenizer needs is absent or of the wrong type.
-    MissingKey { key: &'static str, expected: &'static str },
-    /// `tokenizer.ggml.model` names a kind of tokenizer we do not build.
-    UnsupportedModel { model: String },
-    /// `tokenizer.ggml.pre` names a pre-tokenizer we have no split rules for.
-    UnknownPreTokenizer { name: String },
-    /// The GGUF vocabulary is empty or larger than the bound.
-    BadVocabSize { len: usize, max: usize },
-    /// Two parallel GGUF arrays disagree in length.
-    LengthMismatch { key: &'static str, len: usize, expected: usize },
-    /// A GGUF special-token id points outside the vocabulary.
-    BadTokenId { key: &'static str, id: u64, vocab_size: usize },
-    /// A GGUF merge rule is not two tokens separated by a space.
-    BadMerge { index: usize, merge: String },
-    /// The `tokenizers` crate refused the vocabulary, merges or split rules.
-    Build { detail: String },
-    /// The text to encode is longer than [`MAX_ENCODE_BYTES`].
-    TextTooLong { len: usize, max: usize },
-    /// The `tokenizers` crate failed to encode a text.
-    Encode { detail: String },
-}
-
-impl std::fmt::Display for TokenizerError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        use TokenizerError::*;
-        match self {
-            NoTokenizer { path } => write!(
-                f,
-                "{} has no tokenizer (no tokenizer.ggml.* metadata, no tokenizer.json)",
-                path.display()
-            ),
-            Io { path, error } => write!(f, "cannot read {}: {error}", path.display()),
-            FileTooLarge { path, size, max } => {
-                write!(
-                    f,
-                    "{} is {size} bytes, more than the {max} a tokenizer file may be",
-                    path.display()
-                )
-            }
-            BadJson { what, detail } => write!(f, "invalid {what}: {detail}"),
-            MissingKey { key, expected } => {
-                write!(f, "GGUF metadata key {key} is missing or not {expected}")
-            }
-            UnsupportedModel { model } => write!(
-                f,
-                "tokenizer.ggml.model is '{model}'; supported are 'gpt2' (byte-level BPE) and \
-                 'llama' (SentencePiece BPE)"
-            ),
-            UnknownPreTokenizer { name } => write!(
-                f,
-                "tokenizer.ggml.pre is '{name}', a pre-tokenizer without known split rules \
-                 (known: {})",
-                super::tokenizer_gguf::KNOWN_PRE_TOKENIZERS.join(", ")
-            ),
-            BadVocabSize { len, max } => {
-                write!(f, "the vocabulary has {len} tokens; it must have between 1 and {max}")
-            }
-            LengthMismatch { key, len, expected } => {
-                write!(f, "{key} has {len} entries but the vocabulary has {expected}")
-            }
-            BadTokenId { key, id, vocab_size } => {
-                write!(f, "{key} is {id}, outside the vocabulary of {vocab_size} tokens")
-            }
-            BadMerge { index, merge } => {
-                write!(f, "merge rule {index} ({merge:?}) is not two tokens separated by a space")
-            }
-            Build { detail } => write!(f, "cannot build the tokenizer: {detail}"),
-            TextTooLong { len, max } => {
-                write!(
-                    f,
-                    "text of {len} bytes is longer than the {max} bytes the tokenizer accepts"
-                )
-            }
-            Encode { detail } => write!(f, "cannot encode the text: {detail}"),
-        }
-    }
-}
-
-impl std::error::Error for TokenizerError {}
-
 /// A model's tokenizer. Cheap to share (`&self` everywhere, `Send + Sync`).
 pub struct Tokenizer {
     pub(super) inner: HfTokenizer,
@@ -138,6 +53,13 @@ pub struct Tokenizer {
     /// Ids of special added tokens, sorted (the inner tokenizer only hands out a copy of its map).
     pub(super) special_ids: Vec<u32>,
     pub(super) chat_template: Option<String>,
+    /// The inner pipeline with special tokens read as text, for message content.
+    pub(super) plain: PlainEncoder,
+    bytes: TokenBytes,
+    /// Where long texts may be cut into pieces encoded one at a time, if anywhere.
+    pub(super) cutter: Option<Cutter>,
+    /// What the inner post-processor adds around a sequence, when that is known.
+    post_affixes: Option<(Vec<u32>, Vec<u32>)>,
 }
 
 impl std::fmt::Debug for Tokenizer {
@@ -226,18 +148,7 @@ impl Tokenizer {
                 .map(str::to_owned),
             _ => None,
         };
-        let mut tok = Tokenizer {
-            inner,
-            bos,
-            eos,
-            eos_tokens: Vec::new(),
-            add_bos: false,
-            add_eos: false,
-            vocab_size: 0,
-            special_ids: Vec::new(),
-            chat_template,
-        };
-        tok.finish_special_tokens();
+        let mut tok = Tokenizer::assemble(inner, bos, eos, chat_template);
         // The config's flags are honoured only where the post-processor does not already add
         // the token (transformers rewrites the post-processor to the same effect).
         let probe =
@@ -247,46 +158,195 @@ impl Tokenizer {
         Ok(tok)
     }
 
-    /// Fills `vocab_size` and `eos_tokens` from the inner tokenizer and `bos`/`eos`.
-    pub(super) fn finish_special_tokens(&mut self) {
-        let vocab = self.inner.get_vocab(true);
-        self.vocab_size = vocab.values().copied().max().map_or(0, |m| m as usize + 1);
-        let added = self.inner.get_added_tokens_decoder();
+    /// A tokenizer around `inner`, which must hold every added token by now: `vocab_size`,
+    /// the special ids and `eos_tokens` (eos, then the end-of-turn tokens) come from it, as do
+    /// the plain encoder and the token bytes. bos and eos are not added until `add_bos` /
+    /// `add_eos` say so.
+    pub(super) fn assemble(
+        inner: HfTokenizer,
+        bos: Option<u32>,
+        eos: Option<u32>,
+        chat_template: Option<String>,
+    ) -> Self {
+        let vocab = inner.get_vocab(true);
+        let vocab_size = vocab.values().copied().max().map_or(0, |m| m as usize + 1);
+        let added = inner.get_added_tokens_decoder();
         let mut special_ids: Vec<u32> =
             added.iter().filter(|(_, t)| t.special).map(|(&id, _)| id).collect();
         special_ids.sort_unstable();
-        self.special_ids = special_ids;
-        let mut eos_tokens: Vec<u32> = self.eos.into_iter().collect();
+        let mut eos_tokens: Vec<u32> = eos.into_iter().collect();
         for text in END_OF_TURN_TOKENS {
             if let Some(&id) = vocab.get(*text) {
-                if self.is_special(id) && !eos_tokens.contains(&id) {
+                if special_ids.binary_search(&id).is_ok() && !eos_tokens.contains(&id) {
                     eos_tokens.push(id);
                 }
             }
         }
-        self.eos_tokens = eos_tokens;
+        Tokenizer {
+            plain: PlainEncoder::new(&inner),
+            bytes: TokenBytes::new(&inner, vocab_size),
+            cutter: Cutter::for_tokenizer(&inner, super::tokenizer_gguf::LOCAL_SPLIT_RULES),
+            post_affixes: super::tokenizer_chunks::post_affixes(&inner),
+            inner,
+            bos,
+            eos,
+            eos_tokens,
+            add_bos: false,
+            add_eos: false,
+            vocab_size,
+            special_ids,
+            chat_template,
+        }
     }
 
     /// Token ids of `text`. Special tokens written in the text (`<|im_start|>`) become their
     /// ids; `add_special` adds what the model wants around a sequence (e.g. bos).
     pub fn encode(&self, text: &str, add_special: bool) -> Result<Vec<u32>, TokenizerError> {
-        if text.len() > MAX_ENCODE_BYTES {
-            return Err(TokenizerError::TextTooLong { len: text.len(), max: MAX_ENCODE_BYTES });
+        check_len(text)?;
+        let whole = |text: &str, add_special| {
+            let enc = self.inner.encode_fast(text, add_special).map_err(encode_error)?;
+            Ok(enc.get_ids().to_vec())
+        };
+        let ids = self.in_pieces(text, add_special, whole)?;
+        Ok(self.wrap(ids, add_special))
+    }
+
+    /// `encode(text, add_special)` of the inner tokenizer, piece by piece where the text is long
+    /// and the tokenizer can be cut (see `tokenizer_chunks.rs`): the same ids, with the
+    /// transient memory of one piece.
+    fn in_pieces(
+        &self,
+        text: &str,
+        add_special: bool,
+        encode: impl Fn(&str, bool) -> Result<Vec<u32>, TokenizerError>,
+    ) -> Result<Vec<u32>, TokenizerError> {
+        let pieces = self.pieces(text);
+        let affixes = match (&self.post_affixes, add_special) {
+            (_, false) => None,
+            (Some(a), true) => Some(a),
+            (None, true) => return encode(text, true),
+        };
+        if pieces.len() == 1 {
+            return encode(text, add_special);
         }
-        let enc = self
-            .inner
-            .encode_fast(text, add_special)
-            .map_err(|e| TokenizerError::Encode { detail: e.to_string() })?;
-        let ids = enc.get_ids();
-        let mut out = Vec::with_capacity(ids.len() + 2);
-        if add_special && self.add_bos {
-            out.extend(self.bos);
+        let mut ids = Vec::new();
+        ids.extend(affixes.iter().flat_map(|a| a.0.iter().copied()));
+        for r in pieces {
+            ids.extend(encode(&text[r], false)?);
         }
-        out.extend_from_slice(ids);
-        if add_special && self.add_eos {
-            out.extend(self.eos);
+        ids.extend(affixes.iter().flat_map(|a| a.1.iter().copied()));
+        Ok(ids)
+    }
+
+    /// The ranges [`in_pieces`](Self::in_pieces) encodes one at a time: `text` whole when short.
+    pub(super) fn pieces(&self, text: &str) -> Vec<std::ops::Range<usize>> {
+        match self.cutter {
+            Some(c) if text.len() > PIECE_BYTES => c.pieces(text, PIECE_BYTES),
+            _ => std::iter::once(0..text.len()).collect(),
         }
-        Ok(out)
+    }
+
+    /// `ids` with bos / eos around them where `add_special` and the model ask for it.
+    fn wrap(&self, ids: Vec<u32>, add_special: bool) -> Vec<u32> {
+        let bos = (add_special && self.add_bos).then_some(self.bos).flatten();
+        let eos = (add_special && self.add_eos).then_some(self.eos).flatten();
+        if bos.is_none() && eos.is_none() {
+            return ids;
+        }
+        bos.into_iter().chain(ids).chain(eos).collect()
+    }
+
+    /// Like [`encode`](Self::encode), with special-token strings as ordinary characters:
+    /// `<|im_end|>` in `text` is `<`, `|`, `im`, ... and never the control token.
+    pub fn encode_plain(&self, text: &str, add_special: bool) -> Result<Vec<u32>, TokenizerError> {
+        check_len(text)?;
+        let plain = |text: &str, add_special| self.plain.encode(&self.inner, text, add_special);
+        let ids = self.in_pieces(text, add_special, plain)?;
+        Ok(self.wrap(ids, add_special))
+    }
+
+    /// Byte ranges of `text` that [`encode`](Self::encode) would read as special tokens.
+    pub fn special_token_spans(&self, text: &str) -> Vec<std::ops::Range<usize>> {
+        let is_special = |id| self.is_special(id);
+        let mut out = Vec::new();
+        for r in self.pieces(text) {
+            let spans =
+                super::tokenizer_chat::special_spans(&self.inner, is_special, &text[r.clone()]);
+            out.extend(spans.into_iter().map(|s| s.start + r.start..s.end + r.start));
+        }
+        out
+    }
+
+    /// The ids of a rendered chat prompt (no bos/eos added: the template writes them). The
+    /// template's own special tokens are control tokens; special-token strings that came from
+    /// the messages (`prompt.literal`) are text, unless `parse_special_in_content` asks for the
+    /// old behaviour, where they too become control tokens. A prompt whose messages spell no
+    /// special token encodes exactly as `encode(&prompt.text, false)`.
+    pub fn encode_chat(
+        &self,
+        prompt: &ChatPrompt,
+        parse_special_in_content: bool,
+    ) -> Result<Vec<u32>, TokenizerError> {
+        if parse_special_in_content || prompt.literal.is_empty() {
+            return self.encode(&prompt.text, false);
+        }
+        check_len(&prompt.text)?;
+        let is_special = |id| self.is_special(id);
+        let mut pieces = self.pieces(&prompt.text);
+        // Cuts never fall inside a special-token string; should one, encode the text whole
+        // rather than lose a literal range.
+        let inside = |l: &std::ops::Range<usize>| {
+            pieces.iter().any(|r| r.start <= l.start && l.end <= r.end)
+        };
+        if !prompt.literal.iter().all(inside) {
+            pieces = std::iter::once(0..prompt.text.len()).collect();
+        }
+        let mut ids = Vec::new();
+        for r in pieces {
+            let (text, literal) = (&prompt.text[r.clone()], &prompt.literal);
+            let literal: Vec<_> = literal
+                .iter()
+                .filter(|l| l.start >= r.start && l.end <= r.end)
+                .map(|l| l.start - r.start..l.end - r.start)
+                .collect();
+            let piece = super::tokenizer_chat::encode_with_literals(
+                &self.inner,
+                &self.plain,
+                is_special,
+                text,
+                &literal,
+            )?;
+            ids.extend(piece);
+        }
+        Ok(ids)
+    }
+
+    /// The bytes `id` adds to a text: byte-level and byte-fallback tokens as their raw bytes
+    /// (a token that ends inside a UTF-8 character gives part of it), `▁` as a space, added
+    /// tokens as their text. The bytes of a sequence's tokens, concatenated, are its text
+    /// (SentencePiece: with the space it puts before the text). Empty for an unknown id.
+    pub fn token_bytes(&self, id: u32) -> Vec<u8> {
+        self.bytes.bytes(&self.inner, id)
+    }
+
+    /// The longest [`token_bytes`](Self::token_bytes) of the vocabulary.
+    pub fn max_token_bytes(&self) -> usize {
+        self.bytes.max_token_bytes()
+    }
+
+    /// The most input bytes one token can stand for, when that is bounded: the longest token,
+    /// times how much the normalizer can shrink text (NFC: 4). `None` when one token can stand
+    /// for any amount of text (a normalizer or pre-tokenizer that deletes text, added tokens
+    /// that swallow spaces, fused unknown tokens); see `tokenizer_bytes.rs`.
+    pub fn max_input_bytes_per_token(&self) -> Option<usize> {
+        self.bytes.max_input_bytes_per_token()
+    }
+
+    /// A lower bound on the tokens of any text of `text_bytes` bytes, known without encoding
+    /// it (0 when the tokenizer gives no bound). A prompt whose bound exceeds the context
+    /// cannot fit, so can be refused before the tokenizer spends time and memory on it.
+    pub fn min_token_count(&self, text_bytes: usize) -> usize {
+        self.max_input_bytes_per_token().map_or(0, |per| text_bytes.div_ceil(per))
     }
 
     /// The text of `ids`, special tokens included. Ids outside the vocabulary are skipped;
@@ -366,6 +426,17 @@ impl Tokenizer {
     pub fn chat_template(&self) -> Option<&str> {
         self.chat_template.as_deref()
     }
+}
+
+fn encode_error(e: impl std::fmt::Display) -> TokenizerError {
+    TokenizerError::Encode { detail: e.to_string() }
+}
+
+fn check_len(text: &str) -> Result<(), TokenizerError> {
+    if text.len() > MAX_ENCODE_BYTES {
+        return Err(TokenizerError::TextTooLong { len: text.len(), max: MAX_ENCODE_BYTES });
+    }
+    Ok(())
 }
 
 fn read_limited(path: &Path) -> Result<Vec<u8>, TokenizerError> {

@@ -13,7 +13,8 @@ use tokenizers::{
 };
 
 use super::metadata::Metadata;
-use super::tokenizer::{Tokenizer, TokenizerError};
+use super::tokenizer::Tokenizer;
+use super::tokenizer_error::TokenizerError;
 
 /// Most tokens a vocabulary may hold; the largest real ones have about 260k.
 pub const MAX_VOCAB: usize = 4 << 20;
@@ -32,6 +33,16 @@ const RE_LLAMA3: &str = r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|
 const RE_QWEN2: &str = r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+";
 /// StarCoder / SmolLM: every digit alone first (HF's `Digits(individual_digits)`), then GPT-2.
 const RE_DIGIT: &str = r"\p{N}";
+/// llama.cpp's fallback rules, around GPT-2's: punctuation runs, digit runs, three digits.
+const RE_PUNCT: &str = r"[\p{P}\$\+<=>\^~\|]+";
+const RE_DIGITS: &str = r"\p{N}+";
+const RE_THREE_DIGITS: &str = r"[0-9][0-9][0-9]";
+
+/// Every split rule above. None matches across a space between two ASCII letters or digits,
+/// or across the end of a line, so a text cut there splits into the same pieces either side
+/// (`tokenizer_chunks.rs` relies on this; a tokenizer.json with other rules is not cut).
+pub(super) const LOCAL_SPLIT_RULES: &[&str] =
+    &[RE_GPT2, RE_LLAMA3, RE_QWEN2, RE_DIGIT, RE_PUNCT, RE_DIGITS, RE_THREE_DIGITS];
 
 /// How one `tokenizer.ggml.pre` value pre-tokenizes.
 struct PreRules {
@@ -70,7 +81,7 @@ const PRE_TOKENIZERS: &[(&[&str], PreRules)] = &[
         // llama.cpp's fallback when a file names no pre-tokenizer.
         &["default"],
         PreRules {
-            regexes: &[r"[\p{P}\$\+<=>\^~\|]+", RE_GPT2, r"\p{N}+", r"[0-9][0-9][0-9]"],
+            regexes: &[RE_PUNCT, RE_GPT2, RE_DIGITS, RE_THREE_DIGITS],
             ignore_merges: false,
             add_bos_default: false,
         },
@@ -181,18 +192,10 @@ pub(super) fn build(meta: &Metadata) -> Result<Tokenizer, TokenizerError> {
     let add_bos = flag("tokenizer.ggml.add_bos_token", add_bos_default) && bos.is_some();
     let add_eos = flag("tokenizer.ggml.add_eos_token", false) && eos.is_some();
 
-    let mut tok = Tokenizer {
-        inner,
-        bos,
-        eos,
-        eos_tokens: Vec::new(),
-        add_bos,
-        add_eos,
-        vocab_size: 0,
-        special_ids: Vec::new(),
-        chat_template: meta.get_str("tokenizer.chat_template").map(str::to_owned),
-    };
-    tok.finish_special_tokens();
+    let template = meta.get_str("tokenizer.chat_template").map(str::to_owned);
+    let mut tok = Tokenizer::assemble(inner, bos, eos, template);
+    tok.add_bos = add_bos;
+    tok.add_eos = add_eos;
     for extra in [eot, eom].into_iter().flatten() {
         if !tok.eos_tokens.contains(&extra) {
             tok.eos_tokens.push(extra);
@@ -208,8 +211,10 @@ fn byte_level_bpe(
     texts: &[String],
 ) -> Result<(HfTokenizer, bool), TokenizerError> {
     let pre_name = meta.get_str("tokenizer.ggml.pre").unwrap_or("default");
-    let rules = pre_rules(pre_name)
-        .ok_or_else(|| TokenizerError::UnknownPreTokenizer { name: pre_name.to_owned() })?;
+    let rules = pre_rules(pre_name).ok_or_else(|| TokenizerError::UnknownPreTokenizer {
+        name: pre_name.to_owned(),
+        known: KNOWN_PRE_TOKENIZERS,
+    })?;
     let merges = meta.get_strings("tokenizer.ggml.merges").ok_or(TokenizerError::MissingKey {
         key: "tokenizer.ggml.merges",
         expected: "an array of strings",

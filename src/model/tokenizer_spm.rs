@@ -15,7 +15,7 @@ use tokenizers::normalizers::{Prepend, Replace, Sequence as NormalizerSequence};
 use tokenizers::{DecoderWrapper, NormalizerWrapper, Tokenizer as HfTokenizer};
 
 use super::metadata::{MetaValue, Metadata};
-use super::tokenizer::TokenizerError;
+use super::tokenizer_error::TokenizerError;
 use super::tokenizer_gguf::{TOKEN_TYPE_BYTE, TOKEN_TYPE_CONTROL};
 
 /// SentencePiece's visible space.

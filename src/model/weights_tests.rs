@@ -5,7 +5,7 @@ use crate::model::gguf::GgufFile;
 use crate::model::gguf_write::GgufWriter;
 use crate::model::metadata::MetaValue;
 use crate::model::safetensors::SafetensorsDir;
-use crate::model::testutil::{demo_model_path, hf_tensor_list, qwen3_config, temp_dir, write_hf_dir};
+use crate::model::test_models::{demo_model_path, hf_tensor_list, qwen3_config, temp_dir, write_hf_dir};
 use std::collections::HashSet;
 
 fn all_names(w: &ModelWeights) -> HashSet<String> {

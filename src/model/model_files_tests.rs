@@ -1,6 +1,6 @@
 use super::*;
 use crate::model::config::{Arch, RopeLayout};
-use crate::model::testutil::{demo_model_path, hf_tensor_list, qwen3_config, temp_dir, write_hf_dir};
+use crate::model::test_models::{demo_model_path, hf_tensor_list, qwen3_config, temp_dir, write_hf_dir};
 use serde_json::json;
 
 #[test]

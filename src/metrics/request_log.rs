@@ -10,10 +10,10 @@ use std::collections::VecDeque;
 use std::sync::{Arc, Mutex};
 
 use super::prometheus::StreamFormat;
-use super::records::{
+use super::registry::{Counter, Gauge};
+use super::request_record::{
     sse_frame, RequestRecord, KEEP_ALIVE, KEEP_ALIVE_INTERVAL, NDJSON_KEEP_ALIVE,
 };
-use super::registry::Counter;
 
 /// Entries a subscriber may have waiting before its oldest is dropped.
 pub const SUBSCRIBER_QUEUE: usize = 256;
@@ -60,6 +60,9 @@ pub struct RequestLog {
     inner: Mutex<Inner>,
     /// `mtplx_metrics_stream_dropped_total`.
     pub dropped: Counter,
+    /// `mtplx_metrics_stream_subscribers`: subscriptions alive, up at `subscribe`, down when the
+    /// [`Subscription`] is dropped (its stream ended, however it ended).
+    pub subscribers: Arc<Gauge>,
 }
 
 impl RequestLog {
@@ -79,6 +82,7 @@ impl RequestLog {
                 subscribers: Vec::new(),
             }),
             dropped: Counter::default(),
+            subscribers: Arc::default(),
         }
     }
 
@@ -178,7 +182,11 @@ impl RequestLog {
             }
         }
         g.subscribers.push(tx);
-        Subscription { rx }
+        self.subscribers.inc();
+        Subscription {
+            rx,
+            open: self.subscribers.clone(),
+        }
     }
 
     /// End every live subscription (graceful shutdown): their streams finish after what they
@@ -187,6 +195,8 @@ impl RequestLog {
         self.lock().subscribers.clear();
     }
 
+    /// Subscriptions the log still sends to (a gone one is removed at the next push); the
+    /// gauge [`RequestLog::subscribers`] counts the ones alive.
     pub fn subscriber_count(&self) -> usize {
         self.lock().subscribers.len()
     }
@@ -195,6 +205,14 @@ impl RequestLog {
 /// One live reader of the record stream.
 pub struct Subscription {
     rx: async_channel::Receiver<Arc<Entry>>,
+    /// The log's `mtplx_metrics_stream_subscribers`, decremented on drop.
+    open: Arc<Gauge>,
+}
+
+impl Drop for Subscription {
+    fn drop(&mut self) {
+        self.open.dec();
+    }
 }
 
 impl Subscription {
@@ -256,7 +274,7 @@ impl Subscription {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::metrics::records::sample_record;
+    use crate::metrics::request_record::sample_record;
 
     fn seqs(v: &[Arc<Entry>]) -> Vec<u64> {
         v.iter().map(|e| e.seq).collect()
@@ -331,6 +349,26 @@ mod tests {
         drop(slow);
         log.push(sample_record(0));
         assert_eq!(log.subscriber_count(), 1, "a gone subscriber is removed");
+    }
+
+    #[test]
+    fn the_subscriber_gauge_counts_live_subscriptions() {
+        let log = RequestLog::new(4);
+        let a = log.subscribe(None);
+        let b = log.subscribe(Some(0));
+        assert_eq!(log.subscribers.get(), 2);
+        drop(a);
+        assert_eq!(
+            log.subscribers.get(),
+            1,
+            "a dropped subscription is gone at once"
+        );
+        // Closed by the log (shutdown): it counts until its stream, which owns it, ends.
+        log.close_subscribers();
+        assert_eq!(log.subscribers.get(), 1);
+        let (tx, _rx) = async_channel::unbounded();
+        smol::block_on(b.pump(StreamFormat::Sse, tx));
+        assert_eq!(log.subscribers.get(), 0);
     }
 
     #[test]

@@ -1,15 +1,17 @@
-//! Helpers shared by the model layer's unit tests.
+//! Models for the model layer's unit tests: where the demo GGUF is, fresh temp directories, and
+//! tiny Hugging Face model directories (config.json and safetensors shards) written from a
+//! config.
 
 use std::path::PathBuf;
 
-/// The demo GGUF: `MTPLX_DEMO_MODEL`, else the cache path CI downloads it to. Tests that use it
-/// fail (not skip) when it is missing.
+/// The demo GGUF: `MTPLX_DEMO_MODEL`, else where the server caches it (`XDG_CACHE_HOME`
+/// honoured; `tests/setup.sh` fetches it there). Tests that use it fail (not skip) when it is
+/// missing.
 pub fn demo_model_path() -> PathBuf {
     if let Some(p) = std::env::var_os("MTPLX_DEMO_MODEL") {
         return PathBuf::from(p);
     }
-    let home = std::env::var_os("HOME").map(PathBuf::from).unwrap_or_else(|| PathBuf::from("/root"));
-    home.join(".cache/mtplx-lite/SmolLM2-135M-Instruct.Q4_1.gguf")
+    crate::model::demo::cached_demo_model().unwrap_or_else(|e| panic!("{e}"))
 }
 
 /// A fresh, empty directory under the system temp dir, unique to this test.

@@ -38,9 +38,11 @@ pub struct PrefixCommit {
     pub prefilled_tokens: u64,
 }
 
-/// KV-cache state right after the request committed its tokens.
+/// KV-cache state right after the request committed its tokens, as the record shows it
+/// (`session_postcommit_snapshot`), in tokens; the engine's own view in bytes is
+/// `engine::KvSnapshot`.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct KvSnapshot {
+pub struct KvRecord {
     /// Tokens this session holds in its cache.
     pub session_tokens: u64,
     /// Tokens held by every cache together.
@@ -90,7 +92,7 @@ pub struct RequestRecord {
     pub question_chars: u64,
     pub answer_chars: u64,
     pub session_prompt_prefix_commit: PrefixCommit,
-    pub session_postcommit_snapshot: KvSnapshot,
+    pub session_postcommit_snapshot: KvRecord,
     /// What went wrong, for `errored` and `timed_out`.
     #[serde(default)]
     pub error: Option<String>,
@@ -181,7 +183,7 @@ pub(crate) fn sample_record(seq: u64) -> RequestRecord {
         question_chars: 3,
         answer_chars: 7,
         session_prompt_prefix_commit: PrefixCommit::default(),
-        session_postcommit_snapshot: KvSnapshot::default(),
+        session_postcommit_snapshot: KvRecord::default(),
         error: None,
     }
 }

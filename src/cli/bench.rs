@@ -1,21 +1,13 @@
 //! `mtplx-lite bench` (prefill and decode tokens/s, like llama.cpp's llama-bench) and
 //! `mtplx-lite generate` (stream one completion to the terminal).
 
-use super::{Engine, EngineConfig, Event, Job, SamplingParams};
-use crate::config::ServeConfig;
-use crate::model::llama::Llama;
-use crate::model::{ChatMessage, LogitsWanted, Model, ModelFiles, SeqBatch};
+use super::ModelOpts;
+use mtplx_lite::engine::{Engine, EngineConfig, Event, Job, JobSpec, SamplingParams, TokenDecoder};
+use mtplx_lite::model::llama::Llama;
+use mtplx_lite::model::{ChatMessage, LogitsWanted, Model, ModelFiles, SeqBatch};
 use std::io::Write;
-use std::path::PathBuf;
 use std::sync::Arc;
-use std::time::Instant;
-
-fn model_path(cfg: &ServeConfig) -> Result<PathBuf, String> {
-    match &cfg.model {
-        Some(p) => Ok(p.clone()),
-        None => crate::model::demo::ensure_demo_model(&mut |l| eprintln!("mtplx-lite: {l}")).map_err(|e| e.to_string()),
-    }
-}
+use std::time::{Duration, Instant};
 
 fn argmax(xs: &[f32]) -> u32 {
     xs.iter().enumerate().fold((0, f32::NEG_INFINITY), |b, (i, &x)| if x > b.1 { (i, x) } else { b }).0 as u32
@@ -72,7 +64,7 @@ pub fn decode_batched_tok_s(model: &dyn Model, seqs: usize, n: usize) -> f64 {
 
 /// `sequences` greedy generations of `n` tokens each through the engine (continuous batching);
 /// aggregate completion tokens per second over the wall time.
-pub fn concurrent_tok_s(model: Arc<dyn Model>, decoder: Arc<dyn super::TokenDecoder>, sequences: usize, n: usize) -> f64 {
+pub fn concurrent_tok_s(model: Arc<dyn Model>, decoder: Arc<dyn TokenDecoder>, sequences: usize, n: usize) -> f64 {
     let cfg = EngineConfig::for_model(&*model, sequences.max(1), Some(n + 64), None);
     let vocab = model.info().vocab_size;
     let engine = Engine::start(model, decoder, cfg);
@@ -96,11 +88,11 @@ pub fn concurrent_tok_s(model: Arc<dyn Model>, decoder: Arc<dyn super::TokenDeco
     total as f64 / t.elapsed().as_secs_f64()
 }
 
-pub fn run(cfg: &ServeConfig, prompt: usize, generate: usize, sequences: usize) -> Result<(), String> {
-    let path = model_path(cfg)?;
+pub fn run(cfg: &ModelOpts, prompt: usize, generate: usize, sequences: usize) -> Result<(), String> {
+    let path = cfg.path()?;
     let files = ModelFiles::open(&path).map_err(|e| e.to_string())?;
-    let tokenizer = Arc::new(crate::model::Tokenizer::from_model_files(&files).map_err(|e| e.to_string())?);
-    let name = crate::model::load::model_id(&path, &files);
+    let tokenizer = Arc::new(mtplx_lite::model::Tokenizer::from_model_files(&files).map_err(|e| e.to_string())?);
+    let name = mtplx_lite::model::load::model_id(&path, &files);
     let cores = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1);
     let mut thread_counts = vec![1, if cfg.threads == 0 { cores } else { cfg.threads }];
     thread_counts.dedup();
@@ -119,9 +111,9 @@ pub fn run(cfg: &ServeConfig, prompt: usize, generate: usize, sequences: usize) 
     Ok(())
 }
 
-pub fn generate(cfg: &ServeConfig, prompt: &str, max_tokens: usize, temperature: f32, seed: Option<u64>, chat: bool) -> Result<(), String> {
-    let path = model_path(cfg)?;
-    let loaded = crate::model::load::load(&path, cfg.threads).map_err(|e| e.to_string())?;
+pub fn generate(cfg: &ModelOpts, prompt: &str, max_tokens: usize, temperature: f32, seed: Option<u64>, chat: bool) -> Result<(), String> {
+    let path = cfg.path()?;
+    let loaded = mtplx_lite::model::load::load(&path, cfg.threads).map_err(|e| e.to_string())?;
     let text = if chat {
         loaded.template.render(&[ChatMessage { role: "user".into(), content: prompt.into() }], true).map_err(|e| e.to_string())?
     } else {
@@ -132,8 +124,7 @@ pub fn generate(cfg: &ServeConfig, prompt: &str, max_tokens: usize, temperature:
     let max_tokens = max_tokens.min(ecfg.ctx.saturating_sub(tokens.len()));
     let engine = Engine::start(loaded.model.clone(), loaded.tokenizer.clone(), ecfg);
     let params = SamplingParams { temperature, seed, ..SamplingParams::greedy() };
-    let (mut job, rx) = Job::new(tokens, params, max_tokens);
-    job.stop_tokens = loaded.tokenizer.eos_tokens().to_vec();
+    let (job, rx) = JobSpec { stop_tokens: loaded.tokenizer.eos_tokens().to_vec(), ..JobSpec::new(tokens, params, max_tokens) }.build();
     engine.submit(job).map_err(|e| e.to_string())?;
     let mut out = std::io::stdout();
     while let Ok(ev) = rx.recv_blocking() {
@@ -144,19 +135,41 @@ pub fn generate(cfg: &ServeConfig, prompt: &str, max_tokens: usize, temperature:
             }
             Event::Done { finish, text, stats } => {
                 let _ = writeln!(out, "{text}");
-                let decode = stats.decode_time.as_secs_f64();
                 eprintln!(
-                    "[{} | prompt {} tokens, {} cached | {} tokens | prefill {:.1} ms | decode {:.1} tok/s]",
+                    "[{} | prompt {} tokens, {} cached | {} tokens | prefill {:.1} ms | decode {}]",
                     finish.as_str(),
                     stats.prompt_tokens,
                     stats.cached_tokens,
                     stats.completion_tokens,
                     stats.prefill_time.as_secs_f64() * 1e3,
-                    if decode > 0.0 { stats.completion_tokens as f64 / decode } else { 0.0 }
+                    decode_rate(stats.completion_tokens, stats.decode_time)
                 );
                 break;
             }
         }
     }
     Ok(())
+}
+
+/// Decode speed as `generate` prints it. The first token comes out of the prefill, and the
+/// decode clock runs from it to the last one: `n` tokens are `n - 1` decode steps, so with
+/// fewer than 2 tokens there is no rate to give.
+fn decode_rate(tokens: usize, decode_time: Duration) -> String {
+    let secs = decode_time.as_secs_f64();
+    if tokens < 2 || secs <= 0.0 {
+        return format!("n/a ({tokens} token{}, no decode step timed)", if tokens == 1 { "" } else { "s" });
+    }
+    format!("{:.1} tok/s", (tokens - 1) as f64 / secs)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn decode_rate_needs_two_tokens_and_counts_steps() {
+        assert!(decode_rate(1, Duration::from_millis(0)).starts_with("n/a"));
+        assert!(decode_rate(0, Duration::from_millis(5)).starts_with("n/a"));
+        assert_eq!(decode_rate(11, Duration::from_secs(1)), "10.0 tok/s");
+    }
 }

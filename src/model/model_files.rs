@@ -231,5 +231,5 @@ pub fn json_to_metadata(v: &serde_json::Value) -> Metadata {
 }
 
 #[cfg(test)]
-#[path = "files_tests.rs"]
+#[path = "model_files_tests.rs"]
 mod tests;

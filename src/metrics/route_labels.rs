@@ -2,10 +2,11 @@
 //!
 //! The api layer names the matched route by its template (`/v1/chats/{chat_id}/messages`), so an
 //! id in a URL never becomes a series. Requests rejected before routing and genuine 404s fall back
-//! to the raw path (seed 003), but a path scanner must not grow the series without bound: the
-//! first [`MAX_RAW_ROUTES`] distinct raw paths get their own label value, every later one is
-//! counted under [`OTHER_ROUTE`]. Interning happens once per distinct value; the hot path for a
-//! template is a [`RouteId`] the router resolved at start-up (no lock, no hash).
+//! to the raw path (`docs/metrics.md`, "Label cardinality"), but a path scanner must not grow the
+//! series without bound: the first [`MAX_RAW_ROUTES`] distinct raw paths get their own label
+//! value, every later one is counted under [`OTHER_ROUTE`]. Interning happens once per distinct
+//! value; the hot path for a template is a [`RouteId`] the router resolved at start-up (no lock,
+//! no hash).
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{OnceLock, RwLock};

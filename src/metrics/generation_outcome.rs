@@ -2,13 +2,14 @@
 //!
 //! TTFT and TTLT are both measured from the same `Instant`, taken once when the generation
 //! starts ([`GenerationClock::start`]); the first token and the end are instants on that clock,
-//! so TTFT <= TTLT always holds, and TTLT is recorded for every terminal state.
+//! so TTFT <= TTLT always holds, and TTLT is recorded for every terminal state. Decode speed is
+//! the one figure taken from the decode thread's clock instead ([`DecodeSpan`]).
 
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
-use super::records::{rfc3339, FinishStatus, KvSnapshot, PrefixCommit, RequestRecord};
-use super::requests::Entry;
+use super::request_log::Entry;
+use super::request_record::{rfc3339, FinishStatus, KvRecord, PrefixCommit, RequestRecord};
 use super::series::Metrics;
 
 /// One clock per generation. Call [`token`](Self::token) each time tokens reach the client.
@@ -105,6 +106,30 @@ pub struct SpecStats {
     pub accepted_by_depth: Vec<u64>,
 }
 
+/// The decode thread's own account of a generation: the tokens it sampled (the end-of-sequence
+/// token that ended the answer included) and the time from the first of them to the last. Only
+/// this clock measures decoding: the API takes tokens when it gets to them, so after any stall
+/// (a slow client, a busy I/O thread) it sees a backlog arrive in one burst.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct DecodeSpan {
+    pub tokens: u64,
+    pub time: Duration,
+}
+
+/// Shortest decode time a rate is computed from: 1 µs, the resolution at which the metrics keep
+/// time. Below it no time was measured (two tokens of one step), and a rate would be a division
+/// by almost nothing.
+pub const MIN_DECODE_TIME: Duration = Duration::from_micros(1);
+
+impl DecodeSpan {
+    /// Tokens after the first over the time from the first to the last, when there is one to
+    /// speak of: at least two tokens, at least [`MIN_DECODE_TIME`] apart.
+    pub fn tokens_per_second(&self) -> Option<f64> {
+        (self.tokens >= 2 && self.time >= MIN_DECODE_TIME)
+            .then(|| (self.tokens - 1) as f64 / self.time.as_secs_f64())
+    }
+}
+
 /// Everything known when a generation ends; hand it to [`Metrics::record_generation`].
 #[derive(Clone, Debug)]
 pub struct GenerationOutcome {
@@ -115,7 +140,17 @@ pub struct GenerationOutcome {
     pub status: FinishStatus,
     pub clock: GenerationClock,
     pub prompt_tokens: u64,
+    /// The answer's token count, as `usage` and the record report it.
     pub completion_tokens: u64,
+    /// Tokens the API took from the decode thread for the client's answer
+    /// (`llm_generation_tokens_delivered_total`). Fewer than were decoded when the client left
+    /// early (tokens still queued for it are lost) or a stop sequence ended the answer.
+    pub delivered_tokens: u64,
+    /// The decode thread's count and timing, when it reported the end of the generation (not
+    /// when the client left first). `llm_generation_tokens_total` counts its tokens
+    /// (`completion_tokens` without it), and `llm_decode_tokens_per_second` is observed only
+    /// from it.
+    pub decode: Option<DecodeSpan>,
     /// Characters of the last user message (`None`: no user message, nothing observed).
     pub question_chars: Option<u64>,
     /// Characters of the generated text.
@@ -124,7 +159,7 @@ pub struct GenerationOutcome {
     pub prefill: Option<Duration>,
     pub spec: SpecStats,
     pub prefix: PrefixCommit,
-    pub snapshot: KvSnapshot,
+    pub snapshot: KvRecord,
     pub error: Option<String>,
 }
 
@@ -145,12 +180,14 @@ impl GenerationOutcome {
             clock,
             prompt_tokens: 0,
             completion_tokens: 0,
+            delivered_tokens: 0,
+            decode: None,
             question_chars: None,
             answer_chars: 0,
             prefill: None,
             spec: SpecStats::default(),
             prefix: PrefixCommit::default(),
-            snapshot: KvSnapshot::default(),
+            snapshot: KvRecord::default(),
             error: None,
         }
     }
@@ -183,7 +220,10 @@ impl Metrics {
             self.llm_answer_length_chars.observe_scaled(o.answer_chars);
         }
         self.llm_prompt_tokens_total.add(o.prompt_tokens);
-        self.llm_generation_tokens_total.add(o.completion_tokens);
+        self.llm_generation_tokens_total
+            .add(o.decode.map_or(o.completion_tokens, |d| d.tokens));
+        self.llm_generation_tokens_delivered_total
+            .add(o.delivered_tokens);
         let s = &o.spec;
         self.llm_spec_decode_num_drafts_total.add(s.verify_calls);
         self.llm_spec_decode_num_draft_tokens_total
@@ -199,8 +239,8 @@ impl Metrics {
         let ttft_s = ttft.map(|d| d.as_secs_f64());
         let decode_s = ttft_s.map_or(0.0, |f| ttlt_s - f);
         let decode_tok_s = per_second(o.completion_tokens.saturating_sub(1), decode_s);
-        if o.completion_tokens >= 2 && decode_tok_s > 0.0 {
-            self.llm_decode_tokens_per_second.observe(decode_tok_s);
+        if let Some(rate) = o.decode.and_then(|d| d.tokens_per_second()) {
+            self.llm_decode_tokens_per_second.observe(rate);
         }
         let prefill_s = o
             .prefill
@@ -247,6 +287,13 @@ impl Metrics {
         };
         self.requests.push(record)
     }
+
+    /// Tokens the decode thread sampled for a generation after its record was made (the client
+    /// left first; the decode thread reports its count once it sees the cancellation): they
+    /// join `llm_generation_tokens_total`, the decoded tokens, and nothing else.
+    pub fn record_tokens_decoded_late(&self, n: u64) {
+        self.llm_generation_tokens_total.add(n);
+    }
 }
 
 #[cfg(test)]
@@ -268,6 +315,12 @@ mod tests {
             GenerationOutcome::new("r1", "/v1/chat/completions", "m", FinishStatus::Done, clock);
         o.prompt_tokens = 20;
         o.completion_tokens = 11;
+        o.delivered_tokens = 10;
+        // The decode thread sampled 11 tokens over 80 ms: 10 intervals, 125 tok/s.
+        o.decode = Some(DecodeSpan {
+            tokens: 11,
+            time: Duration::from_millis(80),
+        });
         o.question_chars = Some(12);
         o.answer_chars = 40;
         o.spec = SpecStats {
@@ -291,13 +344,81 @@ mod tests {
         assert_eq!(m.llm_time_to_last_token_seconds.count(), 1);
         assert_eq!(m.llm_inter_token_latency_seconds.count(), 2);
         assert_eq!(m.llm_decode_tokens_per_second.count(), 1);
+        assert_eq!(m.llm_decode_tokens_per_second.read(&mut [0; 32]).1, 125.0);
         assert_eq!(m.llm_answer_length_chars.count(), 1);
         assert_eq!(m.llm_generation_tokens_total.get(), 11);
+        assert_eq!(m.llm_generation_tokens_delivered_total.get(), 10);
         assert_eq!(
             m.llm_spec_decode_num_accepted_tokens_per_pos_total.get(1),
             2
         );
         assert_eq!(m.llm_spec_decode_num_drafts_total.get(), 4);
+    }
+
+    /// An outcome whose API clock saw `n` tokens, 43 µs apart after a 1 ms TTFT.
+    fn burst(status: FinishStatus, n: u64) -> GenerationOutcome {
+        let m = Metrics::new(1, BuildInfo::default());
+        let t0 = Instant::now();
+        let mut clock = GenerationClock::start_at(t0);
+        for k in 0..n {
+            clock.token_at(t0 + Duration::from_micros(1000 + 43 * k), &m);
+        }
+        clock.finish_at(t0 + Duration::from_micros(1000 + 43 * n));
+        let mut o = GenerationOutcome::new("r", "/v1/completions", "m", status, clock);
+        o.completion_tokens = n;
+        o.delivered_tokens = n;
+        o
+    }
+
+    #[test]
+    fn decode_rate_comes_only_from_the_decode_threads_measurable_spans() {
+        let m = Metrics::new(8, BuildInfo::default());
+        // A client that left: the API took two queued tokens in one burst. Not a decode speed
+        // (it read 23,256 tok/s before), and the decode thread reported nothing.
+        m.record_generation(burst(FinishStatus::Interrupted, 2));
+        assert_eq!(m.llm_decode_tokens_per_second.count(), 0);
+        let with = |tokens, time| {
+            let mut o = burst(FinishStatus::Done, 2);
+            o.decode = Some(DecodeSpan { tokens, time });
+            o
+        };
+        // One token: no interval. Two tokens with no measurable time between them.
+        m.record_generation(with(1, Duration::from_millis(5)));
+        m.record_generation(with(2, Duration::ZERO));
+        m.record_generation(with(3, MIN_DECODE_TIME / 2));
+        assert_eq!(m.llm_decode_tokens_per_second.count(), 0);
+        // The API saw a burst, the decode thread took 20 ms per token: the rate is 50 tok/s.
+        m.record_generation(with(2, Duration::from_millis(20)));
+        assert_eq!(m.llm_decode_tokens_per_second.count(), 1);
+        assert_eq!(m.llm_decode_tokens_per_second.read(&mut [0; 32]).1, 50.0);
+        assert_eq!(
+            DecodeSpan {
+                tokens: 2,
+                time: MIN_DECODE_TIME
+            }
+            .tokens_per_second(),
+            Some(1e6)
+        );
+    }
+
+    #[test]
+    fn decoded_and_delivered_tokens_are_counted_apart() {
+        let m = Metrics::new(8, BuildInfo::default());
+        // A finished answer: 6 tokens delivered, 7 decoded (the end-of-sequence token).
+        let mut o = burst(FinishStatus::Done, 6);
+        o.decode = Some(DecodeSpan {
+            tokens: 7,
+            time: Duration::from_millis(60),
+        });
+        m.record_generation(o);
+        assert_eq!(m.llm_generation_tokens_total.get(), 7);
+        assert_eq!(m.llm_generation_tokens_delivered_total.get(), 6);
+        // A slow reader cut off: 1,526 delivered when its record was made; the decode thread,
+        // which had run ahead, reports its 2,230 once it notices.
+        m.record_generation(burst(FinishStatus::Interrupted, 1526));
+        m.record_tokens_decoded_late(2230 - 1526);
+        assert_eq!(m.llm_generation_tokens_total.get(), 7 + 2230);
+        assert_eq!(m.llm_generation_tokens_delivered_total.get(), 6 + 1526);
     }
 
     #[test]

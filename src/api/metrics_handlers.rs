@@ -2,41 +2,22 @@
 //! `/v1/mtplx/metrics` (the JSON envelope) and `/v1/mtplx/metrics/stream` (SSE or NDJSON).
 
 use super::error::ApiError;
+use super::state::MetricsDefault;
 use crate::http::{Request, Response};
-use crate::metrics::{negotiate, negotiate_stream, Format, Metrics, StreamFormat};
+use crate::metrics::{negotiate_or, negotiate_stream, Format, Metrics, StreamFormat};
 use std::sync::Arc;
 
 /// Largest `?limit=` honoured; the ring holds at most `--metrics-history` records anyway.
 pub const MAX_LIMIT: usize = 100_000;
 
-/// Compares in time independent of where the strings differ (length still leaks, as it must).
-pub fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
-    if a.len() != b.len() {
-        return false;
-    }
-    a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
-}
-
-/// `None` when the request may see metrics; otherwise the 401 to send (no metric text).
-pub fn check_token(req: &Request, token: Option<&str>) -> Option<ApiError> {
-    let token = token?;
-    let given = req.header("authorization").and_then(|h| {
-        let (scheme, rest) = h.trim().split_once(' ')?;
-        scheme.eq_ignore_ascii_case("bearer").then(|| rest.trim())
-    });
-    match given {
-        Some(g) if constant_time_eq(g.as_bytes(), token.as_bytes()) => None,
-        Some(_) => Some(unauthorized("the bearer token does not match")),
-        None => Some(unauthorized("the metrics routes need 'Authorization: Bearer <token>'")),
-    }
-}
-
-fn unauthorized(msg: &str) -> ApiError {
-    ApiError::new(401, "authentication_error", msg).code("invalid_api_key").header("WWW-Authenticate", "Bearer realm=\"mtplx-metrics\"")
-}
-
-pub fn prometheus(req: &Request, metrics: &Metrics) -> Response {
-    let format = negotiate(req.header("accept"));
+/// `GET /metrics`: the format `Accept` names, or `default` when it names none (`*/*`, or no
+/// header, as curl and Python's requests send).
+pub fn prometheus(req: &Request, metrics: &Metrics, default: MetricsDefault) -> Response {
+    let fallback = match default {
+        MetricsDefault::Prometheus => Format::Prometheus,
+        MetricsDefault::Json => Format::Json,
+    };
+    let format = negotiate_or(req.header("accept"), fallback);
     Response::shared(200, format.content_type(), metrics.render_shared(format))
 }
 
@@ -73,17 +54,4 @@ pub fn stream(req: &Request, metrics: &Arc<Metrics>) -> Result<Response, ApiErro
         }
     }
     Ok(resp)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn constant_time_eq_is_equality() {
-        assert!(constant_time_eq(b"secret", b"secret"));
-        assert!(!constant_time_eq(b"secret", b"secreT"));
-        assert!(!constant_time_eq(b"secret", b"secret2"));
-        assert!(constant_time_eq(b"", b""));
-    }
 }

@@ -1,0 +1,82 @@
+//! From a request body to prompt tokens, off the I/O thread: parsing, validation, the chat
+//! template and the tokenizer all cost time in proportion to the input, so they run on a small
+//! pool of blocking threads while the I/O thread serves everyone else. A prompt that cannot fit
+//! the context is refused by its size in bytes before any of that work.
+
+use super::error::ApiError;
+use super::generation::Kind;
+use super::openai_request::{parse_chat, parse_completion, GenParams};
+use super::state::Llm;
+use crate::model::ChatMessage;
+use smol::lock::Semaphore;
+use std::sync::Arc;
+
+/// Requests prepared at once; more wait their turn. Two keep one core free for decoding on the
+/// 2-core machines this runs on, and bound the tokenizer's memory to two prompts' worth.
+pub const PREPARE_CONCURRENCY: usize = 2;
+
+static PERMITS: Semaphore = Semaphore::new(PREPARE_CONCURRENCY);
+
+/// A request ready for the engine.
+#[derive(Debug)]
+pub struct Prepared {
+    pub kind: Kind,
+    pub tokens: Vec<u32>,
+    pub params: GenParams,
+    /// Characters of the question (the last user message, or the completion prompt).
+    pub question_chars: Option<u64>,
+}
+
+/// Parses, validates and tokenizes a chat request on the preparation pool.
+pub async fn chat(llm: &Arc<Llm>, body: Vec<u8>, special_in_content: bool) -> Result<Prepared, ApiError> {
+    let llm = llm.clone();
+    on_pool(move || {
+        let r = parse_chat(&body)?;
+        let content_bytes: usize = r.messages.iter().map(|m| m.content.len()).sum();
+        refuse_oversized(&llm, content_bytes, "messages")?;
+        let messages: Vec<ChatMessage> = r.messages.iter().map(|m| ChatMessage { role: m.role.clone(), content: m.content.clone() }).collect();
+        // The template's own text becomes control tokens; message contents stay plain text.
+        let prompt = llm.template.render_prompt(&llm.tokenizer, &messages, true, &Default::default()).map_err(|e| ApiError::invalid("messages", format!("the chat template refused the messages: {e}")))?;
+        let tokens = llm.tokenizer.encode_chat(&prompt, special_in_content).map_err(|e| ApiError::invalid("messages", e.to_string()))?;
+        let question_chars = r.messages.iter().rev().find(|m| m.role == "user").map(|m| m.content.chars().count() as u64);
+        Ok(Prepared { kind: Kind::Chat, tokens, params: r.params, question_chars })
+    })
+    .await
+}
+
+/// Parses, validates and tokenizes a completion request on the preparation pool. A raw prompt
+/// keeps its special-token strings as control tokens: writing them is what the route is for.
+pub async fn completion(llm: &Arc<Llm>, body: Vec<u8>) -> Result<Prepared, ApiError> {
+    let llm = llm.clone();
+    on_pool(move || {
+        let r = parse_completion(&body)?;
+        refuse_oversized(&llm, r.prompt.len(), "prompt")?;
+        let tokens = llm.tokenizer.encode(&r.prompt, llm.tokenizer.adds_bos()).map_err(|e| ApiError::invalid("prompt", e.to_string()))?;
+        if tokens.is_empty() {
+            return Err(ApiError::invalid("prompt", "'prompt' must not be empty"));
+        }
+        let question_chars = Some(r.prompt.chars().count() as u64);
+        Ok(Prepared { kind: Kind::Completion, tokens, params: r.params, question_chars })
+    })
+    .await
+}
+
+async fn on_pool<T: Send + 'static>(work: impl FnOnce() -> Result<T, ApiError> + Send + 'static) -> Result<T, ApiError> {
+    let _permit = PERMITS.acquire().await;
+    smol::unblock(work).await
+}
+
+/// Every token stands for a bounded number of bytes of text (the tokenizer knows the bound), so
+/// a text needs at least so many tokens whatever the tokenizer makes of it: one that needs more
+/// than the context holds cannot fit, and is refused before any tokenizing.
+fn refuse_oversized(llm: &Llm, text_bytes: usize, param: &str) -> Result<(), ApiError> {
+    let least = llm.tokenizer.min_token_count(text_bytes);
+    if least > llm.ctx {
+        return Err(ApiError::invalid(
+            param,
+            format!("the prompt has {text_bytes} bytes of text, at least {least} tokens; this model's maximum context length is {} tokens", llm.ctx),
+        )
+        .code("context_length_exceeded"));
+    }
+    Ok(())
+}

@@ -1,0 +1,46 @@
+//! A generation's end as a metrics record: what the API saw (tokens sent, characters, how it
+//! ended) joined with what the engine measured (queue, prefill, prefix cache, KV state).
+
+use crate::engine::GenStats;
+use crate::metrics::{DecodeSpan, FinishStatus, GenerationClock, GenerationOutcome, KvRecord, PrefixCommit};
+
+/// What the API layer knows of a generation when it ends.
+pub struct Ended {
+    pub status: FinishStatus,
+    pub error: Option<String>,
+    /// A stop sequence ended it: the engine's count runs past what was delivered.
+    pub stopped: bool,
+    pub prompt_tokens: usize,
+    /// Tokens received from the engine.
+    pub completion_tokens: usize,
+    pub question_chars: Option<u64>,
+    pub answer_chars: u64,
+}
+
+/// The record of one generation. `stats` is `None` when the engine never reported its end (the
+/// client left first, or the engine went away).
+pub fn outcome(id: &str, route: &str, model: &str, clock: GenerationClock, e: Ended, stats: Option<&GenStats>) -> GenerationOutcome {
+    let mut o = GenerationOutcome::new(id.to_string(), route, model, e.status, clock);
+    o.prompt_tokens = e.prompt_tokens as u64;
+    o.completion_tokens = e.completion_tokens as u64;
+    o.delivered_tokens = e.completion_tokens as u64;
+    o.question_chars = e.question_chars;
+    o.answer_chars = e.answer_chars;
+    o.error = e.error;
+    if let Some(s) = stats {
+        o.clock.admitted_at(clock.start_instant() + s.queue_time);
+        o.prefill = Some(s.prefill_time);
+        o.decode = Some(DecodeSpan { tokens: s.completion_tokens as u64, time: s.decode_time });
+        o.completion_tokens = o.completion_tokens.max(if e.stopped { 0 } else { s.completion_tokens as u64 });
+        o.prefix = PrefixCommit { cached_tokens: s.cached_tokens as u64, prefilled_tokens: s.prefilled_tokens as u64 };
+        let kv = s.kv_after;
+        o.snapshot = KvRecord {
+            session_tokens: (s.prompt_tokens + s.completion_tokens) as u64,
+            total_tokens: kv.positions() as u64,
+            capacity_tokens: kv.capacity_positions() as u64,
+            used_bytes: kv.bytes as u64,
+            sequences: kv.sequences as u64,
+        };
+    }
+    o
+}

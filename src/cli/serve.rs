@@ -1,0 +1,74 @@
+//! `mtplx-lite` with no subcommand: bind, load the model, serve until a signal, shut down
+//! visibly.
+
+use super::Settings;
+use mtplx_lite::api::app::App;
+use mtplx_lite::api::state::{unix_now, Llm};
+use mtplx_lite::engine::{Engine, EngineConfig};
+use mtplx_lite::http::{serve, shutdown_on_signals, Shutdown};
+use mtplx_lite::metrics::{BuildInfo, Metrics};
+use smol::future::FutureExt as _;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// Generations still running this long before the grace period ends are ended by the engine,
+/// so that each stream closes with an error chunk and `[DONE]` rather than being cut off.
+const STREAM_END_MARGIN: Duration = Duration::from_secs(1);
+/// How often shutdown looks whether the engine has gone idle.
+const IDLE_POLL: Duration = Duration::from_millis(20);
+
+pub fn run(s: Settings) -> Result<(), String> {
+    // Bind before anything slow (the model's download and load), so a busy port is said at once.
+    let listener = std::net::TcpListener::bind(s.listen).map_err(|e| format!("cannot listen on {}: {e}", s.listen))?;
+    let addr = listener.local_addr().map_err(|e| e.to_string())?;
+    let path = s.model.path()?;
+    eprintln!("mtplx-lite: loading {}", path.display());
+    let loaded = mtplx_lite::model::load::load(&path, s.model.threads).map_err(|e| e.to_string())?;
+    let info = loaded.model.info().clone();
+    let engine_cfg = EngineConfig::for_model(&*loaded.model, s.model.queue_depth, s.model.ctx, s.model.kv_cache_bytes);
+    let ctx = engine_cfg.ctx;
+    let engine = Engine::start(loaded.model.clone(), loaded.tokenizer.clone(), engine_cfg);
+    let metrics = Metrics::shared(s.metrics_history, BuildInfo::current("cpu", &loaded.name));
+    let llm = Arc::new(Llm { engine, tokenizer: loaded.tokenizer, template: loaded.template, info, model_id: loaded.name, created: unix_now(), ctx });
+    let shutdown = Shutdown::new();
+    shutdown_on_signals(shutdown.clone()).map_err(|e| format!("cannot install signal handlers: {e}"))?;
+    let grace = s.http.shutdown_grace;
+    let app = Arc::new(App::new(s.api, metrics.clone(), Some(llm.clone())));
+    let (m, sd) = (metrics.clone(), shutdown.clone());
+    std::thread::spawn(move || smol::block_on(wind_down(sd, m, llm, grace)));
+    eprintln!("mtplx-lite: serving {} on http://{addr} (OpenAI API under /v1, metrics on /metrics)", app.model_id().unwrap_or("no model"));
+    println!("listening on http://{addr}");
+    use std::io::Write;
+    let _ = std::io::stdout().flush();
+    serve(listener, app, s.http, shutdown).map_err(|e| format!("server error: {e}"))?;
+    eprintln!("mtplx-lite: stopped");
+    Ok(())
+}
+
+/// After the first signal: say what shutdown waits for, end metrics streams at once, and end
+/// the generations still running shortly before the grace period is over (or at a second
+/// signal), so that their clients see an error chunk, not a stream that merely stops.
+async fn wind_down(shutdown: Shutdown, metrics: Arc<Metrics>, llm: Arc<Llm>, grace: Duration) {
+    shutdown.triggered().await;
+    metrics.requests.close_subscribers();
+    let busy = || llm.engine.running() + llm.engine.waiting();
+    let n = busy();
+    if n > 0 {
+        eprintln!("mtplx-lite: shutting down: waiting up to {:.0} s for {n} generation(s) to finish; Ctrl-C again to stop now", grace.as_secs_f64());
+    } else {
+        eprintln!("mtplx-lite: shutting down (nothing in flight)");
+    }
+    let idle = async {
+        while busy() > 0 {
+            async_io::Timer::after(IDLE_POLL).await;
+        }
+    };
+    let cutoff = async {
+        async_io::Timer::after(grace.saturating_sub(STREAM_END_MARGIN)).await;
+    };
+    idle.or(cutoff).or(shutdown.forced()).await;
+    if busy() > 0 {
+        eprintln!("mtplx-lite: ending {} generation(s) that did not finish in time", busy());
+    }
+    llm.engine.shutdown();
+}
