@@ -20,11 +20,12 @@ fn slowloris_gets_408_while_others_are_served() {
     };
     let server = TestServer::start(cfg);
     let mut slow = server.connect();
-    slow.write_all(b"GET /health HTTP/1.1\r\nX-Drip: ").unwrap();
+    slow.write_all(b"GET /health HTTP/1.1\r\nHost: x\r\nX-Drip: ")
+        .unwrap();
     // Meanwhile another client is served, several times over.
     let mut c = Client::new(&server);
     for _ in 0..5 {
-        c.send(b"GET /health HTTP/1.1\r\n\r\n");
+        c.send(b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n");
         assert_eq!(c.response().status, 200);
     }
     let raw = read_to_close(&mut slow);
@@ -48,11 +49,11 @@ fn idle_keep_alive_outlives_the_header_timeout() {
     };
     let server = TestServer::start(cfg);
     let mut c = Client::new(&server);
-    c.send(b"GET /health HTTP/1.1\r\n\r\n");
+    c.send(b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n");
     assert_eq!(c.response().status, 200);
     // Idle longer than the header timeout: the idle timeout (60 s) governs, not that one.
     std::thread::sleep(Duration::from_millis(600));
-    c.send(b"GET /health HTTP/1.1\r\n\r\n");
+    c.send(b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n");
     assert_eq!(c.response().status, 200);
     assert!(server.rejected().is_empty());
 }
@@ -65,7 +66,7 @@ fn idle_keep_alive_is_closed_without_a_response() {
     };
     let server = TestServer::start(cfg);
     let mut c = Client::new(&server);
-    c.send(b"GET /health HTTP/1.1\r\n\r\n");
+    c.send(b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n");
     assert_eq!(c.response().status, 200);
     assert!(c.at_eof(), "idle connection closed silently");
     assert!(server.rejected().is_empty());
@@ -79,7 +80,7 @@ fn slow_body_gets_408() {
     };
     let server = TestServer::start(cfg);
     let mut s = server.connect();
-    s.write_all(b"POST /echo HTTP/1.1\r\nContent-Length: 10\r\n\r\nabc")
+    s.write_all(b"POST /echo HTTP/1.1\r\nHost: x\r\nContent-Length: 10\r\n\r\nabc")
         .unwrap();
     let raw = read_to_close(&mut s);
     assert_eq!(status_of(&raw), 408, "{raw}");
@@ -104,7 +105,8 @@ fn a_thousand_concurrent_connections_are_served() {
     // All connections open at once before any request is sent.
     let mut conns: Vec<TcpStream> = (0..N).map(|_| server.connect()).collect();
     for s in &mut conns {
-        s.write_all(b"GET /health HTTP/1.1\r\n\r\n").unwrap();
+        s.write_all(b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n")
+            .unwrap();
     }
     for s in conns.iter_mut() {
         let mut r = BufReader::new(&mut *s);
@@ -112,7 +114,8 @@ fn a_thousand_concurrent_connections_are_served() {
     }
     // And every one of them is still alive for a second request.
     for s in &mut conns {
-        s.write_all(b"GET /echo?again HTTP/1.1\r\n\r\n").unwrap();
+        s.write_all(b"GET /echo?again HTTP/1.1\r\nHost: x\r\n\r\n")
+            .unwrap();
     }
     for s in conns.iter_mut() {
         let mut r = BufReader::new(&mut *s);
@@ -133,10 +136,10 @@ fn connections_over_the_cap_get_503() {
     let server = TestServer::start(cfg);
     let mut held: Vec<Client> = (0..2).map(|_| Client::new(&server)).collect();
     for c in &mut held {
-        c.send(b"GET /health HTTP/1.1\r\n\r\n");
+        c.send(b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n");
         assert_eq!(c.response().status, 200);
     }
-    let raw = server.roundtrip(b"GET /health HTTP/1.1\r\n\r\n");
+    let raw = server.roundtrip(b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n");
     assert_eq!(status_of(&raw), 503, "{raw}");
     assert!(raw.contains("Retry-After: 1\r\n") && raw.contains("Connection: close\r\n"));
     assert_eq!(error_body(&raw)["error"]["code"], "too_many_connections");
@@ -145,7 +148,7 @@ fn connections_over_the_cap_get_503() {
     held.pop();
     let mut served = false;
     for _ in 0..200 {
-        let raw = server.roundtrip(b"GET /health HTTP/1.1\r\nConnection: close\r\n\r\n");
+        let raw = server.roundtrip(b"GET /health HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
         if status_of(&raw) == 200 {
             served = true;
             break;
@@ -164,7 +167,7 @@ fn client_gone_mid_stream_drops_the_receiver() {
     };
     let server = TestServer::start_with(quick_cfg(), handler);
     let mut c = Client::new(&server);
-    c.send(b"GET /forever HTTP/1.1\r\n\r\n");
+    c.send(b"GET /forever HTTP/1.1\r\nHost: x\r\n\r\n");
     let (status, _) = read_head(&mut c.reader);
     assert_eq!(status, 200);
     let mut line = String::new();
@@ -186,7 +189,7 @@ fn client_gone_during_a_quiet_stream_is_noticed_without_a_write() {
     };
     let server = TestServer::start_with(quick_cfg(), handler);
     let mut c = Client::new(&server);
-    c.send(b"GET /quiet HTTP/1.1\r\n\r\n");
+    c.send(b"GET /quiet HTTP/1.1\r\nHost: x\r\n\r\n");
     let (status, _) = read_head(&mut c.reader);
     assert_eq!(status, 200);
     let mut line = String::new();
@@ -207,10 +210,10 @@ fn graceful_shutdown_lets_an_in_flight_response_finish() {
     };
     let server = TestServer::start_with(quick_cfg(), handler);
     let mut idle = Client::new(&server);
-    idle.send(b"GET /health HTTP/1.1\r\n\r\n");
+    idle.send(b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n");
     assert_eq!(idle.response().status, 200);
     let mut c = Client::new(&server);
-    c.send(b"GET /slow?ms=400 HTTP/1.1\r\n\r\n");
+    c.send(b"GET /slow?ms=400 HTTP/1.1\r\nHost: x\r\n\r\n");
     started_rx.recv_timeout(CLIENT_TIMEOUT).unwrap();
     let addr = server.addr;
     let shutdown = server.shutdown.clone();
@@ -235,7 +238,7 @@ fn shutdown_grace_expiry_ends_streams_with_the_last_chunk() {
     };
     let server = TestServer::start(cfg);
     let mut c = Client::new(&server);
-    c.send(b"GET /forever HTTP/1.1\r\n\r\n");
+    c.send(b"GET /forever HTTP/1.1\r\nHost: x\r\n\r\n");
     let (status, _) = read_head(&mut c.reader);
     assert_eq!(status, 200);
     server.shutdown.trigger();

@@ -24,7 +24,7 @@ fn keep_alive_serves_several_requests_with_date_and_length() {
 #[test]
 fn connection_close_and_http10_rules() {
     let server = TestServer::start(quick_cfg());
-    let raw = server.roundtrip(b"GET /health HTTP/1.1\r\nConnection: close\r\n\r\n");
+    let raw = server.roundtrip(b"GET /health HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
     assert_eq!(status_of(&raw), 200);
     assert!(raw.contains("\r\nConnection: close\r\n"), "{raw}");
     // HTTP/1.0 without keep-alive: one response, then the server closes.
@@ -47,10 +47,10 @@ fn pipelined_requests_are_answered_in_order() {
     let server = TestServer::start(quick_cfg());
     let mut c = Client::new(&server);
     c.send(
-        b"GET /echo?n=1 HTTP/1.1\r\n\r\n\
-          POST /echo?n=2 HTTP/1.1\r\nContent-Length: 5\r\n\r\nhello\
-          POST /echo?n=3 HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n0\r\n\r\n\
-          GET /echo?n=4 HTTP/1.1\r\nConnection: close\r\n\r\n",
+        b"GET /echo?n=1 HTTP/1.1\r\nHost: x\r\n\r\n\
+          POST /echo?n=2 HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\n\r\nhello\
+          POST /echo?n=3 HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n0\r\n\r\n\
+          GET /echo?n=4 HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
     );
     let bodies: Vec<(Option<String>, String)> = (0..4)
         .map(|_| {
@@ -73,13 +73,13 @@ fn large_bodies_go_out_whole_between_small_ones() {
     let mut c = Client::new(&server);
     let big: Vec<u8> = (0..1024 * 1024).map(|i| (i % 251) as u8).collect();
     let mut req = format!(
-        "POST /echo?n=1 HTTP/1.1\r\nContent-Length: {}\r\n\r\n",
+        "POST /echo?n=1 HTTP/1.1\r\nHost: x\r\nContent-Length: {}\r\n\r\n",
         big.len()
     )
     .into_bytes();
     req.extend_from_slice(&big);
-    req.extend_from_slice(b"GET /health HTTP/1.1\r\n\r\n");
-    req.extend_from_slice(b"POST /echo?n=3 HTTP/1.1\r\nContent-Length: 5000\r\n\r\n");
+    req.extend_from_slice(b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n");
+    req.extend_from_slice(b"POST /echo?n=3 HTTP/1.1\r\nHost: x\r\nContent-Length: 5000\r\n\r\n");
     req.extend_from_slice(&[b'x'; 5000]);
     c.send(&req);
     let r = c.response();
@@ -95,14 +95,14 @@ fn large_bodies_go_out_whole_between_small_ones() {
 fn expect_100_continue_is_answered_before_the_body() {
     let server = TestServer::start(quick_cfg());
     let mut c = Client::new(&server);
-    c.send(b"POST /echo HTTP/1.1\r\nContent-Length: 4\r\nExpect: 100-continue\r\n\r\n");
+    c.send(b"POST /echo HTTP/1.1\r\nHost: x\r\nContent-Length: 4\r\nExpect: 100-continue\r\n\r\n");
     let interim = c.head_response();
     assert_eq!(interim.status, 100);
     c.send(b"ping");
     let r = c.response();
     assert_eq!((r.status, r.body_str().as_str()), (200, "ping"));
     // Too large: refused with 413 instead of 100, body never sent.
-    c.send(b"POST /echo HTTP/1.1\r\nContent-Length: 99999999\r\nExpect: 100-continue\r\n\r\n");
+    c.send(b"POST /echo HTTP/1.1\r\nHost: x\r\nContent-Length: 99999999\r\nExpect: 100-continue\r\n\r\n");
     let r = c.response();
     assert_eq!(r.status, 413);
 }
@@ -111,12 +111,12 @@ fn expect_100_continue_is_answered_before_the_body() {
 fn head_gets_headers_without_body() {
     let server = TestServer::start(quick_cfg());
     let mut c = Client::new(&server);
-    c.send(b"HEAD /health HTTP/1.1\r\n\r\n");
+    c.send(b"HEAD /health HTTP/1.1\r\nHost: x\r\n\r\n");
     let r = c.head_response();
     assert_eq!((r.status, r.header("Content-Length")), (200, Some("15")));
     // If a body had been sent, this next response would not parse.
     c.send(
-        b"HEAD /stream HTTP/1.1\r\n\r\nGET /nocontent HTTP/1.1\r\n\r\nGET /health HTTP/1.1\r\n\r\n",
+        b"HEAD /stream HTTP/1.1\r\nHost: x\r\n\r\nGET /nocontent HTTP/1.1\r\nHost: x\r\n\r\nGET /health HTTP/1.1\r\nHost: x\r\n\r\n",
     );
     let r = c.head_response();
     assert_eq!(r.header("Transfer-Encoding"), Some("chunked"));
@@ -129,7 +129,9 @@ fn head_gets_headers_without_body() {
 fn chunked_request_body_with_trailers_is_decoded() {
     let server = TestServer::start(quick_cfg());
     let mut c = Client::new(&server);
-    c.send(b"POST /echo HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n5;x=y\r\nhello\r\n");
+    c.send(
+        b"POST /echo HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n5;x=y\r\nhello\r\n",
+    );
     c.send(b"6\r\n world\r\n0\r\nX-Checksum: 1\r\n\r\n");
     let r = c.response();
     assert_eq!((r.status, r.body_str().as_str()), (200, "hello world"));
@@ -139,7 +141,7 @@ fn chunked_request_body_with_trailers_is_decoded() {
 fn sse_stream_is_chunked_one_event_per_chunk() {
     let server = TestServer::start(quick_cfg());
     let mut c = Client::new(&server);
-    c.send(b"GET /stream?n=3 HTTP/1.1\r\n\r\n");
+    c.send(b"GET /stream?n=3 HTTP/1.1\r\nHost: x\r\n\r\n");
     let r = c.response();
     assert_eq!(r.header("Content-Type"), Some("text/event-stream"));
     assert_eq!(r.header("Cache-Control"), Some("no-cache"));
@@ -153,7 +155,7 @@ fn sse_stream_is_chunked_one_event_per_chunk() {
         ]
     );
     // The connection is still usable after the terminating chunk.
-    c.send(b"GET /health HTTP/1.1\r\n\r\n");
+    c.send(b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n");
     assert_eq!(c.response().status, 200);
     // HTTP/1.0 gets the raw stream, ended by close.
     let raw = server.roundtrip(b"GET /stream?n=2 HTTP/1.0\r\n\r\n");
@@ -182,20 +184,26 @@ fn limits_answer_431_414_413() {
         ..quick_cfg()
     };
     let server = TestServer::start(cfg);
-    let big_header = format!("GET / HTTP/1.1\r\nX-Big: {}\r\n\r\n", "a".repeat(17 * 1024));
+    let big_header = format!(
+        "GET / HTTP/1.1\r\nHost: x\r\nX-Big: {}\r\n\r\n",
+        "a".repeat(17 * 1024)
+    );
     expect_rejection(
         &server,
         big_header.as_bytes(),
         431,
         "header_section_too_large",
     );
-    let mut many = String::from("GET / HTTP/1.1\r\n");
+    let mut many = String::from("GET / HTTP/1.1\r\nHost: x\r\n");
     for i in 0..65 {
         many.push_str(&format!("X-H{i}: v\r\n"));
     }
     many.push_str("\r\n");
     expect_rejection(&server, many.as_bytes(), 431, "too_many_headers");
-    let long_target = format!("GET /{} HTTP/1.1\r\n\r\n", "p".repeat(8 * 1024 + 1));
+    let long_target = format!(
+        "GET /{} HTTP/1.1\r\nHost: x\r\n\r\n",
+        "p".repeat(8 * 1024 + 1)
+    );
     expect_rejection(
         &server,
         long_target.as_bytes(),
@@ -205,11 +213,11 @@ fn limits_answer_431_414_413() {
     // Declared too large: refused from the head alone, the body is never sent.
     expect_rejection(
         &server,
-        b"POST /echo HTTP/1.1\r\nContent-Length: 1001\r\n\r\n",
+        b"POST /echo HTTP/1.1\r\nHost: x\r\nContent-Length: 1001\r\n\r\n",
         413,
         "body_too_large",
     );
-    let raw = server.roundtrip(b"POST /echo HTTP/1.1\r\nContent-Length: 1001\r\n\r\n");
+    let raw = server.roundtrip(b"POST /echo HTTP/1.1\r\nHost: x\r\nContent-Length: 1001\r\n\r\n");
     assert!(
         error_body(&raw)["error"]["message"]
             .as_str()
@@ -219,7 +227,7 @@ fn limits_answer_431_414_413() {
     );
     // Chunked bodies are counted as they arrive.
     let chunked = format!(
-        "POST /echo HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n3e9\r\n{}\r\n",
+        "POST /echo HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n3e9\r\n{}\r\n",
         "z".repeat(1001)
     );
     expect_rejection(&server, chunked.as_bytes(), 413, "body_too_large");
@@ -227,7 +235,7 @@ fn limits_answer_431_414_413() {
     let mut c = Client::new(&server);
     c.send(
         format!(
-            "POST /echo HTTP/1.1\r\nContent-Length: 1000\r\n\r\n{}",
+            "POST /echo HTTP/1.1\r\nHost: x\r\nContent-Length: 1000\r\n\r\n{}",
             "q".repeat(1000)
         )
         .as_bytes(),
@@ -244,24 +252,24 @@ fn smuggling_and_malformed_requests_are_refused() {
     let server = TestServer::start(quick_cfg());
     let cases: &[(&[u8], u16, &str)] = &[
         (
-            b"POST /echo HTTP/1.1\r\nContent-Length: 4\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n",
+            b"POST /echo HTTP/1.1\r\nHost: x\r\nContent-Length: 4\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n",
             400,
             "content_length_with_transfer_encoding",
         ),
         (
-            b"POST /echo HTTP/1.1\r\nContent-Length: 4\r\nContent-Length: 5\r\n\r\nabcde",
+            b"POST /echo HTTP/1.1\r\nHost: x\r\nContent-Length: 4\r\nContent-Length: 5\r\n\r\nabcde",
             400,
             "conflicting_content_length",
         ),
-        (b"POST /echo HTTP/1.1\r\nTransfer-Encoding: gzip\r\n\r\n", 501, "unsupported_transfer_encoding"),
-        (b"POST /echo HTTP/1.1\r\nTransfer-Encoding: gzip, chunked\r\n\r\n", 501, "unsupported_transfer_encoding"),
+        (b"POST /echo HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: gzip\r\n\r\n", 501, "unsupported_transfer_encoding"),
+        (b"POST /echo HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: gzip, chunked\r\n\r\n", 501, "unsupported_transfer_encoding"),
         (b"POST /echo HTTP/1.0\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n", 400, "transfer_encoding_on_http10"),
-        (b"GET / HTTP/1.1\r\nX-A: one\r\n two\r\n\r\n", 400, "malformed_request"),
+        (b"GET / HTTP/1.1\r\nHost: x\r\nX-A: one\r\n two\r\n\r\n", 400, "malformed_request"),
         (b"GET / HTTP/2.0\r\n\r\n", 505, "http_version_not_supported"),
         (b"GET / HTTX/1.1\r\n\r\n", 400, "malformed_request"),
         (b"\x16\x03\x01\x00\xa5\x01\x00\x00\xa1\x03\x03", 400, "malformed_request"),
-        (b"POST /echo HTTP/1.1\r\nContent-Length: -1\r\n\r\n", 400, "invalid_content_length"),
-        (b"POST /echo HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n", 400, "invalid_chunk"),
+        (b"POST /echo HTTP/1.1\r\nHost: x\r\nContent-Length: -1\r\n\r\n", 400, "invalid_content_length"),
+        (b"POST /echo HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n", 400, "invalid_chunk"),
     ];
     for (req, status, code) in cases {
         expect_rejection(&server, req, *status, code);
@@ -278,12 +286,60 @@ fn smuggling_and_malformed_requests_are_refused() {
 }
 
 #[test]
+fn host_must_be_there_once_and_authorization_at_most_once() {
+    let server = TestServer::start(quick_cfg());
+    // RFC 9112 §3.2: an HTTP/1.1 request without Host, or any request with two, gets 400.
+    expect_rejection(
+        &server,
+        b"GET /health HTTP/1.1\r\n\r\n",
+        400,
+        "missing_host",
+    );
+    expect_rejection(
+        &server,
+        b"GET /health HTTP/1.1\r\nHost: a\r\nHost: b\r\n\r\n",
+        400,
+        "duplicate_host",
+    );
+    expect_rejection(
+        &server,
+        b"GET /health HTTP/1.0\r\nHost: a\r\nhost: a\r\n\r\n",
+        400,
+        "duplicate_host",
+    );
+    expect_rejection(
+        &server,
+        b"GET /health HTTP/1.1\r\nHost: a b\r\n\r\n",
+        400,
+        "invalid_host",
+    );
+    // Two credentials: which one counts would depend on who reads them.
+    expect_rejection(
+        &server,
+        b"GET /health HTTP/1.1\r\nHost: a\r\nAuthorization: Bearer one\r\nAuthorization: Bearer two\r\n\r\n",
+        400,
+        "duplicate_authorization",
+    );
+    let rejected = server.rejected();
+    assert!(
+        rejected.contains(&("GET".to_owned(), "/health".to_owned(), 400)),
+        "counted under the route: {rejected:?}"
+    );
+    // One of each is served; so is HTTP/1.0 without Host.
+    let mut c = Client::new(&server);
+    c.send(b"GET /health HTTP/1.1\r\nHost: a\r\nAuthorization: Bearer one\r\n\r\n");
+    assert_eq!(c.response().status, 200);
+    let raw = server.roundtrip(b"GET /health HTTP/1.0\r\n\r\n");
+    assert_eq!(status_of(&raw), 200, "{raw}");
+}
+
+#[test]
 fn smuggled_request_after_refusal_is_never_served() {
     let server = TestServer::start(quick_cfg());
     // The classic CL.TE desync: the trailing request must not be answered.
     let raw = server.roundtrip(
-        b"POST /echo HTTP/1.1\r\nContent-Length: 6\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\nG\
-          GET /health HTTP/1.1\r\n\r\n",
+        b"POST /echo HTTP/1.1\r\nHost: x\r\nContent-Length: 6\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\nG\
+          GET /health HTTP/1.1\r\nHost: x\r\n\r\n",
     );
     assert_eq!(raw.matches("HTTP/1.1 ").count(), 1, "{raw}");
     assert_eq!(status_of(&raw), 400);
@@ -293,9 +349,11 @@ fn smuggled_request_after_refusal_is_never_served() {
 fn handler_panic_is_500_and_closes_only_that_connection() {
     let server = TestServer::start(quick_cfg());
     let mut other = Client::new(&server);
-    other.send(b"GET /health HTTP/1.1\r\n\r\n");
+    other.send(b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n");
     assert_eq!(other.response().status, 200);
-    let raw = server.roundtrip(b"GET /panic HTTP/1.1\r\n\r\nGET /health HTTP/1.1\r\n\r\n");
+    let raw = server.roundtrip(
+        b"GET /panic HTTP/1.1\r\nHost: x\r\n\r\nGET /health HTTP/1.1\r\nHost: x\r\n\r\n",
+    );
     assert_eq!(status_of(&raw), 500);
     assert_eq!(
         raw.matches("HTTP/1.1 ").count(),
@@ -306,9 +364,9 @@ fn handler_panic_is_500_and_closes_only_that_connection() {
     assert!(server
         .rejected()
         .contains(&("GET".to_owned(), "/panic".to_owned(), 500)));
-    other.send(b"GET /health HTTP/1.1\r\n\r\n");
+    other.send(b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n");
     assert_eq!(other.response().status, 200);
     let mut fresh = Client::new(&server);
-    fresh.send(b"GET /health HTTP/1.1\r\n\r\n");
+    fresh.send(b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n");
     assert_eq!(fresh.response().status, 200);
 }

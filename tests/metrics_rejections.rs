@@ -106,6 +106,10 @@ impl Handler for PanicsOnChat {
         self.0.handle(req)
     }
 
+    fn rejection(&self, rejected: &Rejected<'_>) -> Response {
+        self.0.rejection(rejected)
+    }
+
     fn on_rejected(&self, rejected: &Rejected<'_>) {
         self.0.on_rejected(rejected)
     }
@@ -142,8 +146,21 @@ fn a_handler_panic_is_counted_as_a_500_of_its_route() {
         body,
     );
     assert_eq!(r.status, 500, "{}", r.text());
-    assert_eq!(oversized_body(addr).status, 413);
-    assert_eq!(oversized_head(addr).status, 431);
+    // The server's own refusals are rendered by the application, in the API's error shape.
+    assert_eq!(r.json()["error"]["code"], "internal_error", "{}", r.text());
+    let r = oversized_body(addr);
+    assert_eq!(r.status, 413);
+    assert_eq!(r.header("Content-Type"), Some("application/json"));
+    assert_eq!(r.json()["error"]["code"], "body_too_large", "{}", r.text());
+    assert_eq!(r.json()["error"]["type"], "invalid_request_error");
+    let r = oversized_head(addr);
+    assert_eq!(r.status, 431);
+    assert_eq!(
+        r.json()["error"]["code"],
+        "header_section_too_large",
+        "{}",
+        r.text()
+    );
 
     let text = common::get(addr, "/metrics").text();
     assert_eq!(

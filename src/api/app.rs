@@ -147,6 +147,10 @@ impl Handler for App {
         })
     }
 
+    fn rejection(&self, r: &Rejected<'_>) -> Response {
+        ApiError::from(r.error).into_response()
+    }
+
     fn on_rejected(&self, r: &Rejected<'_>) {
         let method = method_label(r.method);
         let rid = if r.path.is_empty() { RouteId::OTHER } else { self.metrics.route_label(r.path) };

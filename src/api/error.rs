@@ -1,7 +1,7 @@
 //! Errors in the OpenAI shape: `{"error": {"message", "type", "param", "code"}}`.
 
 use super::wire::{ErrorBody, ErrorDetail};
-use crate::http::Response;
+use crate::http::{HttpError, Response};
 
 #[derive(Debug, Clone, PartialEq)]
 pub struct ApiError {
@@ -50,8 +50,37 @@ impl ApiError {
     }
 }
 
+/// A request the HTTP server refused itself (a limit, a malformed head, a timeout), in the same
+/// shape as every other error: the server's status, reason and code.
+impl From<&HttpError> for ApiError {
+    fn from(e: &HttpError) -> ApiError {
+        let kind = if e.status() >= 500 { "server_error" } else { "invalid_request_error" };
+        ApiError::new(e.status(), kind, e.to_string()).code(e.code())
+    }
+}
+
 impl std::fmt::Display for ApiError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(f, "{} {}", self.status, self.message)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn server_refusals_take_the_openai_shape() {
+        let e = ApiError::from(&HttpError::BodyTooLarge { len: 10, limit: 5 });
+        let resp = e.clone().into_response();
+        let crate::http::Body::Full(bytes) = &resp.body else { panic!("an error is a full body") };
+        let v: serde_json::Value = serde_json::from_slice(bytes).unwrap();
+        assert_eq!(resp.status, 413);
+        assert_eq!((e.status, v["error"]["code"].as_str()), (413, Some("body_too_large")));
+        assert_eq!(v["error"]["type"], "invalid_request_error");
+        assert!(v["error"]["param"].is_null());
+        assert!(v["error"]["message"].as_str().unwrap().contains("limit of 5 bytes"), "{v}");
+        let e = ApiError::from(&HttpError::TooManyConnections { limit: 3 });
+        assert_eq!((e.status, e.kind, e.code), (503, "server_error", Some("too_many_connections")));
     }
 }

@@ -93,7 +93,7 @@ impl Cidr {
     }
 }
 
-/// The api layer's settings, built by `main.rs` from the flags.
+/// The api layer's settings, built from the flags by the binary's `cli` module.
 #[derive(Clone, Debug, Default)]
 pub struct ApiConfig {
     /// Withhold the metrics routes (`--no-metrics`): they answer 404.

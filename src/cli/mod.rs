@@ -9,8 +9,7 @@ use argh::FromArgs;
 use mtplx_lite::api::state::{ApiConfig, Cidr, MetricsDefault};
 use mtplx_lite::engine::step_budget::{DEFAULT_MAX_BATCH_TOKENS, DEFAULT_PREFILL_CHUNK};
 use mtplx_lite::engine::StepBudget;
-use mtplx_lite::http::server::{DEFAULT_MAX_BODY_BYTES, DEFAULT_MAX_CONNECTIONS};
-use mtplx_lite::http::HttpConfig;
+use mtplx_lite::http::{HttpConfig, DEFAULT_MAX_BODY_BYTES, DEFAULT_MAX_CONNECTIONS, DEFAULT_SHUTDOWN_GRACE};
 use std::net::{SocketAddr, ToSocketAddrs};
 use std::path::PathBuf;
 use std::time::Duration;
@@ -43,7 +42,7 @@ pub struct Cli {
     #[argh(option, default = "DEFAULT_MAX_CONNECTIONS")]
     pub max_connections: usize,
     /// seconds in-flight responses get to finish after SIGINT/SIGTERM (default 10)
-    #[argh(option, default = "10.0")]
+    #[argh(option, default = "DEFAULT_SHUTDOWN_GRACE.as_secs_f64()")]
     pub shutdown_grace: f64,
     /// file holding the API key that /v1 generation routes require as 'Authorization: Bearer
     /// KEY' (MTPLX_API_KEY works too; never given on the command line, where ps shows it)

@@ -12,14 +12,16 @@ use smol::future::{self, FutureExt as _};
 use smol::io::{AsyncRead, AsyncWrite};
 use smol::Timer;
 
+use super::config::HttpConfig;
 use super::error::HttpError;
 use super::exec::Turn;
 use super::io::{write_pair_timed, write_timed, ReadBuf};
-use super::parse::{parse_head, ChunkedDecoder, Framing, MAX_HEAD_BYTES, MAX_TARGET_BYTES};
-use super::response::{self, ConnHeader, CONTINUE, LAST_CHUNK};
-use super::server::HttpConfig;
+use super::limits::{MAX_HEAD_BYTES, MAX_TARGET_BYTES};
+use super::parse::{parse_head, ChunkedDecoder, Framing, Head};
+use super::response::{self, ConnHeader, CONTINUE};
 use super::shutdown::Shutdown;
-use super::{Body, Handler, Rejected, Request};
+use super::stream::StreamSink;
+use super::{render_rejection, Body, Handler, Rejected, Request, Response};
 
 /// Pending output is written out once it grows past this, even while pipelined requests remain.
 const WRITE_BATCH_BYTES: usize = 64 * 1024;
@@ -52,12 +54,15 @@ enum ReadOutcome {
     Stopped,
 }
 
-enum StreamEvent {
-    Item(Option<Vec<u8>>),
-    ProducerDone,
-    ClientGone,
-    ClientSent,
-    Forced,
+/// What the request asked of its response.
+#[derive(Clone, Copy)]
+struct Asked {
+    /// 0 for HTTP/1.0, 1 for HTTP/1.1.
+    version: u8,
+    /// The client allows the connection to stay open.
+    keep_alive: bool,
+    /// A `HEAD` request: the head of the response only.
+    head_only: bool,
 }
 
 struct Conn<'a, 'c, S> {
@@ -172,318 +177,287 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Conn<'_, '_, S> {
         outcome
     }
 
-    /// Answers a request the server refuses itself, and reports it to the handler.
+    /// Answers a request the server refuses itself, in the handler's rendering, and reports it.
     fn reject(&mut self, err: &HttpError, method: &str, path: &str, head_only: bool) {
-        response::write_error(&mut self.out, err, head_only);
         let rejected = Rejected {
             method,
             path,
             status: err.status(),
+            error: err,
             peer: self.ctx.peer,
         };
+        let resp = render_rejection(self.ctx.handler, &rejected);
+        response::write_rejection(&mut self.out, rejected.status, resp, head_only);
         self.ctx.handler.on_rejected(&rejected);
     }
 
+    /// Serves one request after another until the connection ends.
     async fn run(&mut self) -> ConnEnd {
-        let cfg = self.ctx.cfg;
         let mut first = true;
         loop {
-            // The head: idle wait (keep-alive), then the header timeout from the first byte.
-            let mut idle = !first && self.filled().is_empty();
-            let now = Instant::now();
-            let mut deadline = now
-                + if idle {
-                    cfg.idle_timeout
-                } else {
-                    cfg.header_timeout
-                };
-            // Bytes of `filled()` already parsed as an incomplete head: a head can only complete
-            // with a new LF, so a client dripping bytes does not make us reparse on each one.
-            let mut checked = 0;
-            let head = loop {
-                let buf = self.filled();
-                if !buf.is_empty() && worth_parsing(buf, checked) {
-                    checked = buf.len();
-                    match parse_head(buf) {
-                        Ok(Some((head, n))) => {
-                            self.consume(n);
-                            break head;
-                        }
-                        Ok(None) => {}
-                        Err(e) => {
-                            self.reject(&e.error, &e.method, &e.path, false);
-                            return ConnEnd::Linger;
-                        }
-                    }
-                }
-                if idle && !self.filled().is_empty() {
-                    idle = false;
-                    deadline = Instant::now() + cfg.header_timeout;
-                }
-                let watch_stop = self.filled().is_empty();
-                match self.read_more(deadline, watch_stop).await {
-                    ReadOutcome::Data => {}
-                    ReadOutcome::Eof | ReadOutcome::Stopped => return ConnEnd::Closed,
-                    ReadOutcome::Timeout if idle => return ConnEnd::Closed,
-                    ReadOutcome::Timeout => {
-                        let err = HttpError::HeadTimeout {
-                            millis: cfg.header_timeout.as_millis(),
-                        };
-                        self.reject(&err, "", "", false);
-                        return ConnEnd::Linger;
-                    }
-                }
-            };
+            if let Err(end) = self.exchange(first).await {
+                return end;
+            }
             first = false;
-            let head_only = head.method == "HEAD";
+        }
+    }
 
-            // The body, bounded in size and time.
-            let body_deadline = Instant::now() + cfg.body_timeout;
-            let send_continue = head.expect_continue && head.version == 1;
-            let mut body = Vec::new();
-            match head.framing {
-                Framing::None => {}
-                Framing::Length(len) => {
-                    if len > cfg.max_body_bytes as u64 {
-                        let err = HttpError::BodyTooLarge {
-                            len,
-                            limit: cfg.max_body_bytes,
-                        };
-                        self.reject(&err, &head.method, &head.path, head_only);
-                        return ConnEnd::Linger;
+    /// One request and its response. `Err` ends the connection, saying how.
+    async fn exchange(&mut self, first: bool) -> Result<(), ConnEnd> {
+        let head = self.read_head(first).await?;
+        let body = self.read_body(&head).await?;
+        let asked = Asked {
+            version: head.version,
+            keep_alive: head.keep_alive,
+            head_only: head.method == "HEAD",
+        };
+        let resp = self.call_handler(head, body, asked.head_only).await?;
+        self.turn.answered();
+        self.write_response(resp, asked).await
+    }
+
+    /// Reads until a whole request head is there: an idle wait first (keep-alive; the
+    /// connection's first request skips it), then the header timeout from the first byte.
+    async fn read_head(&mut self, first: bool) -> Result<Head, ConnEnd> {
+        let cfg = self.ctx.cfg;
+        let mut idle = !first && self.filled().is_empty();
+        let mut deadline = Instant::now()
+            + if idle {
+                cfg.idle_timeout
+            } else {
+                cfg.header_timeout
+            };
+        // Bytes of `filled()` already parsed as an incomplete head: a head can only complete
+        // with a new LF, so a client dripping bytes does not make us reparse on each one.
+        let mut checked = 0;
+        loop {
+            let buf = self.filled();
+            if !buf.is_empty() && worth_parsing(buf, checked) {
+                checked = buf.len();
+                match parse_head(buf) {
+                    Ok(Some((head, n))) => {
+                        self.consume(n);
+                        return Ok(head);
                     }
-                    let len = len as usize;
-                    if send_continue && self.filled().len() < len {
-                        self.out.extend_from_slice(CONTINUE);
-                    }
-                    body.reserve_exact(len);
-                    loop {
-                        let take = (len - body.len()).min(self.filled().len());
-                        body.extend_from_slice(&self.filled()[..take]);
-                        self.consume(take);
-                        if body.len() == len {
-                            break;
-                        }
-                        if let Some(end) = self
-                            .read_body_more(body_deadline, &head.method, &head.path)
-                            .await
-                        {
-                            return end;
-                        }
-                    }
-                }
-                Framing::Chunked => {
-                    if send_continue && self.filled().is_empty() {
-                        self.out.extend_from_slice(CONTINUE);
-                    }
-                    let mut decoder = ChunkedDecoder::new(cfg.max_body_bytes);
-                    loop {
-                        match decoder.decode(self.filled(), &mut body) {
-                            Ok(n) => self.consume(n),
-                            Err(err) => {
-                                self.reject(&err, &head.method, &head.path, head_only);
-                                return ConnEnd::Linger;
-                            }
-                        }
-                        if decoder.is_done() {
-                            break;
-                        }
-                        if let Some(end) = self
-                            .read_body_more(body_deadline, &head.method, &head.path)
-                            .await
-                        {
-                            return end;
-                        }
+                    Ok(None) => {}
+                    Err(e) => {
+                        self.reject(&e.error, &e.method, &e.path, false);
+                        return Err(ConnEnd::Linger);
                     }
                 }
             }
-
-            // The handler, with panics contained to this connection.
-            let client_keep_alive = head.keep_alive;
-            let version = head.version;
-            self.method.clear();
-            self.method.push_str(&head.method);
-            self.path.clear();
-            self.path.push_str(&head.path);
-            let req = Request {
-                method: head.method,
-                path: head.path,
-                query: head.query,
-                version,
-                headers: head.headers,
-                body,
-                peer: self.ctx.peer,
-            };
-            let handler = self.ctx.handler;
-            let resp = match AssertUnwindSafe(async move { handler.handle(req).await })
-                .catch_unwind()
-                .await
-            {
-                Ok(resp) => resp,
-                Err(_) => {
-                    let (method, path) = (
-                        std::mem::take(&mut self.method),
-                        std::mem::take(&mut self.path),
-                    );
-                    self.reject(&HttpError::HandlerPanicked, &method, &path, head_only);
-                    return ConnEnd::Linger;
-                }
-            };
-
-            self.turn.answered();
-            // The response. A shutdown that began while the handler ran closes the connection.
-            let keep_alive = client_keep_alive && !self.ctx.shutdown.is_triggered();
-            let has_body = response::status_allows_body(resp.status);
-            let conn_header = match (keep_alive, version) {
-                (true, 0) => ConnHeader::KeepAlive,
-                (true, _) => ConnHeader::Omit,
-                (false, _) => ConnHeader::Close,
-            };
-            match resp.body {
-                Body::Full(bytes) => {
-                    let framing = if has_body {
-                        response::Framing::Length(bytes.len())
-                    } else {
-                        response::Framing::NoBody
+            if idle && !self.filled().is_empty() {
+                idle = false;
+                deadline = Instant::now() + cfg.header_timeout;
+            }
+            let watch_stop = self.filled().is_empty();
+            match self.read_more(deadline, watch_stop).await {
+                ReadOutcome::Data => {}
+                ReadOutcome::Eof | ReadOutcome::Stopped => return Err(ConnEnd::Closed),
+                ReadOutcome::Timeout if idle => return Err(ConnEnd::Closed),
+                ReadOutcome::Timeout => {
+                    let err = HttpError::HeadTimeout {
+                        millis: cfg.header_timeout.as_millis(),
                     };
-                    response::write_head(
-                        &mut self.out,
-                        resp.status,
-                        &resp.headers,
-                        framing,
-                        conn_header,
-                    );
-                    if has_body && !head_only {
-                        if bytes.len() > COPY_BODY_MAX {
-                            let (out, timeout) = (&self.out, cfg.write_timeout);
-                            let ok = write_pair_timed(self.io, out, &bytes, timeout).await;
-                            self.out.clear();
-                            if !ok {
-                                return ConnEnd::Closed;
-                            }
-                        } else {
-                            self.out.extend_from_slice(&bytes);
-                        }
-                    }
-                    if !keep_alive {
-                        return ConnEnd::Closed;
-                    }
-                    if self.out.len() > WRITE_BATCH_BYTES && !self.write_out().await {
-                        return ConnEnd::Closed;
-                    }
-                }
-                Body::Stream(rx, producer) => {
-                    // HTTP/1.0 has no chunked coding: the body ends with the connection.
-                    let chunked = version == 1;
-                    let (framing, conn_header) = match (has_body, chunked) {
-                        (false, _) => (response::Framing::NoBody, conn_header),
-                        (true, true) => (response::Framing::Chunked, conn_header),
-                        (true, false) => (response::Framing::UntilClose, ConnHeader::Close),
-                    };
-                    response::write_head(
-                        &mut self.out,
-                        resp.status,
-                        &resp.headers,
-                        framing,
-                        conn_header,
-                    );
-                    if !has_body || head_only {
-                        drop((rx, producer));
-                    } else if !self.stream(rx, producer, chunked).await || !chunked {
-                        return ConnEnd::Closed;
-                    }
-                    if !keep_alive || self.ctx.shutdown.is_forced() {
-                        return ConnEnd::Closed;
-                    }
+                    self.reject(&err, "", "", false);
+                    return Err(ConnEnd::Linger);
                 }
             }
         }
     }
 
-    /// Reads more of a body; `Some(end)` when the connection must end instead.
-    async fn read_body_more(
-        &mut self,
-        deadline: Instant,
-        method: &str,
-        path: &str,
-    ) -> Option<ConnEnd> {
+    /// Reads the body the head declares, bounded in size and time.
+    async fn read_body(&mut self, head: &Head) -> Result<Vec<u8>, ConnEnd> {
+        let cfg = self.ctx.cfg;
+        let head_only = head.method == "HEAD";
+        let deadline = Instant::now() + cfg.body_timeout;
+        let send_continue = head.expect_continue && head.version == 1;
+        let mut body = Vec::new();
+        match head.framing {
+            Framing::None => {}
+            Framing::Length(len) => {
+                if len > cfg.max_body_bytes as u64 {
+                    let err = HttpError::BodyTooLarge {
+                        len,
+                        limit: cfg.max_body_bytes,
+                    };
+                    self.reject(&err, &head.method, &head.path, head_only);
+                    return Err(ConnEnd::Linger);
+                }
+                let len = len as usize;
+                if send_continue && self.filled().len() < len {
+                    self.out.extend_from_slice(CONTINUE);
+                }
+                body.reserve_exact(len);
+                loop {
+                    let take = (len - body.len()).min(self.filled().len());
+                    body.extend_from_slice(&self.filled()[..take]);
+                    self.consume(take);
+                    if body.len() == len {
+                        break;
+                    }
+                    self.read_body_more(deadline, head).await?;
+                }
+            }
+            Framing::Chunked => {
+                if send_continue && self.filled().is_empty() {
+                    self.out.extend_from_slice(CONTINUE);
+                }
+                let mut decoder = ChunkedDecoder::new(cfg.max_body_bytes);
+                loop {
+                    match decoder.decode(self.filled(), &mut body) {
+                        Ok(n) => self.consume(n),
+                        Err(err) => {
+                            self.reject(&err, &head.method, &head.path, head_only);
+                            return Err(ConnEnd::Linger);
+                        }
+                    }
+                    if decoder.is_done() {
+                        break;
+                    }
+                    self.read_body_more(deadline, head).await?;
+                }
+            }
+        }
+        Ok(body)
+    }
+
+    /// Reads more of a body; `Err` when the connection must end instead.
+    async fn read_body_more(&mut self, deadline: Instant, head: &Head) -> Result<(), ConnEnd> {
         match self.read_more(deadline, false).await {
-            ReadOutcome::Data => None,
-            ReadOutcome::Eof | ReadOutcome::Stopped => Some(ConnEnd::Closed),
+            ReadOutcome::Data => Ok(()),
+            ReadOutcome::Eof | ReadOutcome::Stopped => Err(ConnEnd::Closed),
             ReadOutcome::Timeout => {
                 let err = HttpError::BodyTimeout {
                     millis: self.ctx.cfg.body_timeout.as_millis(),
                 };
-                self.reject(&err, method, path, false);
-                Some(ConnEnd::Linger)
+                self.reject(&err, &head.method, &head.path, false);
+                Err(ConnEnd::Linger)
             }
         }
     }
 
-    /// Streams a body item by item, each written and flushed at once. Watches the socket while
-    /// waiting, so that a client that goes away drops the receiver (and so cancels the producer)
-    /// promptly. Returns false if the connection cannot continue.
+    /// Calls the handler, with a panic contained to this connection (answered with 500).
+    async fn call_handler(
+        &mut self,
+        head: Head,
+        body: Vec<u8>,
+        head_only: bool,
+    ) -> Result<Response, ConnEnd> {
+        self.method.clear();
+        self.method.push_str(&head.method);
+        self.path.clear();
+        self.path.push_str(&head.path);
+        let req = Request {
+            method: head.method,
+            path: head.path,
+            query: head.query,
+            version: head.version,
+            headers: head.headers,
+            body,
+            peer: self.ctx.peer,
+        };
+        let handler = self.ctx.handler;
+        match AssertUnwindSafe(async move { handler.handle(req).await })
+            .catch_unwind()
+            .await
+        {
+            Ok(resp) => Ok(resp),
+            Err(_) => {
+                let (method, path) = (
+                    std::mem::take(&mut self.method),
+                    std::mem::take(&mut self.path),
+                );
+                self.reject(&HttpError::HandlerPanicked, &method, &path, head_only);
+                Err(ConnEnd::Linger)
+            }
+        }
+    }
+
+    /// Writes the handler's response: a whole body after its head, or a stream item by item.
+    /// `Err` when the connection ends with it.
+    async fn write_response(&mut self, resp: Response, asked: Asked) -> Result<(), ConnEnd> {
+        // A shutdown that began while the handler ran closes the connection.
+        let keep_alive = asked.keep_alive && !self.ctx.shutdown.is_triggered();
+        let has_body = response::status_allows_body(resp.status);
+        let conn_header = match (keep_alive, asked.version) {
+            (true, 0) => ConnHeader::KeepAlive,
+            (true, _) => ConnHeader::Omit,
+            (false, _) => ConnHeader::Close,
+        };
+        // HTTP/1.0 has no chunked coding: a streamed body ends with the connection.
+        let chunked = asked.version == 1;
+        let (framing, conn_header) = match (&resp.body, has_body, chunked) {
+            (_, false, _) => (response::Framing::NoBody, conn_header),
+            (Body::Full(bytes), true, _) => (response::Framing::Length(bytes.len()), conn_header),
+            (Body::Stream(..), true, true) => (response::Framing::Chunked, conn_header),
+            (Body::Stream(..), true, false) => (response::Framing::UntilClose, ConnHeader::Close),
+        };
+        response::write_head(
+            &mut self.out,
+            resp.status,
+            &resp.headers,
+            framing,
+            conn_header,
+        );
+        match resp.body {
+            Body::Full(bytes) => {
+                if has_body && !asked.head_only {
+                    self.write_full_body(&bytes).await?;
+                }
+                if !keep_alive {
+                    return Err(ConnEnd::Closed);
+                }
+                if self.out.len() > WRITE_BATCH_BYTES && !self.write_out().await {
+                    return Err(ConnEnd::Closed);
+                }
+            }
+            Body::Stream(rx, producer) => {
+                if !has_body || asked.head_only {
+                    drop((rx, producer));
+                } else if !self.stream(rx, producer, chunked).await || !chunked {
+                    return Err(ConnEnd::Closed);
+                }
+                if !keep_alive || self.ctx.shutdown.is_forced() {
+                    return Err(ConnEnd::Closed);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Streams a body after the head already in `out`; false if the connection cannot continue.
     async fn stream(
         &mut self,
         rx: async_channel::Receiver<Vec<u8>>,
-        mut producer: Option<super::Producer>,
+        producer: Option<super::Producer>,
         chunked: bool,
     ) -> bool {
-        if !self.write_out().await {
-            return false;
+        let sink = StreamSink {
+            io: &mut *self.io,
+            input: &mut self.input,
+            out: &mut self.out,
+            write_timeout: self.ctx.cfg.write_timeout,
+            shutdown: self.ctx.shutdown,
+        };
+        sink.send(rx, producer, chunked).await
+    }
+
+    /// Puts a whole body behind the head already in `out`: copied when small, else written with
+    /// the head in one `writev`.
+    async fn write_full_body(&mut self, bytes: &[u8]) -> Result<(), ConnEnd> {
+        if bytes.len() <= COPY_BODY_MAX {
+            self.out.extend_from_slice(bytes);
+            return Ok(());
         }
-        let shutdown = self.ctx.shutdown;
-        loop {
-            let event = {
-                let item = async { StreamEvent::Item(rx.recv().await.ok()) };
-                let produce = async {
-                    match producer.as_mut() {
-                        Some(p) => {
-                            p.as_mut().await;
-                            StreamEvent::ProducerDone
-                        }
-                        None => future::pending().await,
-                    }
-                };
-                let (io, input) = (&mut *self.io, &mut self.input);
-                let watch = async {
-                    // Bytes of a pipelined next request are kept, within the head bound.
-                    if input.filled().len() > MAX_HEAD_BYTES {
-                        future::pending::<()>().await;
-                    }
-                    match input.read_from(io).await {
-                        Ok(0) | Err(_) => StreamEvent::ClientGone,
-                        Ok(_) => StreamEvent::ClientSent,
-                    }
-                };
-                let forced = async {
-                    shutdown.forced().await;
-                    StreamEvent::Forced
-                };
-                item.or(produce).or(forced).or(watch).await
-            };
-            match event {
-                StreamEvent::Item(Some(data)) => {
-                    if chunked {
-                        response::write_chunk(&mut self.out, &data);
-                    } else {
-                        self.out.extend_from_slice(&data);
-                    }
-                    if !self.write_out().await {
-                        return false;
-                    }
-                }
-                StreamEvent::ProducerDone => producer = None,
-                StreamEvent::Item(None) | StreamEvent::Forced => break,
-                StreamEvent::ClientSent => {}
-                StreamEvent::ClientGone => return false,
-            }
+        let timeout = self.ctx.cfg.write_timeout;
+        let ok = write_pair_timed(self.io, &self.out, bytes, timeout).await;
+        self.out.clear();
+        if ok {
+            Ok(())
+        } else {
+            Err(ConnEnd::Closed)
         }
-        drop((rx, producer));
-        if chunked {
-            self.out.extend_from_slice(LAST_CHUNK);
-        }
-        self.write_out().await
     }
 }
 
@@ -496,3 +470,7 @@ fn worth_parsing(buf: &[u8], checked: usize) -> bool {
         || crossed(MAX_TARGET_BYTES)
         || crossed(MAX_HEAD_BYTES)
 }
+
+#[cfg(test)]
+#[path = "conn_tests.rs"]
+mod tests;

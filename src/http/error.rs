@@ -2,7 +2,7 @@
 
 use std::fmt;
 
-use super::parse::{
+use super::limits::{
     MAX_CHUNK_LINE_BYTES, MAX_HEADERS, MAX_HEAD_BYTES, MAX_TARGET_BYTES, MAX_TRAILER_BYTES,
 };
 
@@ -39,6 +39,15 @@ pub enum HttpError {
     InvalidChunk,
     /// Trailer section longer than [`MAX_TRAILER_BYTES`].
     TrailersTooLarge,
+    /// An HTTP/1.1 request without a `Host` header (RFC 9112 §3.2).
+    MissingHost,
+    /// More than one `Host` header (RFC 9112 §3.2).
+    DuplicateHost,
+    /// A `Host` value that is not `host[:port]` (RFC 9112 §3.2, RFC 3986 §3.2.2).
+    InvalidHost,
+    /// More than one `Authorization` header: a proxy and the server could each believe a
+    /// different one.
+    DuplicateAuthorization,
     /// More connections than `max_connections` are open.
     TooManyConnections { limit: usize },
     /// The handler panicked while making the response.
@@ -59,7 +68,11 @@ impl HttpError {
             | HttpError::ConflictingContentLength
             | HttpError::InvalidContentLength
             | HttpError::TransferEncodingOnHttp10
-            | HttpError::InvalidChunk => 400,
+            | HttpError::InvalidChunk
+            | HttpError::MissingHost
+            | HttpError::DuplicateHost
+            | HttpError::InvalidHost
+            | HttpError::DuplicateAuthorization => 400,
             HttpError::UnsupportedTransferEncoding => 501,
             HttpError::UnsupportedVersion => 505,
             HttpError::TooManyConnections { .. } => 503,
@@ -67,15 +80,7 @@ impl HttpError {
         }
     }
 
-    /// The OpenAI error `type`.
-    fn kind(&self) -> &'static str {
-        match self.status() {
-            500 | 501 | 503 | 505 => "server_error",
-            _ => "invalid_request_error",
-        }
-    }
-
-    /// The OpenAI error `code`: a stable machine-readable name.
+    /// A stable machine-readable name for the refusal (the `code` of an OpenAI error).
     pub fn code(&self) -> &'static str {
         match self {
             HttpError::HeadTooLarge => "header_section_too_large",
@@ -93,22 +98,13 @@ impl HttpError {
             HttpError::UnsupportedVersion => "http_version_not_supported",
             HttpError::InvalidChunk => "invalid_chunk",
             HttpError::TrailersTooLarge => "trailers_too_large",
+            HttpError::MissingHost => "missing_host",
+            HttpError::DuplicateHost => "duplicate_host",
+            HttpError::InvalidHost => "invalid_host",
+            HttpError::DuplicateAuthorization => "duplicate_authorization",
             HttpError::TooManyConnections { .. } => "too_many_connections",
             HttpError::HandlerPanicked => "internal_error",
         }
-    }
-
-    /// The body of the error response, in the OpenAI error shape.
-    pub fn to_json(&self) -> Vec<u8> {
-        let v = serde_json::json!({
-            "error": {
-                "message": self.to_string(),
-                "type": self.kind(),
-                "param": null,
-                "code": self.code(),
-            }
-        });
-        serde_json::to_vec(&v).unwrap_or_default()
     }
 }
 
@@ -178,6 +174,22 @@ impl fmt::Display for HttpError {
                     "chunked trailer section exceeds {MAX_TRAILER_BYTES} bytes"
                 )
             }
+            HttpError::MissingHost => {
+                write!(f, "HTTP/1.1 request has no Host header (RFC 9112 §3.2)")
+            }
+            HttpError::DuplicateHost => {
+                write!(f, "request has more than one Host header (RFC 9112 §3.2)")
+            }
+            HttpError::InvalidHost => write!(
+                f,
+                "Host header is not a host name or address with an optional port (RFC 9112 §3.2)"
+            ),
+            HttpError::DuplicateAuthorization => {
+                write!(
+                    f,
+                    "request has more than one Authorization header; send one"
+                )
+            }
             HttpError::TooManyConnections { limit } => {
                 write!(
                     f,
@@ -196,17 +208,10 @@ mod tests {
     use super::*;
 
     #[test]
-    fn error_body_is_openai_shape_and_names_the_bound() {
+    fn each_refusal_has_a_status_a_code_and_names_the_bound() {
         let e = HttpError::BodyTooLarge { len: 10, limit: 5 };
-        let v: serde_json::Value = serde_json::from_slice(&e.to_json()).unwrap();
-        assert_eq!(v["error"]["code"], "body_too_large");
-        assert_eq!(v["error"]["type"], "invalid_request_error");
-        assert!(v["error"]["param"].is_null());
-        assert!(v["error"]["message"]
-            .as_str()
-            .unwrap()
-            .contains("limit of 5 bytes"));
-        assert_eq!(e.status(), 413);
+        assert_eq!((e.status(), e.code()), (413, "body_too_large"));
+        assert!(e.to_string().contains("limit of 5 bytes"), "{e}");
         assert_eq!(HttpError::UnsupportedVersion.status(), 505);
         assert_eq!(HttpError::UnsupportedTransferEncoding.status(), 501);
     }

@@ -2,22 +2,30 @@
 //!
 //! The contract with the layer above is small: the server parses a [`Request`], hands it to a
 //! [`Handler`], and writes the [`Response`] it gets back (fixed length, chunked, or SSE).
-//! Requests the server rejects itself (limits, smuggling, timeouts) never reach `handle`; the
-//! handler hears of them through [`Handler::on_rejected`] so that they can still be counted.
+//! Requests the server rejects itself (limits, smuggling, timeouts) never reach `handle`: the
+//! server picks the status and the reason ([`HttpError`]), the handler how the answer looks
+//! ([`Handler::rejection`]) and hears of it through [`Handler::on_rejected`] to count it.
+
 #![forbid(unsafe_code)]
 
+pub mod config;
 pub mod conn;
 pub mod date;
 pub mod error;
 mod exec;
 mod io;
+pub mod limits;
 pub mod parse;
 pub mod response;
 pub mod server;
 pub mod shutdown;
+mod stream;
 
+pub use config::{
+    HttpConfig, DEFAULT_MAX_BODY_BYTES, DEFAULT_MAX_CONNECTIONS, DEFAULT_SHUTDOWN_GRACE,
+};
 pub use error::HttpError;
-pub use server::{serve, HttpConfig};
+pub use server::serve;
 pub use shutdown::{shutdown_on_signals, Shutdown};
 
 use std::future::Future;
@@ -133,7 +141,11 @@ impl Response {
     }
 
     pub fn json<T: serde::Serialize + ?Sized>(status: u16, value: &T) -> Response {
-        Response::new(status, "application/json", serde_json::to_vec(value).unwrap_or_default())
+        Response::new(
+            status,
+            "application/json",
+            serde_json::to_vec(value).unwrap_or_default(),
+        )
     }
 
     /// A Server-Sent Events response; each item the receiver yields is flushed at once.
@@ -172,13 +184,37 @@ pub struct Rejected<'a> {
     /// The raw path, or `""` when the head could not be parsed that far.
     pub path: &'a str,
     pub status: u16,
+    /// Why: its text says what was wrong and the bound it broke, its `code()` names it.
+    pub error: &'a HttpError,
     pub peer: SocketAddr,
 }
 
 /// The layer above the server. Implemented by `api::App`.
 pub trait Handler: Send + Sync + 'static {
     fn handle(&self, req: Request) -> Pin<Box<dyn Future<Output = Response> + Send + '_>>;
+
+    /// The answer to a request the server refuses itself (limits, parse errors, timeouts, a
+    /// handler panic), so that it looks like the handler's own errors. The server keeps
+    /// `rejected.status`, sends only a [`Body::Full`] (none to `HEAD`), frames it and closes the
+    /// connection. The default is the reason as plain text.
+    fn rejection(&self, rejected: &Rejected<'_>) -> Response {
+        plain_rejection(rejected)
+    }
+
     /// Called for every request the server answers itself (4xx/5xx from limits, parse errors,
     /// timeouts, and 500 after a handler panic), so that it can be counted.
     fn on_rejected(&self, _rejected: &Rejected<'_>) {}
+}
+
+/// A refusal's reason as plain text: the default [`Handler::rejection`].
+pub fn plain_rejection(rejected: &Rejected<'_>) -> Response {
+    let text = format!("{}\n", rejected.error);
+    Response::new(rejected.status, "text/plain; charset=utf-8", text)
+}
+
+/// The handler's rendering of a refusal. It runs outside the handler's panic guard, so a panic
+/// falls back to plain text rather than taking the I/O thread down.
+fn render_rejection(handler: &dyn Handler, rejected: &Rejected<'_>) -> Response {
+    std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| handler.rejection(rejected)))
+        .unwrap_or_else(|_| plain_rejection(rejected))
 }

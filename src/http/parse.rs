@@ -2,17 +2,9 @@
 //! incremental chunked-body decoder. Nothing here reads a socket, so all of it can be fuzzed.
 
 use super::error::HttpError;
-
-/// Largest request head (request line + header fields) accepted; beyond it: 431 (RFC 6585 §5).
-pub const MAX_HEAD_BYTES: usize = 16 * 1024;
-/// Most header fields accepted in one request; beyond it: 431 (RFC 6585 §5).
-pub const MAX_HEADERS: usize = 64;
-/// Longest request target accepted; beyond it: 414 (RFC 9110 §15.5.15).
-pub const MAX_TARGET_BYTES: usize = 8 * 1024;
-/// Longest chunk-size line (size plus extensions, RFC 9112 §7.1.1) accepted in a chunked body.
-pub const MAX_CHUNK_LINE_BYTES: usize = 1024;
-/// Largest trailer section (RFC 9112 §7.1.2) accepted after the last chunk; it is discarded.
-pub const MAX_TRAILER_BYTES: usize = 8 * 1024;
+use super::limits::{
+    MAX_CHUNK_LINE_BYTES, MAX_HEADERS, MAX_HEAD_BYTES, MAX_TARGET_BYTES, MAX_TRAILER_BYTES,
+};
 
 /// How the request body is delimited (RFC 9112 §6.3).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -108,6 +100,7 @@ pub fn parse_head(buf: &[u8]) -> Result<Option<(Head, usize)>, HeadError> {
     let mut content_length: Option<u64> = None;
     let (mut te_seen, mut chunked_count, mut te_other) = (false, 0, false);
     let (mut close, mut keep_alive_token, mut expect_continue) = (false, false, false);
+    let (mut host, mut hosts, mut authorizations) = (&b""[..], 0, 0);
     let mut headers = Vec::with_capacity(req.headers.len());
     for h in req.headers.iter() {
         let name = h.name;
@@ -143,6 +136,11 @@ pub fn parse_head(buf: &[u8]) -> Result<Option<(Head, usize)>, HeadError> {
             }
         } else if name.eq_ignore_ascii_case("expect") {
             expect_continue |= trim(h.value).eq_ignore_ascii_case(b"100-continue");
+        } else if name.eq_ignore_ascii_case("host") {
+            hosts += 1;
+            host = h.value;
+        } else if name.eq_ignore_ascii_case("authorization") {
+            authorizations += 1;
         }
         headers.push((name.to_owned(), h.value.to_vec()));
     }
@@ -164,6 +162,17 @@ pub fn parse_head(buf: &[u8]) -> Result<Option<(Head, usize)>, HeadError> {
             Some(n) => Framing::Length(n),
         }
     };
+    // RFC 9112 §3.2; checked last, so that a request with a framing problem is refused for that.
+    match hosts {
+        0 if version == 1 => return Err(fail(HttpError::MissingHost)),
+        0 => {}
+        1 if !is_host_value(trim(host)) => return Err(fail(HttpError::InvalidHost)),
+        1 => {}
+        _ => return Err(fail(HttpError::DuplicateHost)),
+    }
+    if authorizations > 1 {
+        return Err(fail(HttpError::DuplicateAuthorization));
+    }
     let keep_alive = !close && (version == 1 || keep_alive_token);
     let head = Head {
         method: method.to_owned(),
@@ -201,6 +210,14 @@ fn split_target(target: &str) -> Option<(&str, Option<&str>)> {
         Some((p, q)) => (p, Some(q)),
         None => (origin, None),
     })
+}
+
+/// Whether a `Host` value is `uri-host [ ":" port ]` (RFC 9112 §3.2, RFC 3986 §3.2.2): the
+/// characters of a reg-name, an IPv4 address or a bracketed IP literal, and the colon of a port.
+/// Empty is allowed (a target without an authority).
+fn is_host_value(v: &[u8]) -> bool {
+    v.iter()
+        .all(|&b| b.is_ascii_alphanumeric() || b"-._~%!$&'()*+,;=:[]".contains(&b))
 }
 
 /// Length of the request target seen so far in an incomplete head, if the method has ended.

@@ -34,7 +34,7 @@ fn simple_get() {
 
 #[test]
 fn every_proper_prefix_is_incomplete() {
-    let s = b"POST /a HTTP/1.1\r\nContent-Length: 3\r\nExpect: 100-continue\r\n\r\nabc";
+    let s = b"POST /a HTTP/1.1\r\nHost: x\r\nContent-Length: 3\r\nExpect: 100-continue\r\n\r\nabc";
     let head_len = s.len() - 3;
     for i in 0..head_len {
         assert_eq!(parse_head(&s[..i]), Ok(None), "prefix {i}");
@@ -47,21 +47,24 @@ fn every_proper_prefix_is_incomplete() {
 
 #[test]
 fn keep_alive_rules() {
-    assert!(!head("GET / HTTP/1.1\r\nConnection: close\r\n\r\n").keep_alive);
-    assert!(!head("GET / HTTP/1.1\r\nConnection: Upgrade, Close\r\n\r\n").keep_alive);
+    assert!(!head("GET / HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").keep_alive);
+    assert!(!head("GET / HTTP/1.1\r\nHost: x\r\nConnection: Upgrade, Close\r\n\r\n").keep_alive);
     assert!(!head("GET / HTTP/1.0\r\n\r\n").keep_alive);
     assert!(head("GET / HTTP/1.0\r\nConnection: Keep-Alive\r\n\r\n").keep_alive);
-    assert!(head("GET / HTTP/1.1\r\nConnection: keep-alive\r\n\r\n").keep_alive);
+    assert!(head("GET / HTTP/1.1\r\nHost: x\r\nConnection: keep-alive\r\n\r\n").keep_alive);
 }
 
 #[test]
 fn target_forms() {
-    let h = head("GET http://example.com/x/y?q=1 HTTP/1.1\r\n\r\n");
+    let h = head("GET http://example.com/x/y?q=1 HTTP/1.1\r\nHost: x\r\n\r\n");
     assert_eq!((h.path.as_str(), h.query.as_deref()), ("/x/y", Some("q=1")));
-    assert_eq!(head("GET HTTPS://example.com HTTP/1.1\r\n\r\n").path, "/");
-    assert_eq!(head("OPTIONS * HTTP/1.1\r\n\r\n").path, "*");
+    assert_eq!(
+        head("GET HTTPS://example.com HTTP/1.1\r\nHost: x\r\n\r\n").path,
+        "/"
+    );
+    assert_eq!(head("OPTIONS * HTTP/1.1\r\nHost: x\r\n\r\n").path, "*");
     assert!(matches!(
-        err(b"GET foo HTTP/1.1\r\n\r\n"),
+        err(b"GET foo HTTP/1.1\r\nHost: x\r\n\r\n"),
         HttpError::Malformed(_)
     ));
 }
@@ -69,27 +72,28 @@ fn target_forms() {
 #[test]
 fn content_length_rules() {
     assert_eq!(
-        head("POST / HTTP/1.1\r\nContent-Length: 0\r\n\r\n").framing,
+        head("POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\n\r\n").framing,
         Framing::None
     );
     assert_eq!(
-        head("POST / HTTP/1.1\r\nContent-Length: 5\r\ncontent-length: 5\r\n\r\n").framing,
+        head("POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\ncontent-length: 5\r\n\r\n")
+            .framing,
         Framing::Length(5)
     );
     assert_eq!(
-        head("POST / HTTP/1.1\r\nContent-Length: 7, 7\r\n\r\n").framing,
+        head("POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 7, 7\r\n\r\n").framing,
         Framing::Length(7)
     );
     assert_eq!(
-        err(b"POST / HTTP/1.1\r\nContent-Length: 5\r\nContent-Length: 6\r\n\r\n"),
+        err(b"POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\nContent-Length: 6\r\n\r\n"),
         HttpError::ConflictingContentLength
     );
     assert_eq!(
-        err(b"POST / HTTP/1.1\r\nContent-Length: 5, 6\r\n\r\n"),
+        err(b"POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 5, 6\r\n\r\n"),
         HttpError::ConflictingContentLength
     );
     for bad in ["+5", "-1", "0x10", "", "1 2", "99999999999999999999"] {
-        let req = format!("POST / HTTP/1.1\r\nContent-Length: {bad}\r\n\r\n");
+        let req = format!("POST / HTTP/1.1\r\nHost: x\r\nContent-Length: {bad}\r\n\r\n");
         assert_eq!(
             err(req.as_bytes()),
             HttpError::InvalidContentLength,
@@ -101,27 +105,27 @@ fn content_length_rules() {
 #[test]
 fn transfer_encoding_rules() {
     assert_eq!(
-        head("POST / HTTP/1.1\r\nTransfer-Encoding: Chunked\r\n\r\n").framing,
+        head("POST / HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: Chunked\r\n\r\n").framing,
         Framing::Chunked
     );
     assert_eq!(
-        err(b"POST / HTTP/1.1\r\nContent-Length: 3\r\nTransfer-Encoding: chunked\r\n\r\n"),
+        err(b"POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 3\r\nTransfer-Encoding: chunked\r\n\r\n"),
         HttpError::LengthAndTransferEncoding
     );
     assert_eq!(
-        err(b"POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\nContent-Length: 3\r\n\r\n"),
+        err(b"POST / HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\nContent-Length: 3\r\n\r\n"),
         HttpError::LengthAndTransferEncoding
     );
     assert_eq!(
-        err(b"POST / HTTP/1.1\r\nTransfer-Encoding: gzip\r\n\r\n"),
+        err(b"POST / HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: gzip\r\n\r\n"),
         HttpError::UnsupportedTransferEncoding
     );
     assert_eq!(
-        err(b"POST / HTTP/1.1\r\nTransfer-Encoding: gzip, chunked\r\n\r\n"),
+        err(b"POST / HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: gzip, chunked\r\n\r\n"),
         HttpError::UnsupportedTransferEncoding
     );
     assert_eq!(
-        err(b"POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\nTransfer-Encoding: chunked\r\n\r\n"),
+        err(b"POST / HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\nTransfer-Encoding: chunked\r\n\r\n"),
         HttpError::UnsupportedTransferEncoding
     );
     assert_eq!(
@@ -154,14 +158,14 @@ fn version_errors() {
 #[test]
 fn malformed_heads() {
     let cases: &[&[u8]] = &[
-        b"GET / HTTP/1.1\r\nX: a\r\n b\r\n\r\n",         // obs-fold
-        b"GET / HTTP/1.1\r\nX : a\r\n\r\n",              // space before colon
-        b"GET  / HTTP/1.1\r\n\r\n",                      // double space
-        b"G\x01T / HTTP/1.1\r\n\r\n",                    // control char in method
-        b"GET / HTTP/1.1\r\nX: a\x00b\r\n\r\n",          // NUL in value
-        b"GET /a b HTTP/1.1\r\n\r\n",                    // space in target
-        b"GET / HTTP/1.1\r\n: novalue\r\n\r\n",          // empty name
-        b"\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03", // TLS hello
+        b"GET / HTTP/1.1\r\nHost: x\r\nX: a\r\n b\r\n\r\n", // obs-fold
+        b"GET / HTTP/1.1\r\nHost: x\r\nX : a\r\n\r\n",      // space before colon
+        b"GET  / HTTP/1.1\r\nHost: x\r\n\r\n",              // double space
+        b"G\x01T / HTTP/1.1\r\nHost: x\r\n\r\n",            // control char in method
+        b"GET / HTTP/1.1\r\nHost: x\r\nX: a\x00b\r\n\r\n",  // NUL in value
+        b"GET /a b HTTP/1.1\r\nHost: x\r\n\r\n",            // space in target
+        b"GET / HTTP/1.1\r\nHost: x\r\n: novalue\r\n\r\n",  // empty name
+        b"\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03",    // TLS hello
     ];
     for c in cases {
         let e = err(c);
@@ -171,8 +175,8 @@ fn malformed_heads() {
 
 #[test]
 fn header_limits() {
-    let mut many = String::from("GET / HTTP/1.1\r\n");
-    for i in 0..MAX_HEADERS {
+    let mut many = String::from("GET / HTTP/1.1\r\nHost: x\r\n");
+    for i in 1..MAX_HEADERS {
         many.push_str(&format!("X-{i}: v\r\n"));
     }
     assert_eq!(head(&format!("{many}\r\n")).headers.len(), MAX_HEADERS);
@@ -180,7 +184,7 @@ fn header_limits() {
     assert_eq!(err(many.as_bytes()), HttpError::TooManyHeaders);
 
     let big = format!(
-        "GET / HTTP/1.1\r\nX: {}\r\n\r\n",
+        "GET / HTTP/1.1\r\nHost: x\r\nX: {}\r\n\r\n",
         "a".repeat(MAX_HEAD_BYTES)
     );
     assert_eq!(err(big.as_bytes()), HttpError::HeadTooLarge);
@@ -191,7 +195,7 @@ fn header_limits() {
     );
     // Just under the bound is fine.
     let ok = format!(
-        "GET / HTTP/1.1\r\nX: {}\r\n\r\n",
+        "GET / HTTP/1.1\r\nHost: x\r\nX: {}\r\n\r\n",
         "a".repeat(MAX_HEAD_BYTES - 40)
     );
     assert!(ok.len() <= MAX_HEAD_BYTES);
@@ -200,9 +204,15 @@ fn header_limits() {
 
 #[test]
 fn target_limit() {
-    let at = format!("GET /{} HTTP/1.1\r\n\r\n", "a".repeat(MAX_TARGET_BYTES - 1));
+    let at = format!(
+        "GET /{} HTTP/1.1\r\nHost: x\r\n\r\n",
+        "a".repeat(MAX_TARGET_BYTES - 1)
+    );
     assert_eq!(head(&at).path.len(), MAX_TARGET_BYTES);
-    let over = format!("GET /{} HTTP/1.1\r\n\r\n", "a".repeat(MAX_TARGET_BYTES));
+    let over = format!(
+        "GET /{} HTTP/1.1\r\nHost: x\r\n\r\n",
+        "a".repeat(MAX_TARGET_BYTES)
+    );
     let e = parse_head(over.as_bytes()).unwrap_err();
     assert_eq!(
         e.error,
@@ -215,11 +225,79 @@ fn target_limit() {
     let huge = format!("GET /{}", "a".repeat(MAX_TARGET_BYTES + 10));
     assert_eq!(err(huge.as_bytes()).status(), 414);
     let short_then_big = format!(
-        "GET /{} HTTP/1.1\r\nX: {}",
+        "GET /{} HTTP/1.1\r\nHost: x\r\nX: {}",
         "a".repeat(10),
         "b".repeat(MAX_HEAD_BYTES)
     );
     assert_eq!(err(short_then_big.as_bytes()), HttpError::HeadTooLarge);
+}
+
+#[test]
+fn host_is_required_once_in_http11() {
+    // RFC 9112 §3.2: 400 to an HTTP/1.1 request without Host, and to any request with two.
+    assert_eq!(err(b"GET / HTTP/1.1\r\n\r\n"), HttpError::MissingHost);
+    assert_eq!(
+        err(b"GET / HTTP/1.1\r\nHost: a\r\nhost: a\r\n\r\n"),
+        HttpError::DuplicateHost
+    );
+    assert_eq!(
+        err(b"GET / HTTP/1.0\r\nHost: a\r\nHOST: b\r\n\r\n"),
+        HttpError::DuplicateHost
+    );
+    let e = parse_head(b"POST /v1/x?y HTTP/1.1\r\nContent-Length: 1\r\n\r\n").unwrap_err();
+    assert_eq!((e.method.as_str(), e.path.as_str()), ("POST", "/v1/x"));
+    // HTTP/1.0 predates Host.
+    assert_eq!(head("GET / HTTP/1.0\r\n\r\n").version, 0);
+    // An absolute-form target still needs its Host line (RFC 9112 §3.2.2).
+    assert_eq!(
+        err(b"GET http://a/b HTTP/1.1\r\n\r\n"),
+        HttpError::MissingHost
+    );
+}
+
+#[test]
+fn host_value_must_be_a_host_and_port() {
+    // Empty is allowed: a target without an authority (RFC 9112 §3.2).
+    for ok in [
+        "",
+        "localhost:8100",
+        "[::1]:8100",
+        "127.0.0.1",
+        "a-b.c_d~e",
+        "x%41y",
+    ] {
+        let req = format!("GET / HTTP/1.1\r\nHost: {ok}\r\n\r\n");
+        assert_eq!(head(&req).headers[0].1, ok.as_bytes(), "{ok:?}");
+    }
+    for bad in [
+        "a b",
+        "a/b",
+        "user@host",
+        "host?x",
+        "ho#st",
+        "caf\u{e9}",
+        "a\"b",
+    ] {
+        let req = format!("GET / HTTP/1.1\r\nHost: {bad}\r\n\r\n");
+        assert_eq!(err(req.as_bytes()), HttpError::InvalidHost, "{bad:?}");
+    }
+}
+
+#[test]
+fn authorization_is_refused_twice() {
+    // Proxies and servers that pick different copies would disagree about who is asking.
+    let one = "GET / HTTP/1.1\r\nHost: a\r\nAuthorization: Bearer k\r\n\r\n";
+    assert_eq!(head(one).headers.len(), 2);
+    for second in ["Authorization: Bearer k", "authorization: Bearer other"] {
+        let req =
+            format!("GET / HTTP/1.1\r\nHost: a\r\nAuthorization: Bearer k\r\n{second}\r\n\r\n");
+        assert_eq!(
+            err(req.as_bytes()),
+            HttpError::DuplicateAuthorization,
+            "{second}"
+        );
+    }
+    assert_eq!(HttpError::DuplicateAuthorization.status(), 400);
 }
 
 fn decode_all(input: &[u8], max: usize) -> Result<(Vec<u8>, usize), HttpError> {
@@ -281,10 +359,10 @@ fn chunked_decodes_whatever_the_split() {
 
 #[test]
 fn chunked_stops_at_the_end_and_leaves_the_next_request() {
-    let input = b"2\r\nhi\r\n0\r\n\r\nGET / HTTP/1.1\r\n\r\n";
+    let input = b"2\r\nhi\r\n0\r\n\r\nGET / HTTP/1.1\r\nHost: x\r\n\r\n";
     let (out, n) = decode_all(input, 10).unwrap();
     assert_eq!(out, b"hi");
-    assert_eq!(&input[n..], b"GET / HTTP/1.1\r\n\r\n");
+    assert_eq!(&input[n..], b"GET / HTTP/1.1\r\nHost: x\r\n\r\n");
 }
 
 #[test]

@@ -3,10 +3,12 @@
 use std::io::Write as _;
 
 use super::date;
-use super::error::HttpError;
+use super::{Body, Response};
 
 /// The terminating chunk of a chunked body with no trailers (RFC 9112 §7.1).
 pub const LAST_CHUNK: &[u8] = b"0\r\n\r\n";
+/// Seconds a client refused with 503 (too many connections) is asked to wait.
+const RETRY_AFTER_SECS: &str = "1";
 /// The interim response sent for `Expect: 100-continue` (RFC 9110 §10.1.1).
 pub const CONTINUE: &[u8] = b"HTTP/1.1 100 Continue\r\n\r\n";
 
@@ -87,22 +89,31 @@ pub fn write_chunk(out: &mut Vec<u8>, data: &[u8]) {
     out.extend_from_slice(b"\r\n");
 }
 
-/// Appends a complete error response (JSON in the OpenAI error shape) that closes the connection.
-pub fn write_error(out: &mut Vec<u8>, err: &HttpError, head_only: bool) {
-    let body = err.to_json();
-    let mut headers = vec![("Content-Type".to_owned(), "application/json".to_owned())];
-    if err.status() == 503 {
-        headers.push(("Retry-After".to_owned(), "1".to_owned()));
+/// Appends the answer to a request the server refuses (`resp` is the handler's rendering of
+/// it), with the refusal's `status`, closing the connection. A 503 tells the client when to come
+/// back (RFC 9110 §10.2.3) unless the rendering already does.
+pub fn write_rejection(out: &mut Vec<u8>, status: u16, resp: Response, head_only: bool) {
+    let body: &[u8] = match &resp.body {
+        Body::Full(bytes) => bytes,
+        Body::Stream(..) => &[],
+    };
+    let mut headers = resp.headers;
+    if status == 503
+        && !headers
+            .iter()
+            .any(|(n, _)| n.eq_ignore_ascii_case("retry-after"))
+    {
+        headers.push(("Retry-After".to_owned(), RETRY_AFTER_SECS.to_owned()));
     }
     write_head(
         out,
-        err.status(),
+        status,
         &headers,
         Framing::Length(body.len()),
         ConnHeader::Close,
     );
     if !head_only {
-        out.extend_from_slice(&body);
+        out.extend_from_slice(body);
     }
 }
 
@@ -227,27 +238,44 @@ mod tests {
     }
 
     #[test]
-    fn error_responses() {
+    fn rejections_keep_their_status_and_close() {
         let mut out = Vec::new();
-        write_error(&mut out, &HttpError::TooManyConnections { limit: 3 }, false);
+        // The rendering's own status is not the refusal's: the refusal's wins.
+        let rendered = Response::new(200, "application/json", &b"{\"code\":\"x\"}"[..]);
+        write_rejection(&mut out, 503, rendered, false);
         let t = text(&out);
-        assert!(t.starts_with("HTTP/1.1 503 Service Unavailable\r\n"));
+        assert!(t.starts_with("HTTP/1.1 503 Service Unavailable\r\n"), "{t}");
         assert!(t.contains("Retry-After: 1\r\n") && t.contains("Connection: close\r\n"));
-        let body = &t[t.find("\r\n\r\n").unwrap() + 4..];
-        let len: usize = t
-            .split("Content-Length: ")
-            .nth(1)
-            .unwrap()
-            .split("\r\n")
-            .next()
-            .unwrap()
-            .parse()
-            .unwrap();
-        assert_eq!(body.len(), len);
-        assert!(body.contains("\"code\":\"too_many_connections\""));
+        assert!(t.contains("\r\nContent-Type: application/json\r\n"), "{t}");
+        assert!(
+            t.ends_with("Content-Length: 12\r\nConnection: close\r\n\r\n{\"code\":\"x\"}"),
+            "{t}"
+        );
+        // A rendering that says when to come back is not contradicted.
         out.clear();
-        write_error(&mut out, &HttpError::HeadTooLarge, true);
-        assert!(text(&out).ends_with("\r\n\r\n"));
+        let rendered = Response::new(503, "text/plain", "later").with_header("Retry-After", "7");
+        write_rejection(&mut out, 503, rendered, false);
+        let t = text(&out);
+        assert_eq!(t.matches("Retry-After").count(), 1, "{t}");
+        assert!(t.contains("Retry-After: 7\r\n"), "{t}");
+        // HEAD: the length of the body that would have been sent, and no body.
+        out.clear();
+        write_rejection(&mut out, 431, Response::new(431, "text/plain", "big"), true);
+        let t = text(&out);
+        assert!(
+            t.contains("Content-Length: 3\r\n") && t.ends_with("\r\n\r\n"),
+            "{t}"
+        );
+        // A streamed rendering is not sent: the refusal goes out whole, with an empty body.
+        out.clear();
+        let (_tx, rx) = async_channel::unbounded();
+        write_rejection(&mut out, 400, Response::sse(rx), false);
+        let t = text(&out);
+        assert!(
+            t.starts_with("HTTP/1.1 400 ")
+                && t.ends_with("Content-Length: 0\r\nConnection: close\r\n\r\n"),
+            "{t}"
+        );
     }
 
     #[test]

@@ -10,27 +10,14 @@ use smol::future::FutureExt as _;
 use smol::io::AsyncReadExt as _;
 use smol::{Async, Executor, Timer};
 
+use super::config::HttpConfig;
 use super::conn::{serve_connection, ConnCtx, ConnEnd};
 use super::error::HttpError;
 use super::exec::run_tasks;
 use super::response;
 use super::shutdown::Shutdown;
-use super::{Handler, Rejected};
+use super::{render_rejection, Handler, Rejected};
 
-/// Largest request body accepted by default (`--max-body-bytes`).
-pub const DEFAULT_MAX_BODY_BYTES: usize = 4 * 1024 * 1024;
-/// Connections open at once by default (`--max-connections`).
-pub const DEFAULT_MAX_CONNECTIONS: usize = 1024;
-/// Grace period for in-flight responses on SIGINT/SIGTERM by default (`--shutdown-grace`).
-pub const DEFAULT_SHUTDOWN_GRACE: Duration = Duration::from_secs(10);
-/// Time allowed for a request head to arrive once it has begun (slowloris guard); then 408.
-pub const DEFAULT_HEADER_TIMEOUT: Duration = Duration::from_secs(10);
-/// An idle keep-alive connection is closed after this long without a new request.
-pub const DEFAULT_IDLE_TIMEOUT: Duration = Duration::from_secs(60);
-/// Time allowed for a whole request body to arrive; then 408.
-pub const DEFAULT_BODY_TIMEOUT: Duration = Duration::from_secs(30);
-/// Time allowed for one write to be taken by the client before the connection is dropped.
-pub const DEFAULT_WRITE_TIMEOUT: Duration = Duration::from_secs(30);
 /// After an error response: how long to drain what the client still sends before closing.
 const LINGER_TIMEOUT: Duration = Duration::from_secs(1);
 /// After an error response: how much of what the client still sends is drained at most.
@@ -41,38 +28,6 @@ const ACCEPT_ERROR_BACKOFF: Duration = Duration::from_millis(50);
 const SHUTDOWN_POLL: Duration = Duration::from_millis(10);
 /// After the grace period, how long streams get to write their terminating chunk.
 const FORCED_CLOSE_WAIT: Duration = Duration::from_secs(1);
-
-/// Every setting of the HTTP layer; `main.rs` fills it from the flags.
-#[derive(Debug, Clone)]
-pub struct HttpConfig {
-    /// Executor threads for all connections (`--io-threads`); at least 1.
-    pub io_threads: usize,
-    /// Connections open at once beyond which new ones get 503 (`--max-connections`).
-    pub max_connections: usize,
-    /// Largest request body accepted; larger ones get 413 unread (`--max-body-bytes`).
-    pub max_body_bytes: usize,
-    pub header_timeout: Duration,
-    pub idle_timeout: Duration,
-    pub body_timeout: Duration,
-    pub write_timeout: Duration,
-    /// How long in-flight responses may continue after shutdown starts (`--shutdown-grace`).
-    pub shutdown_grace: Duration,
-}
-
-impl Default for HttpConfig {
-    fn default() -> Self {
-        HttpConfig {
-            io_threads: 1,
-            max_connections: DEFAULT_MAX_CONNECTIONS,
-            max_body_bytes: DEFAULT_MAX_BODY_BYTES,
-            header_timeout: DEFAULT_HEADER_TIMEOUT,
-            idle_timeout: DEFAULT_IDLE_TIMEOUT,
-            body_timeout: DEFAULT_BODY_TIMEOUT,
-            write_timeout: DEFAULT_WRITE_TIMEOUT,
-            shutdown_grace: DEFAULT_SHUTDOWN_GRACE,
-        }
-    }
-}
 
 /// Decrements the open-connection count when a connection task ends, however it ends.
 struct OpenGuard(Arc<AtomicUsize>);
@@ -217,14 +172,17 @@ async fn refuse(
     let err = HttpError::TooManyConnections {
         limit: cfg.max_connections,
     };
-    let mut out = Vec::with_capacity(512);
-    response::write_error(&mut out, &err, false);
-    handler.on_rejected(&Rejected {
+    let rejected = Rejected {
         method: "",
         path: "",
         status: err.status(),
+        error: &err,
         peer,
-    });
+    };
+    let resp = render_rejection(handler, &rejected);
+    let mut out = Vec::with_capacity(512);
+    response::write_rejection(&mut out, rejected.status, resp, false);
+    handler.on_rejected(&rejected);
     let write = async {
         let _ = stream.write_all(&out).await;
     };

@@ -103,6 +103,11 @@ impl Handler for TestHandler {
         })
     }
 
+    /// The API's own rendering, so that these tests see the OpenAI error shape the server sends.
+    fn rejection(&self, r: &Rejected<'_>) -> Response {
+        mtplx_lite::api::error::ApiError::from(r.error).into_response()
+    }
+
     fn on_rejected(&self, r: &Rejected<'_>) {
         self.rejected
             .lock()
