@@ -1,17 +1,19 @@
-//! Causal GQA attention over a position-major key/value cache: the pool driver, the one-row
-//! (decode) path and the tiled path for several rows with its portable kernel.
+//! Causal GQA attention over a position-major key/value cache: the pool driver and the tiled
+//! attention's portable kernel.
 //!
-//! One row per sequence (decode) runs a task per query head: scores against every key, a
-//! softmax, a weighted sum of the values. Done for each of many rows (a prefill chunk), that
-//! would read every key and value once per row and head, so prefill throughput would fall with
-//! the prompt's length. Several rows go through the tiled path instead (flash attention's
-//! scheme): a block of query lanes (rows times the heads sharing one KV head) walks the keys a
-//! tile at a time, so that each key and value is read once per block, and keeps a running max
-//! and sum per lane (an online softmax), so that nothing grows with the context but the cache.
+//! Scores, softmax and weighted sum per query row and head would read every key and value once
+//! per row and head, so prefill throughput would fall with the prompt's length. Instead (flash
+//! attention's scheme) a block of query lanes (rows times the heads sharing one KV head) walks
+//! the keys a tile at a time, so that each key and value is read once per block, and keeps a
+//! running max and sum per lane (an online softmax), so that nothing grows with the context
+//! but the cache.
+//!
+//! Decode rows (one per sequence) take the same path: a lane's result depends only on its query
+//! and the keys it sees, never on the block around it, so a token's logits are the same
+//! whether it is prefilled with others, alone, or after a reused prefix (greedy outputs must
+//! not change with the prefix cache).
 
 use super::isa::Isa;
-use super::matmul::dot_f32;
-use super::ops::softmax;
 use super::pool::Pool;
 use crate::backend::{AttnSeq, Heads};
 use std::cell::RefCell;
@@ -143,8 +145,6 @@ struct Scratch {
     pos: Vec<i32>,
     s: Vec<f32>,
     ot: Vec<f32>,
-    /// The one-row path's scores.
-    scores: Vec<f32>,
 }
 
 thread_local! {
@@ -155,37 +155,6 @@ thread_local! {
 struct OutPtr(*mut f32);
 // SAFETY: workers write disjoint `head_dim` slices of a buffer that outlives the pool job.
 unsafe impl Sync for OutPtr {}
-
-/// `out[p] = scale * dot(q, keys[p * stride..][..q.len()])`.
-fn attn_scores(isa: Isa, q: &[f32], keys: &[f32], stride: usize, scale: f32, out: &mut [f32]) {
-    match isa {
-        #[cfg(target_arch = "x86_64")]
-        // SAFETY: both x86 SIMD levels imply AVX2 and FMA (detected); bounds are checked inside.
-        Isa::Avx2 | Isa::Avx512 => unsafe { super::kern_avx2_f32::attn_scores(q, keys, stride, scale, out) },
-        _ => {
-            for (p, o) in out.iter_mut().enumerate() {
-                *o = dot_f32(isa, q, &keys[p * stride..p * stride + q.len()]) * scale;
-            }
-        }
-    }
-}
-
-/// `o += sum over p of w[p] * values[p * stride..][..o.len()]`.
-fn attn_weighted_sum(isa: Isa, w: &[f32], values: &[f32], stride: usize, o: &mut [f32]) {
-    match isa {
-        #[cfg(target_arch = "x86_64")]
-        // SAFETY: both x86 SIMD levels imply AVX2 and FMA (detected); bounds are checked inside.
-        Isa::Avx2 | Isa::Avx512 => unsafe { super::kern_avx2_f32::attn_weighted_sum(w, values, stride, o) },
-        _ => {
-            for (p, &wp) in w.iter().enumerate() {
-                let v = &values[p * stride..p * stride + o.len()];
-                for (a, &b) in o.iter_mut().zip(v) {
-                    *a += wp * b;
-                }
-            }
-        }
-    }
-}
 
 /// Causal GQA attention of one sequence; see [`crate::backend::Backend::attention`] for the
 /// contract.
@@ -203,7 +172,7 @@ struct Part<'a> {
     out: OutPtr,
     /// Tasks of the sequences before this one.
     first_task: usize,
-    /// Query rows per block of the tiled path (0: the one-row path, a task per head).
+    /// Query rows per block.
     rows: usize,
 }
 
@@ -227,30 +196,20 @@ pub(crate) fn attention_batch(pool: &Pool, isa: Isa, seqs: &mut [AttnSeq<'_>], h
         assert_eq!(s.q.len(), n_q * qd, "attention: q has {} values, want {n_q} x {qd}", s.q.len());
         assert_eq!(s.out.len(), n_q * qd, "attention: out has {} values, want {n_q} x {qd}", s.out.len());
         assert!(s.keys.len() >= ctx * kvd && s.values.len() >= ctx * kvd, "attention: the cache holds fewer than {ctx} positions");
-        let rows = if n_q < 2 {
-            0
-        } else {
-            let per_block = heads.n_kv_heads * chunks_per_kv;
-            let mut rows = (BLOCK_LANES / hpb).min(n_q);
-            while rows > 1 && per_block * n_q.div_ceil(rows) < MIN_BLOCKS_PER_THREAD * pool.threads() {
-                rows = rows.div_ceil(2);
-            }
-            rows
-        };
+        let per_block = heads.n_kv_heads * chunks_per_kv;
+        let mut rows = (BLOCK_LANES / hpb).min(n_q.max(1));
+        while rows > 1 && per_block * n_q.div_ceil(rows) < MIN_BLOCKS_PER_THREAD * pool.threads() {
+            rows = rows.div_ceil(2);
+        }
         parts.push(Part { q: s.q, keys: s.keys, values: s.values, start_pos: s.start_pos, n_q, out: OutPtr(s.out.as_mut_ptr()), first_task: tasks, rows });
-        tasks += if rows == 0 { n_q * heads.n_heads } else { n_q.div_ceil(rows) * heads.n_kv_heads * chunks_per_kv };
+        tasks += n_q.div_ceil(rows) * per_block;
         // Keys seen by all rows: n_q * start_pos + n_q * (n_q + 1) / 2.
         macs += (n_q * s.start_pos + n_q * (n_q + 1) / 2) * heads.n_heads * hd * 2;
     }
     let parts = &parts;
     let task = move |t: usize| {
         let part = &parts[parts.partition_point(|p| p.first_task <= t) - 1];
-        let t = t - part.first_task;
-        if part.rows == 0 {
-            one_row(isa, part, heads, scale, t);
-        } else {
-            tiled(isa, part, heads, scale, t);
-        }
+        tiled(isa, part, heads, scale, t - part.first_task);
     };
     if macs < ATTN_PARALLEL_MIN_MACS || pool.threads() == 1 {
         (0..tasks).for_each(task);
@@ -258,27 +217,6 @@ pub(crate) fn attention_batch(pool: &Pool, isa: Isa, seqs: &mut [AttnSeq<'_>], h
         let chunks = tasks.min(ATTN_CHUNKS_PER_THREAD * pool.threads());
         pool.run(chunks, &|c| super::pool::chunk(tasks, c, chunks).for_each(task));
     }
-}
-
-/// Task `t` of a one-row sequence: query head `t` (row 0).
-fn one_row(isa: Isa, part: &Part<'_>, heads: Heads, scale: f32, t: usize) {
-    let (qd, kvd, hd) = (heads.q_dim(), heads.kv_dim(), heads.head_dim);
-    let (row, h) = (t / heads.n_heads, t % heads.n_heads);
-    let kvh = h / (heads.n_heads / heads.n_kv_heads);
-    let seen = part.start_pos + row + 1;
-    let qh = &part.q[row * qd + h * hd..row * qd + (h + 1) * hd];
-    // SAFETY: task t alone writes out[row * qd + h * hd ..][..hd] of its sequence, inside that
-    // sequence's `out` (its length was checked by the caller).
-    let o = unsafe { std::slice::from_raw_parts_mut(part.out.0.add(row * qd + h * hd), hd) };
-    let (k, v) = (&part.keys[kvh * hd..], &part.values[kvh * hd..]);
-    SCRATCH.with_borrow_mut(|sc| {
-        let sc = &mut sc.scores;
-        sc.resize(seen, 0.0);
-        attn_scores(isa, qh, k, kvd, scale, sc);
-        softmax(sc);
-        o.fill(0.0);
-        attn_weighted_sum(isa, sc, v, kvd, o);
-    });
 }
 
 /// Task `t` of a tiled sequence: one (row block, KV head, head chunk), the last rows' blocks

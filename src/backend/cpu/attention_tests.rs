@@ -100,6 +100,26 @@ fn gqa_attention_matches_the_reference_at_odd_head_sizes_and_groups() {
 }
 
 #[test]
+fn a_rows_output_does_not_depend_on_the_rows_around_it() {
+    // What a reused prefix relies on: the last prompt row alone (after a cached prefix) gives
+    // the bits it gave inside the whole prompt's call, so greedy outputs do not change.
+    let hs = Heads { n_heads: 9, n_kv_heads: 3, head_dim: 64 };
+    let (start, n_q) = (70, 21);
+    let ctx = start + n_q;
+    let q = noise(n_q * hs.q_dim(), 7);
+    let (k, v) = (noise(ctx * hs.kv_dim(), 8), noise(ctx * hs.kv_dim(), 9));
+    let qd = hs.q_dim();
+    for isa in isas_under_test() {
+        let pool = Pool::new(2);
+        let all = run(&pool, isa, &q, &k, &v, hs, start, n_q, 0.125);
+        for (t, n) in [(0, 1), (20, 1), (5, 3), (9, 12)] {
+            let part = run(&pool, isa, &q[t * qd..(t + n) * qd], &k, &v, hs, start + t, n, 0.125);
+            assert_eq!(part, &all[t * qd..(t + n) * qd], "{} rows {t}..{}", isa.name(), t + n);
+        }
+    }
+}
+
+#[test]
 fn attention_is_causal() {
     let hs = Heads { n_heads: 2, n_kv_heads: 1, head_dim: 8 };
     let (q, k, mut v) = (noise(3 * 16, 4), noise(5 * 8, 5), noise(5 * 8, 6));
