@@ -3,9 +3,11 @@
 //! Files, leaves first: `isa` (the SIMD levels), `float16`, `kernel_io` (what the driver hands
 //! the kernels); `block` (the block traits) and the block types in `block_float`, `block_q`
 //! and `block_k`; `type_traits` (one table entry per type); `quantized_activations`; the
-//! kernels `kern_scalar`, `kern_avx2`, `kern_avx2_f32` and `kern_avx512` (the integer ones
-//! around `tile_driver!`); `matmul` (the driver) and `ops` (norms, RoPE, attention); `pool`.
+//! kernels `kern_scalar`, `kern_avx2`, `kern_avx2_f32`, `kern_avx2_attn` and `kern_avx512` (the
+//! integer ones around `tile_driver!`); `matmul` (the driver), `ops` (norms, RoPE) and
+//! `attention` (its driver and portable kernel); `pool`.
 
+mod attention;
 pub mod block;
 pub mod block_float;
 pub mod block_k;
@@ -24,6 +26,8 @@ pub mod type_traits;
 mod tile_driver;
 #[cfg(target_arch = "x86_64")]
 mod kern_avx2;
+#[cfg(target_arch = "x86_64")]
+mod kern_avx2_attn;
 #[cfg(target_arch = "x86_64")]
 mod kern_avx2_f32;
 #[cfg(target_arch = "x86_64")]
@@ -113,10 +117,10 @@ impl Backend for CpuBackend {
     }
 
     fn attention(&self, seq: AttnSeq<'_>, heads: Heads, scale: f32) {
-        ops::attention(&self.pool, self.isa, seq, heads, scale);
+        attention::attention(&self.pool, self.isa, seq, heads, scale);
     }
 
     fn attention_batch(&self, seqs: &mut [AttnSeq<'_>], heads: Heads, scale: f32) {
-        ops::attention_batch(&self.pool, self.isa, seqs, heads, scale);
+        attention::attention_batch(&self.pool, self.isa, seqs, heads, scale);
     }
 }

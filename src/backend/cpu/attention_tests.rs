@@ -1,0 +1,167 @@
+//! Attention on every path (one row, tiled) and kernel against a plain f64 reference.
+
+use super::super::test_inputs::{isas_under_test, noise};
+use super::*;
+
+/// Largest difference allowed from the f64 reference: outputs are weighted means of values in
+/// [-1, 1], off by a few f32 ulps of the weights (measured: at most 3.5e-7 up to 4,191 keys).
+const MAX_ERR: f32 = 2e-6;
+
+/// [`attention`] of one sequence into a new buffer.
+#[allow(clippy::too_many_arguments)]
+fn run(pool: &Pool, isa: Isa, q: &[f32], keys: &[f32], values: &[f32], heads: Heads, start_pos: usize, n_q: usize, scale: f32) -> Vec<f32> {
+    let mut out = vec![f32::NAN; n_q * heads.q_dim()];
+    let seq = AttnSeq { q, keys, values, start_pos, n_q, out: &mut out };
+    attention(pool, isa, seq, heads, scale);
+    out
+}
+
+/// Attention written out plainly in f64, for query rows `rows` (row `t` at `start + t`):
+/// `(row, its q_dim outputs)`.
+fn reference(q: &[f32], k: &[f32], v: &[f32], hs: Heads, start: usize, rows: &[usize], scale: f32) -> Vec<(usize, Vec<f64>)> {
+    let (qd, kvd, hd) = (hs.q_dim(), hs.kv_dim(), hs.head_dim);
+    rows.iter()
+        .map(|&t| {
+            let mut out = vec![0f64; qd];
+            for h in 0..hs.n_heads {
+                let kvh = h * hs.n_kv_heads / hs.n_heads;
+                let s: Vec<f64> = (0..=start + t)
+                    .map(|p| (0..hd).map(|d| q[t * qd + h * hd + d] as f64 * k[p * kvd + kvh * hd + d] as f64).sum::<f64>() * scale as f64)
+                    .collect();
+                let m = s.iter().cloned().fold(f64::MIN, f64::max);
+                let e: Vec<f64> = s.iter().map(|x| (x - m).exp()).collect();
+                let z: f64 = e.iter().sum();
+                for d in 0..hd {
+                    out[h * hd + d] = e.iter().enumerate().map(|(p, w)| w / z * v[p * kvd + kvh * hd + d] as f64).sum();
+                }
+            }
+            (t, out)
+        })
+        .collect()
+}
+
+/// The largest difference between `out` and the reference's rows.
+fn max_err(out: &[f32], want: &[(usize, Vec<f64>)]) -> f32 {
+    let qd = want.first().map_or(0, |w| w.1.len());
+    want.iter()
+        .flat_map(|(t, w)| out[t * qd..(t + 1) * qd].iter().zip(w).map(|(a, b)| (*a as f64 - b).abs() as f32))
+        .fold(0.0, f32::max)
+}
+
+#[test]
+fn tiled_attention_matches_the_reference_at_every_row_count_isa_and_start() {
+    // The demo model's head size and GQA group of 3.
+    for (n_q, n_heads, n_kv_heads) in [(1, 9, 3), (7, 9, 3), (64, 9, 3), (257, 6, 2), (4096, 3, 1)] {
+        let hs = Heads { n_heads, n_kv_heads, head_dim: 64 };
+        for start in [0, 95] {
+            let ctx = start + n_q;
+            let seed = (n_q * 10 + start) as u64;
+            let q: Vec<f32> = noise(n_q * hs.q_dim(), seed).iter().map(|v| v * 3.0).collect();
+            let (k, v) = (noise(ctx * hs.kv_dim(), seed + 1), noise(ctx * hs.kv_dim(), seed + 2));
+            // Every row of the small cases; of 4,096, a sample through every block position
+            // and the last rows (the f64 reference of all of them would take long).
+            let rows: Vec<usize> = if n_q <= 257 { (0..n_q).collect() } else { (0..n_q).step_by(97).chain(n_q - 9..n_q).collect() };
+            let want = reference(&q, &k, &v, hs, start, &rows, 0.125);
+            for threads in [1, 2] {
+                let pool = Pool::new(threads);
+                for isa in isas_under_test() {
+                    let out = run(&pool, isa, &q, &k, &v, hs, start, n_q, 0.125);
+                    let err = max_err(&out, &want);
+                    let what = format!("{} rows from {start}, {} threads {threads}", n_q, isa.name());
+                    assert!(err <= MAX_ERR, "{what}: off by {err}");
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn gqa_attention_matches_the_reference_at_odd_head_sizes_and_groups() {
+    // Head sizes: 128, 72 (a partial column step), 20 (fewer columns than a step), 64; groups
+    // of 3, 1, 8 and 32 (more heads than a block's lanes).
+    for (head_dim, n_heads, n_kv_heads) in [(128, 6, 2), (72, 2, 2), (20, 8, 1), (64, 32, 1)] {
+        let hs = Heads { n_heads, n_kv_heads, head_dim };
+        for n_q in [1, 4, 70] {
+            let start = 9;
+            let ctx = start + n_q;
+            let q: Vec<f32> = noise(n_q * hs.q_dim(), 1).iter().map(|v| v * 3.0).collect();
+            let (k, v) = (noise(ctx * hs.kv_dim(), 2), noise(ctx * hs.kv_dim(), 3));
+            let want = reference(&q, &k, &v, hs, start, &(0..n_q).collect::<Vec<_>>(), 0.25);
+            for threads in [1, 2] {
+                let pool = Pool::new(threads);
+                for isa in isas_under_test() {
+                    let err = max_err(&run(&pool, isa, &q, &k, &v, hs, start, n_q, 0.25), &want);
+                    let what = format!("{} head_dim {head_dim} heads {n_heads}/{n_kv_heads} rows {n_q} threads {threads}", isa.name());
+                    assert!(err <= MAX_ERR, "{what}: off by {err}");
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn a_rows_output_does_not_depend_on_the_rows_around_it() {
+    // What a reused prefix relies on: the last prompt row alone (after a cached prefix) gives
+    // the bits it gave inside the whole prompt's call, so greedy outputs do not change.
+    let hs = Heads { n_heads: 9, n_kv_heads: 3, head_dim: 64 };
+    let (start, n_q) = (70, 21);
+    let ctx = start + n_q;
+    let q = noise(n_q * hs.q_dim(), 7);
+    let (k, v) = (noise(ctx * hs.kv_dim(), 8), noise(ctx * hs.kv_dim(), 9));
+    let qd = hs.q_dim();
+    for isa in isas_under_test() {
+        let pool = Pool::new(2);
+        let all = run(&pool, isa, &q, &k, &v, hs, start, n_q, 0.125);
+        for (t, n) in [(0, 1), (20, 1), (5, 3), (9, 12)] {
+            let part = run(&pool, isa, &q[t * qd..(t + n) * qd], &k, &v, hs, start + t, n, 0.125);
+            assert_eq!(part, &all[t * qd..(t + n) * qd], "{} rows {t}..{}", isa.name(), t + n);
+        }
+    }
+}
+
+#[test]
+fn attention_is_causal() {
+    let hs = Heads { n_heads: 2, n_kv_heads: 1, head_dim: 8 };
+    let (q, k, mut v) = (noise(3 * 16, 4), noise(5 * 8, 5), noise(5 * 8, 6));
+    let pool = Pool::new(1);
+    for isa in isas_under_test() {
+        let a = run(&pool, isa, &q, &k, &v, hs, 2, 3, 0.3);
+        let saved = v.clone();
+        v[4 * 8..].fill(100.0); // position 4 is only visible to the last query row
+        let b = run(&pool, isa, &q, &k, &v, hs, 2, 3, 0.3);
+        v = saved;
+        assert_eq!(&a[..32], &b[..32], "{}", isa.name());
+        assert_ne!(&a[32..], &b[32..], "{}", isa.name());
+    }
+}
+
+#[test]
+fn batched_attention_equals_one_call_per_sequence() {
+    let hs = Heads { n_heads: 4, n_kv_heads: 2, head_dim: 16 };
+    let (qd, kvd) = (hs.q_dim(), hs.kv_dim());
+    // (cached positions, new query rows): decode rows, a prefill chunk, a long context.
+    let shapes = [(0, 1), (7, 3), (300, 1), (40, 1), (100, 20)];
+    let seqs: Vec<_> = shapes
+        .iter()
+        .enumerate()
+        .map(|(i, &(start, n))| {
+            let ctx = start + n;
+            let s = 10 * i as u64;
+            (start, n, noise(n * qd, s + 1), noise(ctx * kvd, s + 2), noise(ctx * kvd, s + 3))
+        })
+        .collect();
+    for isa in isas_under_test() {
+        // Two threads, so that the batched call splits tasks across sequences.
+        let pool = Pool::new(2);
+        let alone: Vec<Vec<f32>> = seqs.iter().map(|(start, n, q, k, v)| run(&pool, isa, q, k, v, hs, *start, *n, 0.25)).collect();
+        let mut outs: Vec<Vec<f32>> = seqs.iter().map(|s| vec![f32::NAN; s.1 * qd]).collect();
+        let mut batch: Vec<AttnSeq<'_>> = seqs
+            .iter()
+            .zip(outs.iter_mut())
+            .map(|((start, n, q, k, v), out)| AttnSeq { q, keys: k, values: v, start_pos: *start, n_q: *n, out })
+            .collect();
+        attention_batch(&pool, isa, &mut batch, hs, 0.25);
+        drop(batch);
+        assert_eq!(outs, alone, "{isa:?}");
+    }
+}

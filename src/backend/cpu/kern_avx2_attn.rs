@@ -1,0 +1,210 @@
+//! AVX2 + FMA kernel (x86-64) of the tiled attention in `attention.rs`: one block of query
+//! lanes against every key it sees, a tile of keys at a time, with an online softmax.
+//!
+//! The lanes (query rows times the heads sharing one KV head) are the vector dimension
+//! everywhere: the block's queries, scores and outputs are stored lane-minor, so both products
+//! are outer products. Each key or value element is broadcast once and feeds one FMA per lane
+//! vector; the running max, sum and rescale work lane-wise, with no horizontal sums at all.
+//! Every function here requires AVX2 and FMA: the driver only calls them at `Isa::Avx2` or
+//! `Isa::Avx512`, which `Isa::available` grants after `is_x86_feature_detected!` said yes.
+
+use super::attention::{AttnBlock, TILE_KEYS};
+use std::arch::x86_64::*;
+
+/// `e^x` lane-wise for `x <= 0` (Cephes' `expf`: `2^n * e^r` with `|r| <= ln 2 / 2` and a
+/// degree-6 polynomial, about 1 ulp). Below the smallest normal result it returns exactly 0,
+/// as `f32::exp` does for masked (minus infinite) scores.
+#[target_feature(enable = "avx2,fma,f16c")]
+#[inline]
+fn exp_ps(x: __m256) -> __m256 {
+    let lo = _mm256_set1_ps(-87.336_54);
+    let under = _mm256_cmp_ps::<_CMP_LT_OQ>(x, lo);
+    let x = _mm256_min_ps(_mm256_max_ps(x, lo), _mm256_set1_ps(88.0));
+    let n = _mm256_round_ps::<{ _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC }>(_mm256_mul_ps(
+        x,
+        _mm256_set1_ps(std::f32::consts::LOG2_E),
+    ));
+    // ln 2 in two parts, so that `n * ln2_hi` is exact and `r` keeps its low bits.
+    let r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693_359_4), x);
+    let r = _mm256_fnmadd_ps(n, _mm256_set1_ps(-2.121_944_4e-4), r);
+    let mut p = _mm256_set1_ps(1.987_569_1e-4);
+    for c in [1.398_199_9e-3, 8.333_452e-3, 4.166_579_6e-2, 0.166_666_65, 0.5] {
+        p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(c));
+    }
+    let y = _mm256_fmadd_ps(_mm256_mul_ps(p, r), r, _mm256_add_ps(r, _mm256_set1_ps(1.0)));
+    let pow2n = _mm256_castsi256_ps(_mm256_slli_epi32::<23>(_mm256_add_epi32(
+        _mm256_cvtps_epi32(n),
+        _mm256_set1_epi32(127),
+    )));
+    _mm256_andnot_ps(under, _mm256_mul_ps(y, pow2n))
+}
+
+/// Scores of keys `k..k + KB` for all `NV * 8` lanes into `s[(k - k0)..]` (lane-minor):
+/// `KB x NV` accumulators, each key element broadcast once for the `NV` lane vectors.
+///
+/// # Safety
+/// AVX2 and FMA; `qt` holds `hd` rows of `NV * 8` lanes, `s` rows `k - k0 .. k - k0 + KB` of
+/// as many lanes, and key rows `k..k + KB` (`hd` values at `stride` apart) are in `keys`.
+#[target_feature(enable = "avx2,fma,f16c")]
+#[inline]
+unsafe fn scores<const NV: usize, const KB: usize>(qt: *const f32, keys: *const f32, stride: usize, hd: usize, s: *mut f32) {
+    let w = NV * 8;
+    let mut acc = [[_mm256_setzero_ps(); NV]; KB];
+    let kp: [*const f32; KB] = std::array::from_fn(|j| keys.wrapping_add(j * stride));
+    for d in 0..hd {
+        // SAFETY: `d < hd`: row `d` of `qt` and value `d` of each key row (caller's contract).
+        unsafe {
+            let q: [__m256; NV] = std::array::from_fn(|v| _mm256_loadu_ps(qt.add(d * w + 8 * v)));
+            for j in 0..KB {
+                let kv = _mm256_broadcast_ss(&*kp[j].add(d));
+                for v in 0..NV {
+                    acc[j][v] = _mm256_fmadd_ps(q[v], kv, acc[j][v]);
+                }
+            }
+        }
+    }
+    for (j, a) in acc.iter().enumerate() {
+        for (v, &x) in a.iter().enumerate() {
+            // SAFETY: row `j < KB` of `s` (caller's contract).
+            unsafe { _mm256_storeu_ps(s.add(j * w + 8 * v), x) };
+        }
+    }
+}
+
+/// `ot[c][lanes] = ot[c][lanes] * alpha + sum over the tile's keys of p[k][lanes] * v[k][c]`
+/// for columns `c..c + CB`, `CB x NV` accumulators.
+///
+/// # Safety
+/// AVX2 and FMA; `p` holds `kt` rows of `NV * 8` lanes, `ot` rows `c..c + CB` of as many, and
+/// value rows `0..kt` (columns `c..c + CB` at `stride` apart) are in `values`.
+#[target_feature(enable = "avx2,fma,f16c")]
+#[inline]
+unsafe fn weighted<const NV: usize, const CB: usize>(
+    p: *const f32,
+    kt: usize,
+    values: *const f32,
+    stride: usize,
+    alpha: &[__m256; NV],
+    ot: *mut f32,
+) {
+    let w = NV * 8;
+    // SAFETY: rows `0..CB` of `ot` (caller's contract).
+    let mut acc: [[__m256; NV]; CB] =
+        std::array::from_fn(|c| std::array::from_fn(|v| unsafe { _mm256_mul_ps(_mm256_loadu_ps(ot.add(c * w + 8 * v)), alpha[v]) }));
+    for k in 0..kt {
+        // SAFETY: `k < kt`: row `k` of `p` and columns `0..CB` of value row `k` (contract).
+        unsafe {
+            let pk: [__m256; NV] = std::array::from_fn(|v| _mm256_loadu_ps(p.add(k * w + 8 * v)));
+            let vk = values.add(k * stride);
+            for (c, a) in acc.iter_mut().enumerate() {
+                let vc = _mm256_broadcast_ss(&*vk.add(c));
+                for v in 0..NV {
+                    a[v] = _mm256_fmadd_ps(pk[v], vc, a[v]);
+                }
+            }
+        }
+    }
+    for (c, a) in acc.iter().enumerate() {
+        for (v, &x) in a.iter().enumerate() {
+            // SAFETY: rows `0..CB` of `ot` (contract).
+            unsafe { _mm256_storeu_ps(ot.add(c * w + 8 * v), x) };
+        }
+    }
+}
+
+/// The block's attention (see [`AttnBlock`]) with `NV` vectors of 8 lanes, `STEP` keys (or
+/// value columns) per inner product step: 4 with three lane vectors (12 accumulators, 16
+/// registers with the operands), 8 with one so that enough FMAs are in flight.
+///
+/// # Safety
+/// The CPU supports AVX2 and FMA.
+///
+/// # Panics
+/// When a buffer of `b` is shorter than `b.check` wants.
+#[target_feature(enable = "avx2,fma,f16c")]
+pub unsafe fn attend_block<const NV: usize, const STEP: usize>(b: &mut AttnBlock<'_>) {
+    let w = NV * 8;
+    b.check(w);
+    let (hd, stride) = (b.hd, b.stride);
+    let (qt, s, ot) = (b.qt.as_ptr(), b.s.as_mut_ptr(), b.ot.as_mut_ptr());
+    let pos: [__m256i; NV] = std::array::from_fn(|v| {
+        // SAFETY: `lane_pos` holds `w` entries (checked).
+        unsafe { _mm256_loadu_si256(b.lane_pos.as_ptr().add(8 * v) as *const __m256i) }
+    });
+    let mut m = [_mm256_set1_ps(f32::NEG_INFINITY); NV];
+    let mut l = [_mm256_setzero_ps(); NV];
+    b.ot[..hd * w].fill(0.0);
+    let mut k0 = 0;
+    while k0 < b.n_keys {
+        let kt = TILE_KEYS.min(b.n_keys - k0);
+        // SAFETY (the pointer arithmetic below): keys and values `k0..k0 + kt` are below
+        // `n_keys`, whose rows are in `keys` and `values` (checked); `s` holds `TILE_KEYS >= kt`
+        // rows and `qt`, `ot` hold `hd` rows, of `w` lanes each (checked).
+        let (kp, vp) = (b.keys[k0 * stride..].as_ptr(), b.values[k0 * stride..].as_ptr());
+        let mut k = 0;
+        while k + STEP <= kt {
+            // SAFETY: keys `k..k + step` of the tile; see above.
+            unsafe { scores::<NV, STEP>(qt, kp.add(k * stride), stride, hd, s.add(k * w)) };
+            k += STEP;
+        }
+        while k < kt {
+            // SAFETY: key `k` of the tile; see above.
+            unsafe { scores::<NV, 1>(qt, kp.add(k * stride), stride, hd, s.add(k * w)) };
+            k += 1;
+        }
+        let mut alpha = [_mm256_setzero_ps(); NV];
+        for v in 0..NV {
+            let mut mt = m[v];
+            for k in 0..kt {
+                // SAFETY: row `k < kt` of `s`; see above.
+                let sp = unsafe { s.add(k * w + 8 * v) };
+                // SAFETY: as above.
+                let mut x = unsafe { _mm256_loadu_ps(sp) };
+                if k0 + k > b.min_pos {
+                    // The causal mask: lanes at positions before key `k0 + k` do not see it.
+                    let hidden = _mm256_castsi256_ps(_mm256_cmpgt_epi32(_mm256_set1_epi32((k0 + k) as i32), pos[v]));
+                    x = _mm256_blendv_ps(x, _mm256_set1_ps(f32::NEG_INFINITY), hidden);
+                    // SAFETY: as above.
+                    unsafe { _mm256_storeu_ps(sp, x) };
+                }
+                mt = _mm256_max_ps(mt, x);
+            }
+            // Key 0 is in the first tile and every lane sees it, so `mt` is finite here.
+            alpha[v] = exp_ps(_mm256_sub_ps(m[v], mt));
+            let mut sum = _mm256_setzero_ps();
+            for k in 0..kt {
+                // SAFETY: row `k < kt` of `s`; see above.
+                unsafe {
+                    let sp = s.add(k * w + 8 * v);
+                    let e = exp_ps(_mm256_sub_ps(_mm256_loadu_ps(sp), mt));
+                    _mm256_storeu_ps(sp, e);
+                    sum = _mm256_add_ps(sum, e);
+                }
+            }
+            l[v] = _mm256_fmadd_ps(l[v], alpha[v], sum);
+            m[v] = mt;
+        }
+        let mut c = 0;
+        while c + STEP <= hd {
+            // SAFETY: columns `c..c + step` of the tile's values; see above.
+            unsafe { weighted::<NV, STEP>(s, kt, vp.add(c), stride, &alpha, ot.add(c * w)) };
+            c += STEP;
+        }
+        while c < hd {
+            // SAFETY: column `c`; see above.
+            unsafe { weighted::<NV, 1>(s, kt, vp.add(c), stride, &alpha, ot.add(c * w)) };
+            c += 1;
+        }
+        k0 += kt;
+    }
+    let inv: [__m256; NV] = std::array::from_fn(|v| _mm256_div_ps(_mm256_set1_ps(1.0), l[v]));
+    for c in 0..hd {
+        for (v, iv) in inv.iter().enumerate() {
+            // SAFETY: row `c < hd` of `ot` (checked).
+            unsafe {
+                let o = ot.add(c * w + 8 * v);
+                _mm256_storeu_ps(o, _mm256_mul_ps(_mm256_loadu_ps(o), *iv));
+            }
+        }
+    }
+}
