@@ -89,7 +89,7 @@ impl App {
                     Route::Models => Ok(openai::models(llm)),
                     Route::Model => openai::model(llm, model_param.as_deref().unwrap_or_default()),
                     Route::ChatCompletions => openai::chat(llm, &self.cfg, req, &self.metrics, guard).await,
-                    _ => openai::completion(llm, req, &self.metrics, guard).await,
+                    _ => openai::completion(llm, &self.cfg, req, &self.metrics, guard).await,
                 },
             },
         };

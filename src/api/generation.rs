@@ -1,6 +1,7 @@
 //! One generation as the API drives it: engine events in, OpenAI pieces out (text held back for
 //! stop sequences, logprobs in OpenAI's shapes), and exactly one metrics record at the end —
-//! also when the client leaves early (then from `Drop`, as `interrupted`).
+//! also when the client leaves early (then from `Drop`, as `interrupted`) or the request runs
+//! past its deadline (`--request-timeout`, as `timed_out`).
 
 use super::error::ApiError;
 use super::openai_request::GenParams;
@@ -33,6 +34,9 @@ pub struct End {
     pub error: Option<ApiError>,
     /// The metrics record (`mtplx_stats`).
     pub stats: Box<RawValue>,
+    /// The request's deadline ended it (`error` says so): a non-streamed answer with text
+    /// reports `length`, as for any answer a server bound cut short.
+    pub timed_out: bool,
 }
 
 pub enum Piece {
@@ -62,6 +66,11 @@ pub struct Generation {
     /// Characters of answer text so far (completions' `text_offset`).
     offset: usize,
     queued: VecDeque<Piece>,
+    /// Fires at the request's deadline; never without one. One timer per generation, raced
+    /// with the engine's channel: nothing is armed per token.
+    deadline: async_io::Timer,
+    /// The bound the deadline comes from (`--request-timeout`), for the message.
+    timeout: Option<Duration>,
 }
 
 impl Generation {
@@ -78,8 +87,11 @@ impl Generation {
         rx: async_channel::Receiver<Event>,
         cancel: Arc<AtomicBool>,
         submitted: Instant,
+        timeout: Option<Duration>,
     ) -> Generation {
         let stop = StopMatcher::new(params.stop.clone());
+        // The deadline counts on the generation's clock; one too far to represent is none.
+        let deadline = timeout.and_then(|t| submitted.checked_add(t)).map_or_else(async_io::Timer::never, async_io::Timer::at);
         Generation {
             llm,
             metrics,
@@ -100,6 +112,8 @@ impl Generation {
             recorded: false,
             offset: 0,
             queued: VecDeque::new(),
+            deadline,
+            timeout,
         }
     }
 
@@ -107,20 +121,29 @@ impl Generation {
         &self.llm.model_id
     }
 
-    /// The next piece to send. Cancel-safe: it only awaits the engine's channel, and keeps
-    /// what an event produced until it is taken.
+    /// The next piece to send. Cancel-safe: it only awaits the engine's channel and the
+    /// deadline, and keeps what an event produced until it is taken.
     pub async fn next_piece(&mut self) -> Piece {
         loop {
             if let Some(p) = self.queued.pop_front() {
                 return p;
             }
-            let ev = self.rx.recv().await;
-            self.on_event(ev);
+            match self.recv_event().await {
+                Some(ev) => self.on_event(ev),
+                None => self.time_out(),
+            }
         }
     }
 
-    pub async fn recv_event(&self) -> Result<Event, async_channel::RecvError> {
-        self.rx.recv().await
+    /// The engine's next event, or `None` when the request's deadline passed first (then call
+    /// [`Generation::time_out`]). An event already waiting wins over the deadline. Cancel-safe.
+    pub async fn recv_event(&mut self) -> Option<Result<Event, async_channel::RecvError>> {
+        let (rx, deadline) = (&self.rx, &mut self.deadline);
+        smol::future::or(async { Some(rx.recv().await) }, async {
+            deadline.await;
+            None
+        })
+        .await
     }
 
     pub fn take_queued(&mut self) -> Option<Piece> {
@@ -183,6 +206,38 @@ impl Generation {
         TokenLogprob { bytes: tok.token_bytes(id), logprob, offset: self.offset, top: top.iter().take(n).map(|&(t, l)| (tok.token_bytes(t), l)).collect() }
     }
 
+    /// The request ran past its deadline: stop the engine at its next step and end the answer
+    /// now, with what was generated (text held back for a stop sequence included: none matched).
+    pub fn time_out(&mut self) {
+        if self.recorded {
+            return;
+        }
+        self.cancel.store(true, Ordering::Relaxed);
+        let end = if self.stopped {
+            // A stop sequence had completed the answer; only the engine's report was awaited.
+            self.finish(FinishReason::Cancelled, None)
+        } else {
+            let tail = self.stop.finish();
+            self.push_delta(tail, Vec::new());
+            let error = self.timeout_error();
+            let stats = self.record(FinishStatus::TimedOut, None, Some(error.message.clone()));
+            End { finish_reason: "error", error: Some(error), stats, timed_out: true }
+        };
+        self.queued.push_back(Piece::End(end));
+        self.count_late_tokens();
+    }
+
+    /// What a request that ran past its deadline is told: the bound, and how far it got.
+    fn timeout_error(&self) -> ApiError {
+        let bound = self.timeout.map_or(0.0, |t| t.as_secs_f64());
+        let progress = match self.completion_tokens {
+            0 => "before its first token".to_string(),
+            1 => "after 1 token".to_string(),
+            n => format!("after {n} tokens"),
+        };
+        ApiError::new(504, "server_error", format!("the request ran past --request-timeout ({bound} s), {progress}")).code("request_timeout")
+    }
+
     /// Records the generation (once) and says how it ended.
     fn finish(&mut self, finish: FinishReason, stats: Option<GenStats>) -> End {
         let (finish_reason, status, error) = match (&finish, self.stopped) {
@@ -197,7 +252,7 @@ impl Generation {
             (FinishReason::Error(e), _) => ("error", FinishStatus::Errored, Some(ApiError::new(500, "server_error", format!("generation failed: {e}")).code("engine_error"))),
         };
         let stats = self.record(status, stats, error.as_ref().map(|e| e.message.clone()));
-        End { finish_reason, error, stats }
+        End { finish_reason, error, stats, timed_out: false }
     }
 
     fn record(&mut self, status: FinishStatus, stats: Option<GenStats>, error: Option<String>) -> Box<RawValue> {
@@ -209,6 +264,21 @@ impl Generation {
         self.completion_tokens = o.completion_tokens as usize;
         let entry = self.metrics.record_generation(o);
         wire::raw_json(&entry.json)
+    }
+
+    /// After a cancel, the engine decodes on until its next step: count those tokens when it
+    /// says how many there were, so that `llm_generation_tokens_total` stays exact.
+    fn count_late_tokens(&self) {
+        let (rx, metrics, counted) = (self.rx.clone(), self.metrics.clone(), self.completion_tokens as u64);
+        smol::spawn(async move {
+            while let Ok(ev) = rx.recv().await {
+                if let Event::Done { stats, .. } = ev {
+                    metrics.record_tokens_decoded_late((stats.completion_tokens as u64).saturating_sub(counted));
+                    break;
+                }
+            }
+        })
+        .detach();
     }
 
     pub fn usage(&self) -> Usage {
@@ -258,18 +328,7 @@ impl Drop for Generation {
         if !self.recorded {
             self.cancel.store(true, Ordering::Relaxed);
             self.record(FinishStatus::Interrupted, None, Some("the client disconnected".into()));
-            // The engine decodes on until it sees the cancel: count those tokens when it says
-            // how many there were, so that `llm_generation_tokens_total` stays exact.
-            let (rx, metrics, counted) = (self.rx.clone(), self.metrics.clone(), self.completion_tokens as u64);
-            smol::spawn(async move {
-                while let Ok(ev) = rx.recv().await {
-                    if let Event::Done { stats, .. } = ev {
-                        metrics.record_tokens_decoded_late((stats.completion_tokens as u64).saturating_sub(counted));
-                        break;
-                    }
-                }
-            })
-            .detach();
+            self.count_late_tokens();
         }
     }
 }
@@ -278,6 +337,8 @@ impl Drop for Generation {
 #[allow(clippy::large_enum_variant)]
 enum Step {
     Event(Result<Event, async_channel::RecvError>),
+    /// The request's deadline passed (`--request-timeout`).
+    Deadline,
     Idle,
     ClientGone,
 }
@@ -292,7 +353,8 @@ pub async fn stream(gen: Generation, out: async_channel::Sender<Vec<u8>>, guard:
 async fn stream_every(mut gen: Generation, out: async_channel::Sender<Vec<u8>>, guard: InFlightGuard, keep_alive: Duration) {
     let _guard = guard;
     // One keep-alive timer for the whole stream, moved only when it fires: a timer made per
-    // token registers with the reactor (a wake-up of its thread) per token.
+    // token registers with the reactor (a wake-up of its thread) per token. The deadline is
+    // the generation's own single timer, raced in `recv_event`.
     let mut idle = async_io::Timer::after(keep_alive);
     let mut last_sent = Instant::now();
     if gen.kind == Kind::Chat && out.send(gen.chunk(None, true, &[], None)).await.is_err() {
@@ -317,7 +379,7 @@ async fn stream_every(mut gen: Generation, out: async_channel::Sender<Vec<u8>>, 
             last_sent = Instant::now();
         }
         let step = smol::future::or(
-            smol::future::or(async { Step::Event(gen.recv_event().await) }, async {
+            smol::future::or(async { gen.recv_event().await.map_or(Step::Deadline, Step::Event) }, async {
                 out.closed().await;
                 Step::ClientGone
             }),
@@ -329,6 +391,7 @@ async fn stream_every(mut gen: Generation, out: async_channel::Sender<Vec<u8>>, 
         .await;
         match step {
             Step::Event(ev) => gen.on_event(ev),
+            Step::Deadline => gen.time_out(),
             Step::Idle => {
                 if last_sent.elapsed() >= keep_alive {
                     if out.send(b": keep-alive\n\n".to_vec()).await.is_err() {

@@ -1,5 +1,6 @@
 //! The streamed answer as the client receives it, driven by hand-fed engine events: an engine
-//! error in the middle of a stream, and keep-alive comments while nothing else is sent.
+//! error in the middle of a stream, keep-alive comments while nothing else is sent, and the
+//! request's deadline (`--request-timeout`), streamed and whole.
 
 use super::*;
 use crate::engine::toy_model::{Gate, ToyModel};
@@ -42,6 +43,36 @@ fn params() -> GenParams {
     }
 }
 
+/// A chat generation fed by the returned sender, with `before` already waiting in its channel
+/// (an event waiting wins over the deadline, so these are taken before a deadline passes).
+fn generation(
+    metrics: &Arc<Metrics>,
+    params: GenParams,
+    timeout: Option<Duration>,
+    before: Vec<Event>,
+) -> (Generation, async_channel::Sender<Event>, Arc<AtomicBool>) {
+    let (events, rx) = async_channel::unbounded();
+    for ev in before {
+        events.send_blocking(ev).unwrap();
+    }
+    let cancel = Arc::new(AtomicBool::new(false));
+    let gen = Generation::new(
+        llm(),
+        metrics.clone(),
+        Kind::Chat,
+        "chatcmpl-test".into(),
+        "/v1/chat/completions",
+        3,
+        Some(5),
+        params,
+        rx,
+        cancel.clone(),
+        Instant::now(),
+        timeout,
+    );
+    (gen, events, cancel)
+}
+
 /// Longest wait for any one piece of output: only bounds a broken stream, never paces one.
 const OUTPUT_DEADLINE: Duration = Duration::from_secs(30);
 
@@ -52,25 +83,17 @@ struct Live {
     out: async_channel::Receiver<Vec<u8>>,
     stream: std::thread::JoinHandle<()>,
     metrics: Arc<Metrics>,
+    cancel: Arc<AtomicBool>,
 }
 
 impl Live {
     fn start(keep_alive: Duration) -> Live {
+        Live::with(keep_alive, params(), None, Vec::new())
+    }
+
+    fn with(keep_alive: Duration, params: GenParams, timeout: Option<Duration>, before: Vec<Event>) -> Live {
         let metrics = Arc::new(Metrics::new(16, BuildInfo::current("cpu", "toy")));
-        let (events, rx) = async_channel::unbounded();
-        let gen = Generation::new(
-            llm(),
-            metrics.clone(),
-            Kind::Chat,
-            "chatcmpl-test".into(),
-            "/v1/chat/completions",
-            3,
-            Some(5),
-            params(),
-            rx,
-            Arc::new(AtomicBool::new(false)),
-            Instant::now(),
-        );
+        let (gen, events, cancel) = generation(&metrics, params, timeout, before);
         let (out_tx, out) = async_channel::unbounded();
         let guard = InFlightGuard::new(&metrics);
         let stream = std::thread::spawn(move || {
@@ -81,6 +104,7 @@ impl Live {
             out,
             stream,
             metrics,
+            cancel,
         }
     }
 
@@ -105,6 +129,12 @@ impl Live {
 
     /// Waits for the stream to end; returns everything it sent that was not read yet.
     fn finish(self) -> (String, Arc<Metrics>) {
+        let (rest, metrics, _) = self.finish_keeping_events();
+        (rest, metrics)
+    }
+
+    /// [`Live::finish`], keeping the engine's side of the channel open.
+    fn finish_keeping_events(self) -> (String, Arc<Metrics>, async_channel::Sender<Event>) {
         let mut rest = String::new();
         while let Ok(b) = smol::block_on(smol::future::or(
             async { self.out.recv().await.map_err(|_| ()) },
@@ -116,7 +146,7 @@ impl Live {
             rest.push_str(&String::from_utf8(b).unwrap());
         }
         self.stream.join().unwrap();
-        (rest, self.metrics)
+        (rest, self.metrics, self.events)
     }
 }
 
@@ -246,4 +276,165 @@ fn keep_alive_comments_fill_the_silence_and_only_the_silence() {
     let (rest, metrics) = live.finish();
     assert_eq!(rest, "", "nothing after [DONE]");
     assert_eq!(metrics.http_requests_in_flight.get(), 0);
+}
+
+/// The `data:` events of a whole stream: the JSON chunks, after checking that `[DONE]` ends it.
+fn chunks_of(text: &str) -> Vec<Value> {
+    let events = data_events(text);
+    assert_eq!(events.last(), Some(&"[DONE]"), "{text}");
+    events[..events.len() - 1]
+        .iter()
+        .map(|e| serde_json::from_str(e).unwrap())
+        .collect()
+}
+
+fn content_of(chunks: &[Value]) -> String {
+    chunks
+        .iter()
+        .filter_map(|c| c["choices"][0]["delta"]["content"].as_str())
+        .collect()
+}
+
+/// A deadline that has passed by the time the events waiting before it are taken.
+const PAST: Duration = Duration::from_millis(1);
+
+#[test]
+fn a_stream_past_its_deadline_ends_with_a_timeout_chunk_then_done() {
+    let live = Live::with(
+        Duration::from_secs(15),
+        params(),
+        Some(PAST),
+        vec![token("Hel"), token("lo")],
+    );
+    let cancel = live.cancel.clone();
+    let (text, metrics, events) = live.finish_keeping_events();
+    let chunks = chunks_of(&text);
+    assert_eq!(content_of(&chunks), "Hello", "{text}");
+    let last = chunks.last().unwrap();
+    assert_eq!(last["choices"][0]["finish_reason"], "error", "{last}");
+    assert_eq!(last["error"]["code"], "request_timeout", "{last}");
+    assert_eq!(last["error"]["type"], "server_error", "{last}");
+    let message = last["error"]["message"].as_str().unwrap();
+    assert_eq!(
+        message,
+        "the request ran past --request-timeout (0.001 s), after 2 tokens"
+    );
+    let rec = &last["mtplx_stats"];
+    assert_eq!(rec["status"], "timed_out", "{rec}");
+    assert_eq!(rec["error"], message, "{rec}");
+    assert_eq!(rec["completion_tokens"], 2, "{rec}");
+    assert!(
+        cancel.load(Ordering::Relaxed),
+        "the engine's job is cancelled"
+    );
+    assert_eq!(metrics.http_requests_in_flight.get(), 0);
+    // The engine saw the cancel one step later, 3 tokens on: they are counted when it reports.
+    assert_eq!(metrics.llm_generation_tokens_total.get(), 2);
+    let stats = GenStats {
+        completion_tokens: 5,
+        ..GenStats::default()
+    };
+    events
+        .send_blocking(Event::Done {
+            finish: FinishReason::Cancelled,
+            text: String::new(),
+            stats,
+        })
+        .unwrap();
+    let deadline = Instant::now() + OUTPUT_DEADLINE;
+    while metrics.llm_generation_tokens_total.get() != 5 {
+        assert!(Instant::now() < deadline, "the late tokens were never counted");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+#[test]
+fn a_stream_whose_deadline_passes_before_its_first_token_ends_the_same_way() {
+    let live = Live::with(Duration::from_secs(15), params(), Some(PAST), Vec::new());
+    let (text, metrics) = live.finish();
+    let chunks = chunks_of(&text);
+    assert_eq!(chunks[0]["choices"][0]["delta"]["role"], "assistant");
+    assert_eq!(content_of(&chunks), "");
+    let last = chunks.last().unwrap();
+    assert_eq!(last["choices"][0]["finish_reason"], "error", "{last}");
+    assert_eq!(last["error"]["code"], "request_timeout", "{last}");
+    assert!(
+        last["error"]["message"]
+            .as_str()
+            .unwrap()
+            .ends_with("before its first token"),
+        "{last}"
+    );
+    assert_eq!(last["mtplx_stats"]["status"], "timed_out");
+    assert!(last["mtplx_stats"]["ttft_s"].is_null(), "{last}");
+    assert_eq!(metrics.http_requests_in_flight.get(), 0);
+}
+
+#[test]
+fn a_deadline_after_a_stop_sequence_matched_leaves_a_complete_answer() {
+    let stop = GenParams {
+        stop: vec!["lo".into()],
+        ..params()
+    };
+    // The stop sequence completed the answer; the deadline passes while the engine's report
+    // of its end is awaited.
+    let live = Live::with(
+        Duration::from_secs(15),
+        stop,
+        Some(PAST),
+        vec![token("Hel"), token("lo")],
+    );
+    let (text, _) = live.finish();
+    let chunks = chunks_of(&text);
+    assert_eq!(content_of(&chunks), "Hel");
+    let last = chunks.last().unwrap();
+    assert_eq!(last["choices"][0]["finish_reason"], "stop", "{last}");
+    assert!(last["error"].is_null(), "{last}");
+    assert_eq!(last["mtplx_stats"]["status"], "stop");
+}
+
+fn json_body(r: &crate::http::Response) -> Value {
+    let crate::http::Body::Full(bytes) = &r.body else {
+        panic!("a whole answer has a full body")
+    };
+    serde_json::from_slice(bytes).unwrap()
+}
+
+#[test]
+fn a_whole_answer_past_its_deadline_is_a_504_without_text_and_a_200_with_it() {
+    let whole = |before: Vec<Event>| {
+        let metrics = Arc::new(Metrics::new(16, BuildInfo::current("cpu", "toy")));
+        let unstreamed = GenParams {
+            stream: false,
+            ..params()
+        };
+        let (gen, _events, cancel) = generation(&metrics, unstreamed, Some(PAST), before);
+        let answer = smol::block_on(crate::api::openai::whole(gen));
+        assert!(cancel.load(Ordering::Relaxed), "the engine's job is cancelled");
+        let rec = metrics.requests.latest().expect("one record");
+        (answer, rec)
+    };
+    let (answer, rec) = whole(Vec::new());
+    let e = answer.expect_err("no text: an error");
+    assert_eq!(
+        (e.status, e.kind, e.code),
+        (504, "server_error", Some("request_timeout"))
+    );
+    assert_eq!(
+        e.message,
+        "the request ran past --request-timeout (0.001 s), before its first token"
+    );
+    assert_eq!(e.clone().into_response().status, 504);
+    assert_eq!(rec.record.status, FinishStatus::TimedOut);
+    assert_eq!(rec.record.error.as_deref(), Some(e.message.as_str()));
+
+    let (answer, rec) = whole(vec![token("Hel"), token("lo")]);
+    let r = answer.expect("text: a 200 with it");
+    assert_eq!(r.status, 200);
+    let v = json_body(&r);
+    assert_eq!(v["choices"][0]["message"]["content"], "Hello", "{v}");
+    assert_eq!(v["choices"][0]["finish_reason"], "length", "{v}");
+    assert_eq!(v["usage"]["completion_tokens"], 2, "{v}");
+    assert_eq!(v["mtplx_stats"]["status"], "timed_out", "{v}");
+    assert_eq!(rec.record.status, FinishStatus::TimedOut);
 }

@@ -3,7 +3,7 @@
 //! `app` routes a request, applies admission and calls a handler (`health`,
 //! `metrics_handlers`, `openai`); `openai_request` validates bodies, `prepare` turns them into
 //! prompt tokens off the I/O thread, `generation` drives one generation (stop sequences,
-//! streaming), `record` turns its end into a metrics record, and `wire` spells every answer.
+//! streaming, the request's deadline), `record` turns its end into a metrics record, and `wire` spells every answer.
 //! `state` holds what the files share, and imports none of them.
 
 #![forbid(unsafe_code)]

@@ -51,13 +51,13 @@ fn truncate(s: &str, max: usize) -> &str {
 /// `POST /v1/chat/completions`.
 pub async fn chat(llm: &Arc<Llm>, cfg: &ApiConfig, req: Request, metrics: &Arc<Metrics>, guard: InFlightGuard) -> Result<Response, ApiError> {
     let prepared = prepare::chat(llm, req.body, cfg.special_tokens_in_content).await?;
-    start(llm, metrics, "/v1/chat/completions", prepared, guard).await
+    start(llm, cfg, metrics, "/v1/chat/completions", prepared, guard).await
 }
 
 /// `POST /v1/completions`.
-pub async fn completion(llm: &Arc<Llm>, req: Request, metrics: &Arc<Metrics>, guard: InFlightGuard) -> Result<Response, ApiError> {
+pub async fn completion(llm: &Arc<Llm>, cfg: &ApiConfig, req: Request, metrics: &Arc<Metrics>, guard: InFlightGuard) -> Result<Response, ApiError> {
     let prepared = prepare::completion(llm, req.body).await?;
-    start(llm, metrics, "/v1/completions", prepared, guard).await
+    start(llm, cfg, metrics, "/v1/completions", prepared, guard).await
 }
 
 fn request_id(kind: Kind) -> String {
@@ -91,7 +91,7 @@ fn max_tokens(llm: &Llm, p: &Prepared) -> Result<usize, ApiError> {
     }
 }
 
-async fn start(llm: &Arc<Llm>, metrics: &Arc<Metrics>, route: &'static str, p: Prepared, guard: InFlightGuard) -> Result<Response, ApiError> {
+async fn start(llm: &Arc<Llm>, cfg: &ApiConfig, metrics: &Arc<Metrics>, route: &'static str, p: Prepared, guard: InFlightGuard) -> Result<Response, ApiError> {
     let max_tokens = max_tokens(llm, &p)?;
     let submitted = Instant::now();
     let Prepared { kind, tokens, params, question_chars } = p;
@@ -108,7 +108,7 @@ async fn start(llm: &Arc<Llm>, metrics: &Arc<Metrics>, route: &'static str, p: P
         }
         Err(SubmitError::ShuttingDown) => return Err(ApiError::new(503, "server_error", "the server is shutting down").code("shutting_down")),
     }
-    let gen = Generation::new(llm.clone(), metrics.clone(), kind, request_id(kind), route, n, question_chars, params, rx, cancel, submitted);
+    let gen = Generation::new(llm.clone(), metrics.clone(), kind, request_id(kind), route, n, question_chars, params, rx, cancel, submitted, cfg.request_timeout);
     if gen.params.stream {
         let (tx, body) = async_channel::bounded(64);
         Ok(Response::sse_produced(body, Box::pin(super::generation::stream(gen, tx, guard))))
@@ -117,8 +117,10 @@ async fn start(llm: &Arc<Llm>, metrics: &Arc<Metrics>, route: &'static str, p: P
     }
 }
 
-/// A non-streamed answer: run the generation to its end, then answer once.
-async fn whole(mut gen: Generation) -> Result<Response, ApiError> {
+/// A non-streamed answer: run the generation to its end, then answer once. An end with an error
+/// and no token is that error's status; with tokens, a 200 with what was generated (a request
+/// that ran past `--request-timeout` then says `length`: its answer was cut by a server bound).
+pub(super) async fn whole(mut gen: Generation) -> Result<Response, ApiError> {
     let mut text = String::new();
     let mut logprobs: Vec<TokenLogprob> = Vec::new();
     loop {
@@ -133,6 +135,7 @@ async fn whole(mut gen: Generation) -> Result<Response, ApiError> {
                         return Err(err.clone());
                     }
                 }
+                let finish_reason = if end.timed_out { "length" } else { end.finish_reason };
                 let stats = end.stats.as_ref();
                 let usage = gen.usage();
                 let (id, model) = (gen.id.as_str(), gen.model_id());
@@ -140,12 +143,12 @@ async fn whole(mut gen: Generation) -> Result<Response, ApiError> {
                 return Ok(match gen.kind {
                     Kind::Chat => {
                         let lp = with_logprobs.then(|| ChatLogprobs { content: logprobs.iter().map(TokenLogprob::chat).collect() });
-                        let choice = ChatChoice { index: 0, message: ChatMessageOut { role: "assistant", content: &text }, logprobs: lp, finish_reason: end.finish_reason };
+                        let choice = ChatChoice { index: 0, message: ChatMessageOut { role: "assistant", content: &text }, logprobs: lp, finish_reason };
                         Response::json(200, &Completion { id, object: "chat.completion", created: gen.created, model, choices: vec![choice], usage, mtplx_stats: stats })
                     }
                     Kind::Completion => {
                         let lp = with_logprobs.then(|| wire::completion_logprobs(&logprobs));
-                        let choice = TextChoice { index: 0, text: &text, logprobs: lp, finish_reason: Some(end.finish_reason) };
+                        let choice = TextChoice { index: 0, text: &text, logprobs: lp, finish_reason: Some(finish_reason) };
                         Response::json(200, &Completion { id, object: "text_completion", created: gen.created, model, choices: vec![choice], usage, mtplx_stats: stats })
                     }
                 });

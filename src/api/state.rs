@@ -6,7 +6,7 @@ use crate::metrics::Metrics;
 use crate::model::{ChatTemplate, ModelInfo, Tokenizer};
 use std::net::IpAddr;
 use std::sync::Arc;
-use std::time::{SystemTime, UNIX_EPOCH};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Route {
@@ -112,6 +112,9 @@ pub struct ApiConfig {
     /// Parse special-token strings inside chat message contents as control tokens
     /// (`--allow-special-tokens-in-content`); off, a user cannot forge a turn of another role.
     pub special_tokens_in_content: bool,
+    /// Longest a generation may run, counted from when it is queued for the model
+    /// (`--request-timeout`); `None` is no deadline.
+    pub request_timeout: Option<Duration>,
 }
 
 impl ApiConfig {

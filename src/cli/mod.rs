@@ -41,6 +41,10 @@ pub struct Cli {
     /// most connections open at once; more get 503 (default 1024)
     #[argh(option, default = "DEFAULT_MAX_CONNECTIONS")]
     pub max_connections: usize,
+    /// seconds a generation may run, counted from when it is queued for the model; past it the
+    /// generation is cancelled and its answer ends with a request_timeout error (default: no limit)
+    #[argh(option)]
+    pub request_timeout: Option<f64>,
     /// seconds in-flight responses get to finish after SIGINT/SIGTERM (default 10)
     #[argh(option, default = "DEFAULT_SHUTDOWN_GRACE.as_secs_f64()")]
     pub shutdown_grace: f64,
@@ -202,6 +206,13 @@ impl Settings {
         if !(cli.shutdown_grace.is_finite() && cli.shutdown_grace >= 0.0) {
             return Err(format!("--shutdown-grace must be a number of seconds >= 0, got {}", cli.shutdown_grace));
         }
+        let request_timeout = match cli.request_timeout {
+            None => None,
+            Some(t) => match Duration::try_from_secs_f64(t) {
+                Ok(d) if t > 0.0 => Some(d),
+                _ => return Err(format!("--request-timeout must be a number of seconds > 0, got {t}")),
+            },
+        };
         if cli.io_threads == 0 {
             return Err("--io-threads must be at least 1".into());
         }
@@ -225,6 +236,7 @@ impl Settings {
             trusted_proxies,
             cors_origins: cli.cors_allow_origin.clone(),
             special_tokens_in_content: cli.allow_special_tokens_in_content,
+            request_timeout,
         };
         let http = HttpConfig {
             io_threads: cli.io_threads,
@@ -255,5 +267,16 @@ mod tests {
         assert_eq!(resolve_listen("127.0.0.1:8101").unwrap(), "127.0.0.1:8101".parse().unwrap());
         assert!(resolve_listen("localhost:8101").unwrap().ip().is_loopback());
         assert!(resolve_listen("localhost").unwrap_err().contains("HOST:PORT"));
+    }
+
+    #[test]
+    fn request_timeout_is_a_positive_number_of_seconds() {
+        let parse = |args: &[&str]| Settings::from_cli(&Cli::from_args(&["mtplx-lite"], args).unwrap()).map(|s| s.api.request_timeout);
+        assert_eq!(parse(&[]).unwrap(), None);
+        assert_eq!(parse(&["--request-timeout", "1.5"]).unwrap(), Some(Duration::from_millis(1500)));
+        for bad in ["0", "-1", "nan", "inf", "1e300"] {
+            let e = parse(&["--request-timeout", bad]).unwrap_err();
+            assert!(e.contains("--request-timeout must be a number of seconds > 0"), "{bad}: {e}");
+        }
     }
 }
