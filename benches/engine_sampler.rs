@@ -15,12 +15,7 @@ fn main() {
         (0..8).map(|_| (0..VOCAB).map(|_| (rng.next_f64().powi(8) * 30.0 - 5.0) as f32).collect()).collect();
     let cases: [(&str, SamplingParams, bool, usize); 7] = [
         ("greedy", SamplingParams::greedy(), false, 0),
-        (
-            "temperature 0.8",
-            SamplingParams { temperature: 0.8, seed: Some(1), ..Default::default() },
-            false,
-            0,
-        ),
+        ("temperature 0.8", SamplingParams { temperature: 0.8, seed: Some(1), ..Default::default() }, false, 0),
         (
             "t 0.8 top-k 40 top-p 0.95",
             SamplingParams { temperature: 0.8, top_k: 40, top_p: 0.95, seed: Some(1), ..Default::default() },

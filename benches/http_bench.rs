@@ -61,16 +61,11 @@ struct Bench {
 }
 
 impl Handler for Bench {
-    fn handle(
-        &self,
-        req: Request,
-    ) -> Pin<Box<dyn std::future::Future<Output = Response> + Send + '_>> {
+    fn handle(&self, req: Request) -> Pin<Box<dyn std::future::Future<Output = Response> + Send + '_>> {
         Box::pin(async move {
             match req.path.as_str() {
                 "/health" => Response::new(200, "application/json", HEALTH_BODY),
-                "/metrics-static" => {
-                    Response::new(200, PROMETHEUS_CONTENT_TYPE, self.metrics_copy.clone())
-                }
+                "/metrics-static" => Response::new(200, PROMETHEUS_CONTENT_TYPE, self.metrics_copy.clone()),
                 _ => self.app.handle(req).await,
             }
         })
@@ -98,10 +93,7 @@ fn median(runs: &[Sample]) -> (f64, f64) {
             (v[n / 2 - 1] + v[n / 2]) / 2.0
         }
     };
-    (
-        mid(runs.iter().map(|r| r.rps).collect()),
-        mid(runs.iter().map(|r| r.p99_ms).collect()),
-    )
+    (mid(runs.iter().map(|r| r.rps).collect()), mid(runs.iter().map(|r| r.p99_ms).collect()))
 }
 
 /// Measures each contender `rounds` times, reversing the order every other round so that
@@ -126,10 +118,7 @@ fn compare(title: &str, contenders: &[(&str, String)], secs: u32, rounds: u32) -
         }
     }
     println!("{title}, wrk -t2 -c64 -d{secs}s x{rounds} each, keep-alive");
-    println!(
-        "{:<24} {:>12} {:>10}  (medians)",
-        "server", "requests/s", "p99 ms"
-    );
+    println!("{:<24} {:>12} {:>10}  (medians)", "server", "requests/s", "p99 ms");
     let medians: Vec<(f64, f64)> = runs.iter().map(|r| median(r)).collect();
     for ((name, _), (rps, p99)) in contenders.iter().zip(&medians) {
         println!("{name:<24} {rps:>12.0} {p99:>10.3}");
@@ -147,21 +136,10 @@ fn ratios(what: &str, ours: (f64, f64), hyper: (f64, f64)) {
 
 fn main() {
     // `cargo bench` passes `--bench`; nothing to filter here.
-    let env = |k: &str, d: u32| {
-        std::env::var(k)
-            .ok()
-            .and_then(|s| s.parse().ok())
-            .unwrap_or(d)
-    };
-    let (secs, rounds) = (
-        env("HTTP_BENCH_SECS", 10),
-        env("HTTP_BENCH_ROUNDS", 3).max(1),
-    );
+    let env = |k: &str, d: u32| std::env::var(k).ok().and_then(|s| s.parse().ok()).unwrap_or(d);
+    let (secs, rounds) = (env("HTTP_BENCH_SECS", 10), env("HTTP_BENCH_ROUNDS", 3).max(1));
     let (app, metrics_copy) = seeded_app();
-    let bench = Arc::new(Bench {
-        app,
-        metrics_copy: metrics_copy.clone(),
-    });
+    let bench = Arc::new(Bench { app, metrics_copy: metrics_copy.clone() });
     let (ours, shutdown) = start_ours(bench);
     let hyper = start_hyper(HEALTH_BODY, metrics_copy.clone());
     if std::env::var_os("HTTP_BENCH_SERVE").is_some() {
@@ -173,15 +151,8 @@ fn main() {
     println!("load average at start: {}", load_avg());
 
     let u = |a: SocketAddr, p: &str| format!("http://{a}{p}");
-    let health = compare(
-        "GET /health",
-        &[
-            ("mtplx-lite", u(ours, "/health")),
-            ("hyper", u(hyper, "/health")),
-        ],
-        secs,
-        rounds,
-    );
+    let health =
+        compare("GET /health", &[("mtplx-lite", u(ours, "/health")), ("hyper", u(hyper, "/health"))], secs, rounds);
     println!();
     println!(
         "/metrics body: {} bytes of Prometheus text; hyper serves it pre-rendered, \

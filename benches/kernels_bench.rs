@@ -59,13 +59,7 @@ fn synth(name: &'static str, dtype: DType, rows: usize, cols: usize, seed: &mut 
             blk[o..o + 2].copy_from_slice(&scale);
         }
     }
-    Mat {
-        name,
-        dtype,
-        rows,
-        cols,
-        bytes,
-    }
+    Mat { name, dtype, rows, cols, bytes }
 }
 
 fn model(seed: &mut u64) -> (Vec<Vec<Mat>>, Mat) {
@@ -82,10 +76,7 @@ fn model(seed: &mut u64) -> (Vec<Vec<Mat>>, Mat) {
             ]
         })
         .collect();
-    (
-        layers,
-        synth("output 49152x576 Q8_0", DType::Q8_0, VOCAB, HIDDEN, seed),
-    )
+    (layers, synth("output 49152x576 Q8_0", DType::Q8_0, VOCAB, HIDDEN, seed))
 }
 
 /// Best of `reps` timings of `f`, in seconds.
@@ -121,10 +112,7 @@ fn stream_read(buf: &[u64], threads: usize) -> f64 {
                     })
                 })
                 .collect();
-            let total: u64 = hs
-                .into_iter()
-                .map(|h| h.join().unwrap())
-                .fold(0, u64::wrapping_add);
+            let total: u64 = hs.into_iter().map(|h| h.join().unwrap()).fold(0, u64::wrapping_add);
             std::hint::black_box(total);
         });
     });
@@ -137,20 +125,8 @@ fn stream_read(buf: &[u64], threads: usize) -> f64 {
 /// each call is timed on its own and the pass time is the sum over calls of each call's best
 /// time across `reps` passes: every call still streams its weights from memory as in a real
 /// pass, but a preemption only spoils the one call it hits.
-fn pass(
-    be: &CpuBackend,
-    layers: &[Vec<Mat>],
-    out_head: &Mat,
-    n: usize,
-    x: &[f32],
-    y: &mut [f32],
-    reps: usize,
-) -> f64 {
-    let mats: Vec<&Mat> = layers
-        .iter()
-        .flatten()
-        .chain(std::iter::once(out_head))
-        .collect();
+fn pass(be: &CpuBackend, layers: &[Vec<Mat>], out_head: &Mat, n: usize, x: &[f32], y: &mut [f32], reps: usize) -> f64 {
+    let mats: Vec<&Mat> = layers.iter().flatten().chain(std::iter::once(out_head)).collect();
     let mut best = vec![f64::INFINITY; mats.len()];
     for _ in 0..reps + 1 {
         for (b, m) in best.iter_mut().zip(&mats) {
@@ -167,15 +143,10 @@ fn pass(
 /// shared machine): per-call CPU time = task-clock / calls.
 fn compute_only(spec: &str) {
     let parts: Vec<&str> = spec.split(':').collect();
-    let isa = *Isa::available()
-        .iter()
-        .find(|i| i.name() == parts[0])
-        .expect("an available ISA name");
+    let isa = *Isa::available().iter().find(|i| i.name() == parts[0]).expect("an available ISA name");
     let (n, calls): (usize, usize) = (parts[1].parse().unwrap(), parts[2].parse().unwrap());
     let m = synth("ffn_gate", DType::Q4_1, FFN, HIDDEN, &mut 12345);
-    let x: Vec<f32> = (0..n * HIDDEN)
-        .map(|i| ((i * 7919 % 2003) as f32 / 1001.5) - 1.0)
-        .collect();
+    let x: Vec<f32> = (0..n * HIDDEN).map(|i| ((i * 7919 % 2003) as f32 / 1001.5) - 1.0).collect();
     let mut y = vec![0f32; n * FFN];
     let be = CpuBackend::with_isa(1, isa);
     for _ in 0..calls {
@@ -190,23 +161,12 @@ fn main() {
     }
     let mut seed = 0x9e3779b97f4a7c15u64;
     let (layers, head) = model(&mut seed);
-    let total_bytes: usize = layers
-        .iter()
-        .flatten()
-        .map(|m| m.bytes.len())
-        .sum::<usize>()
-        + head.bytes.len();
-    let x: Vec<f32> = (0..8 * FFN)
-        .map(|i| ((i * 7919 % 2003) as f32 / 1001.5) - 1.0)
-        .collect();
+    let total_bytes: usize = layers.iter().flatten().map(|m| m.bytes.len()).sum::<usize>() + head.bytes.len();
+    let x: Vec<f32> = (0..8 * FFN).map(|i| ((i * 7919 % 2003) as f32 / 1001.5) - 1.0).collect();
     let mut y = vec![0f32; 8 * VOCAB];
     let isas = Isa::available();
     let best_isa = Isa::detect();
-    println!(
-        "kernels_bench: {} MB of weights per decode pass; ISAs {:?}",
-        total_bytes / 1_000_000,
-        isas
-    );
+    println!("kernels_bench: {} MB of weights per decode pass; ISAs {:?}", total_bytes / 1_000_000, isas);
 
     let stream_buf: Vec<u64> = (0..total_bytes / 8).map(|i| i as u64).collect();
     let s1 = stream_read(&stream_buf, 1);
@@ -243,10 +203,7 @@ fn main() {
         for _ in 0..10000 {
             be.pool().run(2, &|_| {});
         }
-        println!(
-            "pool dispatch: {:.2} us per empty 2-chunk job",
-            t.elapsed().as_secs_f64() * 1e6 / 10000.0
-        );
+        println!("pool dispatch: {:.2} us per empty 2-chunk job", t.elapsed().as_secs_f64() * 1e6 / 10000.0);
     }
 
     for threads in [1, 2] {
@@ -261,9 +218,7 @@ fn main() {
             for _ in 0..11 {
                 for (b, l) in per.iter_mut().zip(&layers) {
                     let m = &l[k];
-                    *b = b.min(best(0, || {
-                        be.matmul(m.w(), &x[..m.cols], 1, &mut y[..m.rows])
-                    }));
+                    *b = b.min(best(0, || be.matmul(m.w(), &x[..m.cols], 1, &mut y[..m.rows])));
                 }
             }
             let secs: f64 = per.iter().sum();
@@ -309,17 +264,13 @@ fn main() {
         );
     }
 
-    println!(
-        "\n== compute throughput in cache (one ffn_gate matrix, 1.3 MB, repeated), 1 thread =="
-    );
+    println!("\n== compute throughput in cache (one ffn_gate matrix, 1.3 MB, repeated), 1 thread ==");
     for &isa in &isas {
         let be = CpuBackend::with_isa(1, isa);
         let m = &layers[0][4];
         for n in [1, 4, 8] {
             let reps = if isa == Isa::Scalar { 5 } else { 100 };
-            let secs = best(reps, || {
-                be.matmul(m.w(), &x[..n * m.cols], n, &mut y[..n * m.rows])
-            });
+            let secs = best(reps, || be.matmul(m.w(), &x[..n * m.cols], n, &mut y[..n * m.rows]));
             println!(
                 "  {:<7} n={n}: {:>7.1} us/call, {:>6.1} GB/s of weights",
                 isa.name(),
@@ -329,38 +280,19 @@ fn main() {
         }
     }
 
-    println!(
-        "\n== decode attention (9 heads / 3 KV heads of 64), one layer, {} ==",
-        best_isa.name()
-    );
-    let heads = Heads {
-        n_heads: 9,
-        n_kv_heads: 3,
-        head_dim: 64,
-    };
+    println!("\n== decode attention (9 heads / 3 KV heads of 64), one layer, {} ==", best_isa.name());
+    let heads = Heads { n_heads: 9, n_kv_heads: 3, head_dim: 64 };
     for ctx in [128, 512, 2048] {
-        let kv: Vec<f32> = (0..ctx * heads.kv_dim())
-            .map(|i| ((i * 31 % 97) as f32 - 48.0) / 97.0)
-            .collect();
+        let kv: Vec<f32> = (0..ctx * heads.kv_dim()).map(|i| ((i * 31 % 97) as f32 - 48.0) / 97.0).collect();
         let q = &x[..heads.q_dim()];
         let mut o = vec![0f32; heads.q_dim()];
         for threads in [1, 2] {
             let be = CpuBackend::with_isa(threads, best_isa);
             let secs = best(200, || {
-                let seq = AttnSeq {
-                    q,
-                    keys: &kv,
-                    values: &kv,
-                    start_pos: ctx - 1,
-                    n_q: 1,
-                    out: &mut o,
-                };
+                let seq = AttnSeq { q, keys: &kv, values: &kv, start_pos: ctx - 1, n_q: 1, out: &mut o };
                 be.attention(seq, heads, 0.125)
             });
-            print!(
-                "  ctx {ctx:>5}, {threads} thread(s): {:>6.1} us",
-                secs * 1e6
-            );
+            print!("  ctx {ctx:>5}, {threads} thread(s): {:>6.1} us", secs * 1e6);
         }
         println!();
     }

@@ -17,9 +17,7 @@ use prometheus_client::metrics::info::Info;
 use prometheus_client::registry::Registry;
 
 use mtplx_lite::metrics::process::ProcessStats;
-use mtplx_lite::metrics::series::{
-    INTER_TOKEN_BUCKETS, LATENCY_BUCKETS, LENGTH_BUCKETS, TOKENS_PER_SECOND_BUCKETS,
-};
+use mtplx_lite::metrics::series::{INTER_TOKEN_BUCKETS, LATENCY_BUCKETS, LENGTH_BUCKETS, TOKENS_PER_SECOND_BUCKETS};
 use mtplx_lite::metrics::{BuildInfo, Format, Metrics};
 
 const ROUTES: [&str; 12] = [
@@ -77,19 +75,10 @@ fn pc_registry() -> Pc {
     let rejected = Family::<RouteLabels, PcCounter>::default();
     let per_ip = Family::<RouteLabels, PcCounter>::default();
     let h = |b: &[f64]| PcHistogram::new(b.iter().copied());
-    let (ttft, ttlt, question, answer) = (
-        h(LATENCY_BUCKETS),
-        h(LATENCY_BUCKETS),
-        h(LENGTH_BUCKETS),
-        h(LENGTH_BUCKETS),
-    );
+    let (ttft, ttlt, question, answer) = (h(LATENCY_BUCKETS), h(LATENCY_BUCKETS), h(LENGTH_BUCKETS), h(LENGTH_BUCKETS));
     let (tps, itl) = (h(TOKENS_PER_SECOND_BUCKETS), h(INTER_TOKEN_BUCKETS));
     r.register("http_requests", "Requests received", http.clone());
-    r.register(
-        "http_requests_in_flight",
-        "Requests being handled",
-        in_flight.clone(),
-    );
+    r.register("http_requests_in_flight", "Requests being handled", in_flight.clone());
     r.register("http_request_errors", "5xx", errors.clone());
     r.register("llm_time_to_first_token_seconds", "TTFT", ttft.clone());
     r.register("llm_time_to_last_token_seconds", "TTLT", ttlt.clone());
@@ -97,11 +86,9 @@ fn pc_registry() -> Pc {
     r.register("llm_answer_length_chars", "answer", answer.clone());
     r.register("rejected_requests", "429", rejected.clone());
     r.register("requests_per_ip", "seen", per_ip.clone());
-    for (name, v) in [
-        ("process_start_time_seconds", 1.7e9),
-        ("process_resident_memory_bytes", 5e7),
-        ("process_open_fds", 12.0),
-    ] {
+    for (name, v) in
+        [("process_start_time_seconds", 1.7e9), ("process_resident_memory_bytes", 5e7), ("process_open_fds", 12.0)]
+    {
         let g = PcGauge::<f64, std::sync::atomic::AtomicU64>::default();
         g.set(v);
         r.register(name, "process", g);
@@ -109,15 +96,7 @@ fn pc_registry() -> Pc {
     let cpu = PcCounter::<f64, std::sync::atomic::AtomicU64>::default();
     cpu.inc_by(1.25);
     r.register("process_cpu_seconds", "cpu", cpu);
-    r.register(
-        "mtplx_build",
-        "build",
-        Info::new(vec![
-            ("version", "0.1.0"),
-            ("backend", "cpu"),
-            ("model", "smol"),
-        ]),
-    );
+    r.register("mtplx_build", "build", Info::new(vec![("version", "0.1.0"), ("backend", "cpu"), ("model", "smol")]));
     for name in [
         "llm_prompt_tokens",
         "llm_generation_tokens",
@@ -137,32 +116,16 @@ fn pc_registry() -> Pc {
     }
     let pos = Family::<PosLabels, PcCounter>::default();
     for p in 0..4 {
-        pos.get_or_create(&PosLabels { position: p })
-            .inc_by(100 - p as u64);
+        pos.get_or_create(&PosLabels { position: p }).inc_by(100 - p as u64);
     }
-    r.register(
-        "llm_spec_decode_num_accepted_tokens_per_pos",
-        "per pos",
-        pos,
-    );
+    r.register("llm_spec_decode_num_accepted_tokens_per_pos", "per pos", pos);
     r.register("llm_decode_tokens_per_second", "decode", tps.clone());
     r.register("llm_inter_token_latency_seconds", "itl", itl.clone());
     for i in 0..1000 {
         tps.observe(10.0 + i as f64 % 80.0);
         itl.observe(0.001 * (i % 200) as f64);
     }
-    Pc {
-        registry: r,
-        http,
-        in_flight,
-        errors,
-        rejected,
-        per_ip,
-        ttft,
-        ttlt,
-        question,
-        answer,
-    }
+    Pc { registry: r, http, in_flight, errors, rejected, per_ip, ttft, ttlt, question, answer }
 }
 
 fn ours() -> Metrics {
@@ -179,14 +142,11 @@ fn ours() -> Metrics {
     m.llm_requests_running.set(3);
     m.llm_requests_waiting.set(3);
     for p in 0..4 {
-        m.llm_spec_decode_num_accepted_tokens_per_pos_total
-            .add(p, 100 - p as u64);
+        m.llm_spec_decode_num_accepted_tokens_per_pos_total.add(p, 100 - p as u64);
     }
     for i in 0..1000 {
-        m.llm_decode_tokens_per_second
-            .observe(10.0 + i as f64 % 80.0);
-        m.llm_inter_token_latency_seconds
-            .observe(0.001 * (i % 200) as f64);
+        m.llm_decode_tokens_per_second.observe(10.0 + i as f64 % 80.0);
+        m.llm_inter_token_latency_seconds.observe(0.001 * (i % 200) as f64);
     }
     m
 }
@@ -222,13 +182,7 @@ fn main() {
                 for _ in 0..n {
                     m.record_http(method, id, status);
                 }
-                pc.http
-                    .get_or_create(&HttpLabels {
-                        method,
-                        route,
-                        status,
-                    })
-                    .inc_by(n);
+                pc.http.get_or_create(&HttpLabels { method, route, status }).inc_by(n);
                 if status >= 500 {
                     pc.errors.get_or_create(&RouteLabels { route }).inc_by(n);
                 }
@@ -257,18 +211,8 @@ fn main() {
     };
     let record_pc = || {
         pc.in_flight.inc();
-        pc.http
-            .get_or_create(&HttpLabels {
-                method: "POST",
-                route: "/v1/chat/completions",
-                status: 200,
-            })
-            .inc();
-        pc.per_ip
-            .get_or_create(&RouteLabels {
-                route: "/v1/chat/completions",
-            })
-            .inc();
+        pc.http.get_or_create(&HttpLabels { method: "POST", route: "/v1/chat/completions", status: 200 }).inc();
+        pc.per_ip.get_or_create(&RouteLabels { route: "/v1/chat/completions" }).inc();
         pc.ttft.observe(0.042);
         pc.ttlt.observe(1.7);
         pc.question.observe(120.0);
@@ -286,7 +230,11 @@ fn main() {
         .count();
     let mut s = String::with_capacity(64 * 1024);
     prometheus_client::encoding::text::encode(&mut s, &pc.registry).unwrap();
-    println!("registry: {series} series (histograms counted by _sum/_count), ours {} bytes, prometheus-client {} bytes", buf.len(), s.len());
+    println!(
+        "registry: {series} series (histograms counted by _sum/_count), ours {} bytes, prometheus-client {} bytes",
+        buf.len(),
+        s.len()
+    );
 
     let mut buf2 = Vec::with_capacity(64 * 1024);
     let (r_om, r_pc) = time2(
@@ -324,10 +272,7 @@ fn main() {
         "render  as GET /metrics does it, nothing changed between scrapes (the values walk, then the cached text): {:.2?}",
         r_proc
     );
-    println!(
-        "record  ours {:>7.1?}  prometheus-client {:>7.1?}  per request (7 series)",
-        rec_ours, rec_pc
-    );
+    println!("record  ours {:>7.1?}  prometheus-client {:>7.1?}  per request (7 series)", rec_ours, rec_pc);
     println!(
         "record  ratio prometheus-client / ours = {:.2}x (target >= 1x)",
         rec_pc.as_secs_f64() / rec_ours.as_secs_f64()

@@ -35,10 +35,12 @@ fn decode_tok_s(model: &dyn Model, n: usize) -> f64 {
     let mut tok = model.info().bos_token.unwrap_or(0) % vocab;
     let t = Instant::now();
     for _ in 0..n {
-        let mut batch = [SeqBatch { tokens: std::slice::from_ref(&tok), cache: &mut cache, logits: LogitsWanted::Last }];
+        let mut batch =
+            [SeqBatch { tokens: std::slice::from_ref(&tok), cache: &mut cache, logits: LogitsWanted::Last }];
         let logits = model.forward(&mut batch).expect("decode");
         let row = &logits[0];
-        tok = row.iter().enumerate().fold((0, f32::NEG_INFINITY), |b, (i, &x)| if x > b.1 { (i, x) } else { b }).0 as u32;
+        tok =
+            row.iter().enumerate().fold((0, f32::NEG_INFINITY), |b, (i, &x)| if x > b.1 { (i, x) } else { b }).0 as u32;
     }
     n as f64 / t.elapsed().as_secs_f64()
 }

@@ -23,7 +23,9 @@ fn main() {
     let result = match &cli.command {
         None => cli::serve::run(settings),
         Some(Command::Bench(b)) => cli::bench::run(&settings.model, b.prompt, b.generate, b.sequences),
-        Some(Command::Generate(g)) => cli::bench::generate(&settings.model, &g.prompt, g.max_tokens, g.temperature, g.seed, g.chat),
+        Some(Command::Generate(g)) => {
+            cli::bench::generate(&settings.model, &g.prompt, g.max_tokens, g.temperature, g.seed, g.chat)
+        }
     };
     if let Err(e) = result {
         eprintln!("mtplx-lite: {e}");

@@ -37,32 +37,54 @@ fn the_api_key_guards_the_generation_routes_only() {
     let key = temp_file("api-key", "k3y-secret\n");
     let s = start(&["--api-key-file", key.to_str().unwrap()]);
     let body = br#"{"prompt":"Hi","max_tokens":1}"#;
-    for (method, path) in [("GET", "/v1/models"), ("GET", "/v1/models/x"), ("POST", "/v1/completions"), ("POST", "/v1/chat/completions")] {
+    for (method, path) in
+        [("GET", "/v1/models"), ("GET", "/v1/models/x"), ("POST", "/v1/completions"), ("POST", "/v1/chat/completions")]
+    {
         let r = request(s.addr, method, path, &[("Content-Type", "application/json")], body);
         assert_eq!(r.status, 401, "{path}");
         let e = r.json();
-        assert_eq!((e["error"]["type"].as_str(), e["error"]["code"].as_str()), (Some("authentication_error"), Some("invalid_api_key")), "{e}");
+        assert_eq!(
+            (e["error"]["type"].as_str(), e["error"]["code"].as_str()),
+            (Some("authentication_error"), Some("invalid_api_key")),
+            "{e}"
+        );
         assert!(r.header("www-authenticate").unwrap().starts_with("Bearer"));
         let wrong = request(s.addr, method, path, &[("Authorization", "Bearer k3y-secreT")], body);
         assert_eq!(wrong.status, 401, "{path}");
     }
-    let ok = request(s.addr, "POST", "/v1/completions", &[("Authorization", "Bearer k3y-secret"), ("Content-Type", "application/json")], body);
+    let ok = request(
+        s.addr,
+        "POST",
+        "/v1/completions",
+        &[("Authorization", "Bearer k3y-secret"), ("Content-Type", "application/json")],
+        body,
+    );
     assert_eq!(ok.status, 200, "{}", ok.text());
     // Probes and the metrics routes are not guarded by the API key.
     assert_eq!(get(s.addr, "/health").status, 200);
     let text = get(s.addr, "/metrics").text();
     // Refusals are counted under the route's template, like every other request.
-    assert!(text.contains(r#"http_requests_total{method="GET",route="/v1/models/{model_id}",status="401"} 2"#), "{text}");
+    assert!(
+        text.contains(r#"http_requests_total{method="GET",route="/v1/models/{model_id}",status="401"} 2"#),
+        "{text}"
+    );
     assert!(text.contains(r#"http_requests_total{method="POST",route="/v1/completions",status="401"} 2"#), "{text}");
 
-    let env = Server::start_with_env(&model_args().iter().map(String::as_str).collect::<Vec<_>>(), &[("MTPLX_API_KEY", "from-env")]);
+    let env = Server::start_with_env(
+        &model_args().iter().map(String::as_str).collect::<Vec<_>>(),
+        &[("MTPLX_API_KEY", "from-env")],
+    );
     assert_eq!(get(env.addr, "/v1/models").status, 401);
     assert_eq!(request(env.addr, "GET", "/v1/models", &[("Authorization", "Bearer from-env")], b"").status, 200);
 }
 
 #[test]
 fn a_public_address_without_an_api_key_is_refused_before_anything_loads() {
-    let out = bin().args(["--listen", "0.0.0.0:0", "--model", "/nonexistent/model.gguf"]).env_remove("MTPLX_API_KEY").output().unwrap();
+    let out = bin()
+        .args(["--listen", "0.0.0.0:0", "--model", "/nonexistent/model.gguf"])
+        .env_remove("MTPLX_API_KEY")
+        .output()
+        .unwrap();
     assert_eq!(out.status.code(), Some(2));
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("--api-key-file") && err.contains("--allow-no-api-key"), "{err}");
@@ -86,7 +108,8 @@ fn version_and_host_names() {
     assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), format!("mtplx-lite {}", env!("CARGO_PKG_VERSION")));
     let mut args = model_args();
     args.extend(["--listen".to_string(), "localhost:0".to_string()]);
-    let mut child = bin().args(&args).stdout(std::process::Stdio::piped()).stderr(std::process::Stdio::null()).spawn().unwrap();
+    let mut child =
+        bin().args(&args).stdout(std::process::Stdio::piped()).stderr(std::process::Stdio::null()).spawn().unwrap();
     let mut line = String::new();
     BufReader::new(child.stdout.take().unwrap()).read_line(&mut line).unwrap();
     let _ = child.kill();
@@ -102,7 +125,11 @@ fn cors_preflight_and_responses_for_allowed_origins_only() {
         s.addr,
         "OPTIONS",
         "/v1/chat/completions",
-        &[("Origin", "https://app.example"), ("Access-Control-Request-Method", "POST"), ("Access-Control-Request-Headers", "authorization, content-type")],
+        &[
+            ("Origin", "https://app.example"),
+            ("Access-Control-Request-Method", "POST"),
+            ("Access-Control-Request-Headers", "authorization, content-type"),
+        ],
         b"",
     );
     assert_eq!(pre.status, 204);
@@ -115,12 +142,24 @@ fn cors_preflight_and_responses_for_allowed_origins_only() {
     assert_eq!(r.header("vary"), Some("Origin"));
     let other = request(s.addr, "GET", "/v1/models", &[("Origin", "https://evil.example")], b"");
     assert_eq!((other.status, other.header("access-control-allow-origin")), (200, None));
-    let other_pre = request(s.addr, "OPTIONS", "/v1/models", &[("Origin", "https://evil.example"), ("Access-Control-Request-Method", "GET")], b"");
+    let other_pre = request(
+        s.addr,
+        "OPTIONS",
+        "/v1/models",
+        &[("Origin", "https://evil.example"), ("Access-Control-Request-Method", "GET")],
+        b"",
+    );
     assert_eq!(other_pre.header("access-control-allow-origin"), None);
 
     // Off by default: no CORS header, and OPTIONS is an ordinary 405.
     let off = start(&[]);
-    let r = request(off.addr, "OPTIONS", "/v1/models", &[("Origin", "https://app.example"), ("Access-Control-Request-Method", "GET")], b"");
+    let r = request(
+        off.addr,
+        "OPTIONS",
+        "/v1/models",
+        &[("Origin", "https://app.example"), ("Access-Control-Request-Method", "GET")],
+        b"",
+    );
     assert_eq!((r.status, r.header("access-control-allow-origin")), (405, None));
 }
 
@@ -142,7 +181,10 @@ fn a_model_by_id_and_the_metrics_format_setting() {
     let prom = request(s.addr, "GET", "/metrics", &[("Accept", "text/plain;version=0.0.4;q=0.5,*/*;q=0.1")], b"");
     assert!(prom.header("content-type").unwrap().starts_with("text/plain"));
     let default = start(&[]);
-    assert!(request(default.addr, "GET", "/metrics", &[("Accept", "*/*")], b"").header("content-type").unwrap().starts_with("text/plain"));
+    assert!(request(default.addr, "GET", "/metrics", &[("Accept", "*/*")], b"")
+        .header("content-type")
+        .unwrap()
+        .starts_with("text/plain"));
 }
 
 #[test]
@@ -158,14 +200,29 @@ fn a_small_kv_budget_is_the_context_a_request_may_use() {
     let over = post_json(s.addr, "/v1/completions", &json!({"prompt": "Once upon a time", "max_tokens": ctx}));
     assert_eq!(over.status, 400, "{}", over.text());
     let e = over.json();
-    assert_eq!((e["error"]["code"].as_str(), e["error"]["param"].as_str()), (Some("context_length_exceeded"), Some("max_tokens")));
+    assert_eq!(
+        (e["error"]["code"].as_str(), e["error"]["param"].as_str()),
+        (Some("context_length_exceeded"), Some("max_tokens"))
+    );
     assert!(e["error"]["message"].as_str().unwrap().contains(&ctx.to_string()), "{e}");
     // A prompt too long by itself names the prompt, whatever max_tokens says.
     let long = "word ".repeat(ctx as usize * 2);
-    let e = post_json(s.addr, "/v1/chat/completions", &json!({"messages": [{"role": "user", "content": long}], "max_tokens": 1})).json();
-    assert_eq!((e["error"]["code"].as_str(), e["error"]["param"].as_str()), (Some("context_length_exceeded"), Some("messages")), "{e}");
+    let e = post_json(
+        s.addr,
+        "/v1/chat/completions",
+        &json!({"messages": [{"role": "user", "content": long}], "max_tokens": 1}),
+    )
+    .json();
+    assert_eq!(
+        (e["error"]["code"].as_str(), e["error"]["param"].as_str()),
+        (Some("context_length_exceeded"), Some("messages")),
+        "{e}"
+    );
     let text = get(s.addr, "/metrics").text();
-    assert!(!text.lines().any(|l| l.starts_with("http_request_errors_total{") && !l.ends_with(" 0")), "no server errors: {text}");
+    assert!(
+        !text.lines().any(|l| l.starts_with("http_request_errors_total{") && !l.ends_with(" 0")),
+        "no server errors: {text}"
+    );
 }
 
 #[test]
@@ -173,7 +230,9 @@ fn shutdown_ends_open_streams_with_an_error_chunk_and_done() {
     let s = start(&["--shutdown-grace", "1.5"]);
     let mut sock = s.connect();
     // Counting goes on for far longer than the grace period.
-    let body = json!({"prompt": "1, 2, 3, 4, 5, 6, 7, 8, 9, 10,", "max_tokens": 4000, "stream": true, "temperature": 0}).to_string();
+    let body =
+        json!({"prompt": "1, 2, 3, 4, 5, 6, 7, 8, 9, 10,", "max_tokens": 4000, "stream": true, "temperature": 0})
+            .to_string();
     write!(sock, "POST /v1/completions HTTP/1.1\r\nHost: t\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}", body.len()).unwrap();
     let mut r = BufReader::new(sock);
     let head = common::read_head(&mut r);

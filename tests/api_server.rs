@@ -16,9 +16,7 @@ fn start(extra: &[&str]) -> Server {
 /// The value of one unlabelled or exactly-labelled sample in Prometheus text.
 fn sample(text: &str, series: &str) -> Option<f64> {
     text.lines().find_map(|l| {
-        l.strip_prefix(series)
-            .and_then(|rest| rest.strip_prefix(' '))
-            .and_then(|v| v.trim().parse().ok())
+        l.strip_prefix(series).and_then(|rest| rest.strip_prefix(' ')).and_then(|v| v.trim().parse().ok())
     })
 }
 
@@ -35,10 +33,7 @@ fn routing_health_and_metrics_formats() {
     let nf = get(s.addr, "/nope/123");
     assert_eq!(nf.status, 404);
     assert_eq!(nf.json()["error"]["code"], "not_found");
-    assert!(nf.json()["error"]["message"]
-        .as_str()
-        .unwrap()
-        .contains("/nope/123"));
+    assert!(nf.json()["error"]["message"].as_str().unwrap().contains("/nope/123"));
 
     let na = request(s.addr, "DELETE", "/v1/models", &[], b"");
     assert_eq!(na.status, 405);
@@ -46,79 +41,32 @@ fn routing_health_and_metrics_formats() {
 
     let prom = get(s.addr, "/metrics");
     assert_eq!(prom.status, 200);
-    assert_eq!(
-        prom.header("content-type"),
-        Some("text/plain; version=0.0.4; charset=utf-8")
-    );
+    assert_eq!(prom.header("content-type"), Some("text/plain; version=0.0.4; charset=utf-8"));
     let text = prom.text();
     assert!(text.contains("# TYPE http_requests_total counter"));
-    assert_eq!(
-        sample(
-            &text,
-            r#"http_requests_total{method="GET",route="/health",status="200"}"#
-        ),
-        Some(1.0),
-        "{text}"
-    );
-    assert_eq!(
-        sample(
-            &text,
-            r#"http_requests_total{method="GET",route="/nope/123",status="404"}"#
-        ),
-        Some(1.0)
-    );
-    assert_eq!(
-        sample(
-            &text,
-            r#"http_requests_total{method="DELETE",route="/v1/models",status="405"}"#
-        ),
-        Some(1.0)
-    );
+    assert_eq!(sample(&text, r#"http_requests_total{method="GET",route="/health",status="200"}"#), Some(1.0), "{text}");
+    assert_eq!(sample(&text, r#"http_requests_total{method="GET",route="/nope/123",status="404"}"#), Some(1.0));
+    assert_eq!(sample(&text, r#"http_requests_total{method="DELETE",route="/v1/models",status="405"}"#), Some(1.0));
     assert!(
-        !text
-            .lines()
-            .any(|l| l.starts_with("http_requests_total{") && l.contains(r#"route="/metrics""#)),
+        !text.lines().any(|l| l.starts_with("http_requests_total{") && l.contains(r#"route="/metrics""#)),
         "/metrics must not count itself"
     );
-    assert!(text.contains(
-        r#"mtplx_build_info{version="0.1.0",backend="cpu",model="SmolLM2-135M-Instruct.Q4_1"} 1"#
-    ));
+    assert!(text.contains(r#"mtplx_build_info{version="0.1.0",backend="cpu",model="SmolLM2-135M-Instruct.Q4_1"} 1"#));
 
-    let om = request(
-        s.addr,
-        "GET",
-        "/metrics",
-        &[("Accept", "application/openmetrics-text; version=1.0.0")],
-        b"",
-    );
-    assert!(om
-        .header("content-type")
-        .unwrap()
-        .starts_with("application/openmetrics-text"));
+    let om = request(s.addr, "GET", "/metrics", &[("Accept", "application/openmetrics-text; version=1.0.0")], b"");
+    assert!(om.header("content-type").unwrap().starts_with("application/openmetrics-text"));
     assert!(om.text().trim_end().ends_with("# EOF"));
 
-    let js = request(
-        s.addr,
-        "GET",
-        "/metrics",
-        &[("Accept", "application/json")],
-        b"",
-    );
+    let js = request(s.addr, "GET", "/metrics", &[("Accept", "application/json")], b"");
     assert_eq!(js.status, 200);
     let v = js.json();
-    assert!(
-        v["latest"].is_null() && v["history"].as_array().unwrap().is_empty(),
-        "{v}"
-    );
+    assert!(v["latest"].is_null() && v["history"].as_array().unwrap().is_empty(), "{v}");
 
     let snap = get(s.addr, "/v1/mtplx/metrics?limit=5");
     assert_eq!(snap.status, 200);
     assert!(snap.json()["history"].is_array());
     let bad = get(s.addr, "/v1/mtplx/metrics?limit=x");
-    assert_eq!(
-        (bad.status, bad.json()["error"]["param"].as_str()),
-        (400, Some("limit"))
-    );
+    assert_eq!((bad.status, bad.json()["error"]["param"].as_str()), (400, Some("limit")));
 
     let head = request(s.addr, "HEAD", "/health", &[], b"");
     assert_eq!(head.status, 200);
@@ -132,28 +80,15 @@ fn raw_path_labels_are_capped() {
         assert_eq!(get(s.addr, &format!("/scan/{i}")).status, 404);
     }
     let text = get(s.addr, "/metrics").text();
-    let raw_routes = text
-        .lines()
-        .filter(|l| l.starts_with("http_requests_total{") && l.contains("route=\"/scan/"))
-        .count();
-    assert!(
-        raw_routes <= mtplx_lite::metrics::MAX_RAW_ROUTES,
-        "{raw_routes} raw routes"
-    );
+    let raw_routes =
+        text.lines().filter(|l| l.starts_with("http_requests_total{") && l.contains("route=\"/scan/")).count();
+    assert!(raw_routes <= mtplx_lite::metrics::MAX_RAW_ROUTES, "{raw_routes} raw routes");
     let other = text
         .lines()
-        .find(|l| {
-            l.starts_with("http_requests_total{")
-                && l.contains(r#"route="other""#)
-                && l.contains("404")
-        })
+        .find(|l| l.starts_with("http_requests_total{") && l.contains(r#"route="other""#) && l.contains("404"))
         .expect("an 'other' series");
     let counted: f64 = other.rsplit(' ').next().unwrap().parse().unwrap();
-    assert_eq!(
-        raw_routes as f64 + counted,
-        100.0,
-        "every request is counted once: {other}"
-    );
+    assert_eq!(raw_routes as f64 + counted, 100.0, "every request is counted once: {other}");
 }
 
 #[test]
@@ -179,48 +114,21 @@ fn metrics_token_guards_the_metrics_routes() {
         assert_eq!(r.status, 401, "{path}");
         assert!(r.header("www-authenticate").unwrap().starts_with("Bearer"));
         assert!(!r.text().contains("http_requests_total"));
-        let wrong = request(
-            s.addr,
-            "GET",
-            path,
-            &[("Authorization", "Bearer s3cret-tokeN")],
-            b"",
-        );
+        let wrong = request(s.addr, "GET", path, &[("Authorization", "Bearer s3cret-tokeN")], b"");
         assert_eq!(wrong.status, 401, "{path}");
     }
-    let ok = request(
-        s.addr,
-        "GET",
-        "/metrics",
-        &[("Authorization", "Bearer s3cret-token")],
-        b"",
-    );
+    let ok = request(s.addr, "GET", "/metrics", &[("Authorization", "Bearer s3cret-token")], b"");
     assert_eq!(ok.status, 200);
     assert!(ok.text().contains("http_requests_total"));
     // Other routes are not guarded.
     assert_eq!(get(s.addr, "/health").status, 200);
 
     let env = Server::start_with_env(
-        &[
-            "--model",
-            common::demo_model().to_str().unwrap(),
-            "--threads",
-            "1",
-        ],
+        &["--model", common::demo_model().to_str().unwrap(), "--threads", "1"],
         &[("MTPLX_METRICS_TOKEN", "from-env")],
     );
     assert_eq!(get(env.addr, "/metrics").status, 401);
-    assert_eq!(
-        request(
-            env.addr,
-            "GET",
-            "/metrics",
-            &[("Authorization", "Bearer from-env")],
-            b""
-        )
-        .status,
-        200
-    );
+    assert_eq!(request(env.addr, "GET", "/metrics", &[("Authorization", "Bearer from-env")], b"").status, 200);
     let _ = std::fs::remove_dir_all(dir);
 }
 
@@ -259,12 +167,7 @@ fn counters_read_zero_while_limiting_is_off() {
     }
     let text = get(s.addr, "/metrics").text();
     assert!(text.contains("# TYPE requests_per_ip_total counter"));
-    assert!(
-        !text
-            .lines()
-            .any(|l| l.starts_with("requests_per_ip_total{") && !l.ends_with(" 0")),
-        "{text}"
-    );
+    assert!(!text.lines().any(|l| l.starts_with("requests_per_ip_total{") && !l.ends_with(" 0")), "{text}");
 }
 
 /// With no `--model`, the server takes the demo model from `$XDG_CACHE_HOME/mtplx-lite/`, the
@@ -277,30 +180,16 @@ fn the_demo_model_is_found_under_xdg_cache_home() {
     let (xdg, home) = (root.join("xdg"), root.join("home"));
     std::fs::create_dir_all(xdg.join("mtplx-lite")).unwrap();
     std::fs::create_dir_all(&home).unwrap();
-    std::os::unix::fs::symlink(
-        &model,
-        xdg.join("mtplx-lite")
-            .join(mtplx_lite::model::demo::DEMO_FILE),
-    )
-    .unwrap();
+    std::os::unix::fs::symlink(&model, xdg.join("mtplx-lite").join(mtplx_lite::model::demo::DEMO_FILE)).unwrap();
     // HOME holds no cache: only XDG_CACHE_HOME leads to the model without a download.
     let s = Server::start_with_env(
         &["--threads", "1"],
-        &[
-            ("XDG_CACHE_HOME", xdg.to_str().unwrap()),
-            ("HOME", home.to_str().unwrap()),
-        ],
+        &[("XDG_CACHE_HOME", xdg.to_str().unwrap()), ("HOME", home.to_str().unwrap())],
     );
-    assert_eq!(
-        get(s.addr, "/health").json()["model"],
-        "SmolLM2-135M-Instruct.Q4_1"
-    );
+    assert_eq!(get(s.addr, "/health").json()["model"], "SmolLM2-135M-Instruct.Q4_1");
     let log = s.log.lock().unwrap().join("\n");
     assert!(!log.contains("fetching"), "{log}");
-    assert!(
-        !home.join(".cache").exists(),
-        "nothing was written under HOME"
-    );
+    assert!(!home.join(".cache").exists(), "nothing was written under HOME");
     drop(s);
     let _ = std::fs::remove_dir_all(&root);
 }
@@ -320,10 +209,7 @@ fn read_events(r: &mut impl std::io::BufRead, n: usize) -> Vec<(u64, serde_json:
     let mut line = String::new();
     while out.len() < n {
         line.clear();
-        if r.read_line(&mut line)
-            .expect("reading the stream (bounded by the socket's read timeout)")
-            == 0
-        {
+        if r.read_line(&mut line).expect("reading the stream (bounded by the socket's read timeout)") == 0 {
             break;
         }
         // Chunked framing: size lines are hex digits only; event lines have a field name.
@@ -352,31 +238,20 @@ fn metrics_stream_replays_after_last_event_id_then_goes_live() {
         assert_eq!(complete().status, 200);
     }
     let mut sock = s.connect();
-    sock.write_all(b"GET /v1/mtplx/metrics/stream HTTP/1.1\r\nHost: t\r\nLast-Event-ID: 1\r\n\r\n")
-        .unwrap();
+    sock.write_all(b"GET /v1/mtplx/metrics/stream HTTP/1.1\r\nHost: t\r\nLast-Event-ID: 1\r\n\r\n").unwrap();
     let mut r = BufReader::new(sock);
     let head = common::read_head(&mut r);
     assert!(head.starts_with("HTTP/1.1 200"), "{head}");
-    assert!(
-        head.to_ascii_lowercase()
-            .contains("content-type: text/event-stream"),
-        "{head}"
-    );
+    assert!(head.to_ascii_lowercase().contains("content-type: text/event-stream"), "{head}");
     // Records 2 and 3 are replayed; the next request arrives live as record 4.
     let replayed = read_events(&mut r, 2);
-    assert_eq!(
-        replayed.iter().map(|(id, _)| *id).collect::<Vec<_>>(),
-        [2, 3]
-    );
+    assert_eq!(replayed.iter().map(|(id, _)| *id).collect::<Vec<_>>(), [2, 3]);
     assert_eq!(complete().status, 200);
     let live = read_events(&mut r, 1);
     assert_eq!(live[0].0, 4);
     let rec = &live[0].1;
     assert_eq!(rec["route"], "/v1/completions");
     assert_eq!(rec["completion_tokens"], 2);
-    assert!(
-        rec["tok_s"].as_f64().unwrap() > 0.0 && rec["accept_rate"].as_f64() == Some(0.0),
-        "{rec}"
-    );
+    assert!(rec["tok_s"].as_f64().unwrap() > 0.0 && rec["accept_rate"].as_f64() == Some(0.0), "{rec}");
     assert!(rec["ttft_s"].as_f64().unwrap() <= rec["ttlt_s"].as_f64().unwrap());
 }

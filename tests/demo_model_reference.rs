@@ -76,19 +76,38 @@ fn greedy_tokens_match_llama_cpp_up_to_the_first_near_tie() {
     for case in d.reference["greedy"].as_array().unwrap() {
         let prompt = ids(&case["prompt_ids"]);
         let want = ids(&case["greedy_ids"]);
-        let margins: Vec<f32> = case["top2_margins"].as_array().unwrap().iter().map(|m| m.as_f64().unwrap() as f32).collect();
+        let margins: Vec<f32> =
+            case["top2_margins"].as_array().unwrap().iter().map(|m| m.as_f64().unwrap() as f32).collect();
         let decisive = margins.iter().position(|&m| m < NEAR_TIE).unwrap_or(want.len());
         let mut cache = d.model.new_cache(512);
-        let mut logits = d.model.forward(&mut [SeqBatch { tokens: &prompt, cache: &mut cache, logits: LogitsWanted::Last }]).unwrap().remove(0);
+        let mut logits = d
+            .model
+            .forward(&mut [SeqBatch { tokens: &prompt, cache: &mut cache, logits: LogitsWanted::Last }])
+            .unwrap()
+            .remove(0);
         let mut got = Vec::new();
         for _ in 0..want.len() {
             let next = argmax(&logits);
             got.push(next);
-            logits = d.model.forward(&mut [SeqBatch { tokens: &[next], cache: &mut cache, logits: LogitsWanted::Last }]).unwrap().remove(0);
+            logits = d
+                .model
+                .forward(&mut [SeqBatch { tokens: &[next], cache: &mut cache, logits: LogitsWanted::Last }])
+                .unwrap()
+                .remove(0);
         }
         identical += (got == want) as usize;
-        eprintln!("greedy: {} of 32 identical (first near-tie at step {decisive}): {:?}", got.iter().zip(&want).take_while(|(a, b)| a == b).count(), d.tok.decode(&got));
-        assert_eq!(got[..decisive], want[..decisive], "ours {:?} vs llama.cpp {:?}", d.tok.decode(&got), d.tok.decode(&want));
+        eprintln!(
+            "greedy: {} of 32 identical (first near-tie at step {decisive}): {:?}",
+            got.iter().zip(&want).take_while(|(a, b)| a == b).count(),
+            d.tok.decode(&got)
+        );
+        assert_eq!(
+            got[..decisive],
+            want[..decisive],
+            "ours {:?} vs llama.cpp {:?}",
+            d.tok.decode(&got),
+            d.tok.decode(&want)
+        );
     }
     eprintln!("greedy: {identical} of 3 prompts identical over all 32 tokens");
 }
@@ -109,7 +128,11 @@ fn teacher_forced_logits_agree_with_llama_cpp() {
     assert_eq!(ids(&exact["ids"]), tokens);
     let vocab = d.model.info().vocab_size;
     let mut cache = d.model.new_cache(1024);
-    let logits = d.model.forward(&mut [SeqBatch { tokens: &tokens, cache: &mut cache, logits: LogitsWanted::All }]).unwrap().remove(0);
+    let logits = d
+        .model
+        .forward(&mut [SeqBatch { tokens: &tokens, cache: &mut cache, logits: LogitsWanted::All }])
+        .unwrap()
+        .remove(0);
     let (mut agree, mut decisive, mut decisive_agree, mut worst) = (0usize, 0usize, 0usize, 0f32);
     let (mut ours_err, mut theirs_err, mut n_err) = (0f64, 0f64, 0usize);
     let (mut ours_worst, mut theirs_worst) = (0f64, 0f64);
@@ -119,7 +142,8 @@ fn teacher_forced_logits_agree_with_llama_cpp() {
     for (pos, want) in top10.iter().enumerate() {
         let row = &logits[pos * vocab..(pos + 1) * vocab];
         let want_ids = ids(&want["ids"]);
-        let want_logits: Vec<f32> = want["logits"].as_array().unwrap().iter().map(|v| v.as_f64().unwrap() as f32).collect();
+        let want_logits: Vec<f32> =
+            want["logits"].as_array().unwrap().iter().map(|v| v.as_f64().unwrap() as f32).collect();
         let same = argmax(row) == want_ids[0];
         agree += same as usize;
         let exact_top1 = ids(&exact10[pos]["ids"])[0];
@@ -159,9 +183,15 @@ fn teacher_forced_logits_agree_with_llama_cpp() {
         100.0 * agree as f64 / top10.len() as f64
     );
     assert!(top10.len() >= 200);
-    assert!(decisive_agree as f64 >= MIN_TOP1_AGREEMENT * decisive as f64, "{decisive_agree} of {decisive} decisive positions agree");
+    assert!(
+        decisive_agree as f64 >= MIN_TOP1_AGREEMENT * decisive as f64,
+        "{decisive_agree} of {decisive} decisive positions agree"
+    );
     assert!(worst <= LOGIT_TOL, "worst logit difference {worst} > {LOGIT_TOL}");
     assert!(exact_decisive >= 150, "only {exact_decisive} positions have an exact top-2 margin of {EXACT_NEAR_TIE}");
     assert_eq!(ours_exact, exact_decisive, "we miss the exact top-1 where its margin is at least {EXACT_NEAR_TIE}");
-    assert!(ours_err <= 1.15 * theirs_err, "we stray further from the exact logits ({ours_err:.4}) than llama.cpp ({theirs_err:.4})");
+    assert!(
+        ours_err <= 1.15 * theirs_err,
+        "we stray further from the exact logits ({ours_err:.4}) than llama.cpp ({theirs_err:.4})"
+    );
 }

@@ -72,11 +72,7 @@ fn large_bodies_go_out_whole_between_small_ones() {
     let server = TestServer::start(quick_cfg());
     let mut c = Client::new(&server);
     let big: Vec<u8> = (0..1024 * 1024).map(|i| (i % 251) as u8).collect();
-    let mut req = format!(
-        "POST /echo?n=1 HTTP/1.1\r\nHost: x\r\nContent-Length: {}\r\n\r\n",
-        big.len()
-    )
-    .into_bytes();
+    let mut req = format!("POST /echo?n=1 HTTP/1.1\r\nHost: x\r\nContent-Length: {}\r\n\r\n", big.len()).into_bytes();
     req.extend_from_slice(&big);
     req.extend_from_slice(b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n");
     req.extend_from_slice(b"POST /echo?n=3 HTTP/1.1\r\nHost: x\r\nContent-Length: 5000\r\n\r\n");
@@ -129,9 +125,7 @@ fn head_gets_headers_without_body() {
 fn chunked_request_body_with_trailers_is_decoded() {
     let server = TestServer::start(quick_cfg());
     let mut c = Client::new(&server);
-    c.send(
-        b"POST /echo HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n5;x=y\r\nhello\r\n",
-    );
+    c.send(b"POST /echo HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n5;x=y\r\nhello\r\n");
     c.send(b"6\r\n world\r\n0\r\nX-Checksum: 1\r\n\r\n");
     let r = c.response();
     assert_eq!((r.status, r.body_str().as_str()), (200, "hello world"));
@@ -146,23 +140,13 @@ fn sse_stream_is_chunked_one_event_per_chunk() {
     assert_eq!(r.header("Content-Type"), Some("text/event-stream"));
     assert_eq!(r.header("Cache-Control"), Some("no-cache"));
     assert_eq!(r.header("X-Accel-Buffering"), Some("no"));
-    assert_eq!(
-        r.chunks,
-        vec![
-            b"data: 0\n\n".to_vec(),
-            b"data: 1\n\n".to_vec(),
-            b"data: 2\n\n".to_vec()
-        ]
-    );
+    assert_eq!(r.chunks, vec![b"data: 0\n\n".to_vec(), b"data: 1\n\n".to_vec(), b"data: 2\n\n".to_vec()]);
     // The connection is still usable after the terminating chunk.
     c.send(b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n");
     assert_eq!(c.response().status, 200);
     // HTTP/1.0 gets the raw stream, ended by close.
     let raw = server.roundtrip(b"GET /stream?n=2 HTTP/1.0\r\n\r\n");
-    assert!(
-        raw.contains("Connection: close\r\n") && !raw.contains("Transfer-Encoding"),
-        "{raw}"
-    );
+    assert!(raw.contains("Connection: close\r\n") && !raw.contains("Transfer-Encoding"), "{raw}");
     assert!(raw.ends_with("\r\n\r\ndata: 0\n\ndata: 1\n\n"), "{raw:?}");
 }
 
@@ -179,72 +163,31 @@ fn expect_rejection(server: &TestServer, req: &[u8], status: u16, code: &str) {
 
 #[test]
 fn limits_answer_431_414_413() {
-    let cfg = HttpConfig {
-        max_body_bytes: 1000,
-        ..quick_cfg()
-    };
+    let cfg = HttpConfig { max_body_bytes: 1000, ..quick_cfg() };
     let server = TestServer::start(cfg);
-    let big_header = format!(
-        "GET / HTTP/1.1\r\nHost: x\r\nX-Big: {}\r\n\r\n",
-        "a".repeat(17 * 1024)
-    );
-    expect_rejection(
-        &server,
-        big_header.as_bytes(),
-        431,
-        "header_section_too_large",
-    );
+    let big_header = format!("GET / HTTP/1.1\r\nHost: x\r\nX-Big: {}\r\n\r\n", "a".repeat(17 * 1024));
+    expect_rejection(&server, big_header.as_bytes(), 431, "header_section_too_large");
     let mut many = String::from("GET / HTTP/1.1\r\nHost: x\r\n");
     for i in 0..65 {
         many.push_str(&format!("X-H{i}: v\r\n"));
     }
     many.push_str("\r\n");
     expect_rejection(&server, many.as_bytes(), 431, "too_many_headers");
-    let long_target = format!(
-        "GET /{} HTTP/1.1\r\nHost: x\r\n\r\n",
-        "p".repeat(8 * 1024 + 1)
-    );
-    expect_rejection(
-        &server,
-        long_target.as_bytes(),
-        414,
-        "request_target_too_long",
-    );
+    let long_target = format!("GET /{} HTTP/1.1\r\nHost: x\r\n\r\n", "p".repeat(8 * 1024 + 1));
+    expect_rejection(&server, long_target.as_bytes(), 414, "request_target_too_long");
     // Declared too large: refused from the head alone, the body is never sent.
-    expect_rejection(
-        &server,
-        b"POST /echo HTTP/1.1\r\nHost: x\r\nContent-Length: 1001\r\n\r\n",
-        413,
-        "body_too_large",
-    );
+    expect_rejection(&server, b"POST /echo HTTP/1.1\r\nHost: x\r\nContent-Length: 1001\r\n\r\n", 413, "body_too_large");
     let raw = server.roundtrip(b"POST /echo HTTP/1.1\r\nHost: x\r\nContent-Length: 1001\r\n\r\n");
-    assert!(
-        error_body(&raw)["error"]["message"]
-            .as_str()
-            .unwrap()
-            .contains("1000"),
-        "{raw}"
-    );
+    assert!(error_body(&raw)["error"]["message"].as_str().unwrap().contains("1000"), "{raw}");
     // Chunked bodies are counted as they arrive.
-    let chunked = format!(
-        "POST /echo HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n3e9\r\n{}\r\n",
-        "z".repeat(1001)
-    );
+    let chunked =
+        format!("POST /echo HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n3e9\r\n{}\r\n", "z".repeat(1001));
     expect_rejection(&server, chunked.as_bytes(), 413, "body_too_large");
     // At the bound exactly, accepted.
     let mut c = Client::new(&server);
-    c.send(
-        format!(
-            "POST /echo HTTP/1.1\r\nHost: x\r\nContent-Length: 1000\r\n\r\n{}",
-            "q".repeat(1000)
-        )
-        .as_bytes(),
-    );
+    c.send(format!("POST /echo HTTP/1.1\r\nHost: x\r\nContent-Length: 1000\r\n\r\n{}", "q".repeat(1000)).as_bytes());
     assert_eq!(c.response().body.len(), 1000);
-    assert!(server
-        .rejected()
-        .iter()
-        .any(|r| r == &("POST".to_owned(), "/echo".to_owned(), 413)));
+    assert!(server.rejected().iter().any(|r| r == &("POST".to_owned(), "/echo".to_owned(), 413)));
 }
 
 #[test]
@@ -262,7 +205,11 @@ fn smuggling_and_malformed_requests_are_refused() {
             "conflicting_content_length",
         ),
         (b"POST /echo HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: gzip\r\n\r\n", 501, "unsupported_transfer_encoding"),
-        (b"POST /echo HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: gzip, chunked\r\n\r\n", 501, "unsupported_transfer_encoding"),
+        (
+            b"POST /echo HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: gzip, chunked\r\n\r\n",
+            501,
+            "unsupported_transfer_encoding",
+        ),
         (b"POST /echo HTTP/1.0\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n", 400, "transfer_encoding_on_http10"),
         (b"GET / HTTP/1.1\r\nHost: x\r\nX-A: one\r\n two\r\n\r\n", 400, "malformed_request"),
         (b"GET / HTTP/2.0\r\n\r\n", 505, "http_version_not_supported"),
@@ -275,44 +222,18 @@ fn smuggling_and_malformed_requests_are_refused() {
         expect_rejection(&server, req, *status, code);
     }
     let rejected = server.rejected();
-    assert!(
-        rejected.contains(&("POST".to_owned(), "/echo".to_owned(), 501)),
-        "{rejected:?}"
-    );
-    assert!(
-        rejected.contains(&(String::new(), String::new(), 505)),
-        "{rejected:?}"
-    );
+    assert!(rejected.contains(&("POST".to_owned(), "/echo".to_owned(), 501)), "{rejected:?}");
+    assert!(rejected.contains(&(String::new(), String::new(), 505)), "{rejected:?}");
 }
 
 #[test]
 fn host_must_be_there_once_and_authorization_at_most_once() {
     let server = TestServer::start(quick_cfg());
     // RFC 9112 §3.2: an HTTP/1.1 request without Host, or any request with two, gets 400.
-    expect_rejection(
-        &server,
-        b"GET /health HTTP/1.1\r\n\r\n",
-        400,
-        "missing_host",
-    );
-    expect_rejection(
-        &server,
-        b"GET /health HTTP/1.1\r\nHost: a\r\nHost: b\r\n\r\n",
-        400,
-        "duplicate_host",
-    );
-    expect_rejection(
-        &server,
-        b"GET /health HTTP/1.0\r\nHost: a\r\nhost: a\r\n\r\n",
-        400,
-        "duplicate_host",
-    );
-    expect_rejection(
-        &server,
-        b"GET /health HTTP/1.1\r\nHost: a b\r\n\r\n",
-        400,
-        "invalid_host",
-    );
+    expect_rejection(&server, b"GET /health HTTP/1.1\r\n\r\n", 400, "missing_host");
+    expect_rejection(&server, b"GET /health HTTP/1.1\r\nHost: a\r\nHost: b\r\n\r\n", 400, "duplicate_host");
+    expect_rejection(&server, b"GET /health HTTP/1.0\r\nHost: a\r\nhost: a\r\n\r\n", 400, "duplicate_host");
+    expect_rejection(&server, b"GET /health HTTP/1.1\r\nHost: a b\r\n\r\n", 400, "invalid_host");
     // Two credentials: which one counts would depend on who reads them.
     expect_rejection(
         &server,
@@ -321,10 +242,7 @@ fn host_must_be_there_once_and_authorization_at_most_once() {
         "duplicate_authorization",
     );
     let rejected = server.rejected();
-    assert!(
-        rejected.contains(&("GET".to_owned(), "/health".to_owned(), 400)),
-        "counted under the route: {rejected:?}"
-    );
+    assert!(rejected.contains(&("GET".to_owned(), "/health".to_owned(), 400)), "counted under the route: {rejected:?}");
     // One of each is served; so is HTTP/1.0 without Host.
     let mut c = Client::new(&server);
     c.send(b"GET /health HTTP/1.1\r\nHost: a\r\nAuthorization: Bearer one\r\n\r\n");
@@ -351,19 +269,11 @@ fn handler_panic_is_500_and_closes_only_that_connection() {
     let mut other = Client::new(&server);
     other.send(b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n");
     assert_eq!(other.response().status, 200);
-    let raw = server.roundtrip(
-        b"GET /panic HTTP/1.1\r\nHost: x\r\n\r\nGET /health HTTP/1.1\r\nHost: x\r\n\r\n",
-    );
+    let raw = server.roundtrip(b"GET /panic HTTP/1.1\r\nHost: x\r\n\r\nGET /health HTTP/1.1\r\nHost: x\r\n\r\n");
     assert_eq!(status_of(&raw), 500);
-    assert_eq!(
-        raw.matches("HTTP/1.1 ").count(),
-        1,
-        "closed after the 500: {raw}"
-    );
+    assert_eq!(raw.matches("HTTP/1.1 ").count(), 1, "closed after the 500: {raw}");
     assert_eq!(error_body(&raw)["error"]["code"], "internal_error");
-    assert!(server
-        .rejected()
-        .contains(&("GET".to_owned(), "/panic".to_owned(), 500)));
+    assert!(server.rejected().contains(&("GET".to_owned(), "/panic".to_owned(), 500)));
     other.send(b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n");
     assert_eq!(other.response().status, 200);
     let mut fresh = Client::new(&server);

@@ -17,10 +17,7 @@ fn sigterm_stops_the_server_and_serve_returns() {
     let handler: Arc<dyn Handler> = Arc::new(TestHandler::default());
     let s = shutdown.clone();
     let server = std::thread::spawn(move || serve(listener, handler, quick_cfg(), s));
-    let status = std::process::Command::new("kill")
-        .args(["-TERM", &std::process::id().to_string()])
-        .status()
-        .unwrap();
+    let status = std::process::Command::new("kill").args(["-TERM", &std::process::id().to_string()]).status().unwrap();
     assert!(status.success());
     server.join().unwrap().unwrap();
     assert!(shutdown.is_triggered());

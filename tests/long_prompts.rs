@@ -21,17 +21,31 @@ const MAX_BATCH_TOKENS: usize = 128;
 fn start() -> Server {
     let model = demo_model();
     let budget = MAX_BATCH_TOKENS.to_string();
-    Server::start(&["--model", model.to_str().unwrap(), "--threads", "2", "--max-batch-tokens", &budget, "--prefill-chunk", "256"])
+    Server::start(&[
+        "--model",
+        model.to_str().unwrap(),
+        "--threads",
+        "2",
+        "--max-batch-tokens",
+        &budget,
+        "--prefill-chunk",
+        "256",
+    ])
 }
 
 /// A prompt of about `tokens` tokens of the demo tokenizer (about 16 per sentence).
 fn long_text(tokens: usize) -> String {
-    (0..tokens / 16).map(|i| format!("Item {i} says the river near the harbor is number {}.", i * 7)).collect::<Vec<_>>().join(" ")
+    (0..tokens / 16)
+        .map(|i| format!("Item {i} says the river near the harbor is number {}.", i * 7))
+        .collect::<Vec<_>>()
+        .join(" ")
 }
 
 fn gauge(addr: SocketAddr, name: &str) -> f64 {
     let text = get(addr, "/metrics").text();
-    text.lines().find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.trim().parse().ok()).unwrap_or_else(|| panic!("no {name} in\n{text}"))
+    text.lines()
+        .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no {name} in\n{text}"))
 }
 
 fn poll(what: &str, mut cond: impl FnMut() -> bool) {
@@ -50,7 +64,11 @@ fn history(addr: SocketAddr) -> Vec<Value> {
 fn a_long_prefill_stalls_neither_a_running_stream_nor_a_short_request() {
     let s = start();
     let addr = s.addr;
-    let mut stream = Sse::open(addr, "/v1/completions", &json!({"prompt": "Once upon a time", "max_tokens": 3000, "stream": true, "temperature": 0.7, "seed": 3}));
+    let mut stream = Sse::open(
+        addr,
+        "/v1/completions",
+        &json!({"prompt": "Once upon a time", "max_tokens": 3000, "stream": true, "temperature": 0.7, "seed": 3}),
+    );
     assert_eq!(stream.status, 200);
     stream.next_data().expect("the stream's first token");
 
@@ -58,14 +76,19 @@ fn a_long_prefill_stalls_neither_a_running_stream_nor_a_short_request() {
     let long = {
         let done = long_done.clone();
         std::thread::spawn(move || {
-            let r = post_json(addr, "/v1/completions", &json!({"prompt": long_text(4000), "max_tokens": 1, "temperature": 0}));
+            let r = post_json(
+                addr,
+                "/v1/completions",
+                &json!({"prompt": long_text(4000), "max_tokens": 1, "temperature": 0}),
+            );
             done.store(true, Ordering::SeqCst);
             r
         })
     };
     poll("the long prompt runs beside the stream", || gauge(addr, "llm_requests_running") >= 2.0);
 
-    let mut short = Sse::open(addr, "/v1/completions", &json!({"prompt": "Hi", "max_tokens": 2, "stream": true, "temperature": 0}));
+    let mut short =
+        Sse::open(addr, "/v1/completions", &json!({"prompt": "Hi", "max_tokens": 2, "stream": true, "temperature": 0}));
     assert_eq!(short.status, 200);
     short.next_data().expect("the short request's first token");
     assert!(!long_done.load(Ordering::SeqCst), "the short request waited for the whole long prefill");
@@ -85,7 +108,8 @@ fn a_long_prefill_stalls_neither_a_running_stream_nor_a_short_request() {
     assert!(prompt_tokens >= 3500, "the long prompt has {prompt_tokens} tokens");
     assert!(during >= 10, "the stream got {during} tokens while the long prompt was prefilled");
 
-    let rec = history(addr).into_iter().find(|r| r["prompt_tokens"] == prompt_tokens).expect("the long prompt's record");
+    let rec =
+        history(addr).into_iter().find(|r| r["prompt_tokens"] == prompt_tokens).expect("the long prompt's record");
     let chunks = rec["prefill_chunks"].as_u64().unwrap();
     // Beside a decoding stream a step feeds at most MAX_BATCH_TOKENS tokens, alone at most 256.
     assert!(chunks >= prompt_tokens / 256 && chunks >= 10, "{rec}");

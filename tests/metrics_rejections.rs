@@ -25,13 +25,7 @@ const HUGE_HEADER_BYTES: usize = 32 * 1024;
 
 /// The value of one exactly-labelled sample in Prometheus text.
 fn sample(text: &str, series: &str) -> Option<f64> {
-    text.lines().find_map(|l| {
-        l.strip_prefix(series)?
-            .strip_prefix(' ')?
-            .trim()
-            .parse()
-            .ok()
-    })
+    text.lines().find_map(|l| l.strip_prefix(series)?.strip_prefix(' ')?.trim().parse().ok())
 }
 
 /// The `http_requests_total` samples of one status, summed over method and route: a head too
@@ -61,10 +55,7 @@ fn oversized_body(addr: SocketAddr) -> common::Resp {
 }
 
 fn oversized_head(addr: SocketAddr) -> common::Resp {
-    let head = format!(
-        "GET /health HTTP/1.1\r\nHost: t\r\nX-Padding: {}\r\n\r\n",
-        "a".repeat(HUGE_HEADER_BYTES)
-    );
+    let head = format!("GET /health HTTP/1.1\r\nHost: t\r\nX-Padding: {}\r\n\r\n", "a".repeat(HUGE_HEADER_BYTES));
     raw(addr, head.as_bytes())
 }
 
@@ -77,18 +68,13 @@ fn the_server_counts_413_and_431_in_http_requests_total() {
     assert_eq!(oversized_head(s.addr).status, 431);
     let text = common::get(s.addr, "/metrics").text();
     assert_eq!(
-        sample(
-            &text,
-            r#"http_requests_total{method="POST",route="/v1/chat/completions",status="413"}"#
-        ),
+        sample(&text, r#"http_requests_total{method="POST",route="/v1/chat/completions",status="413"}"#),
         Some(1.0),
         "{text}"
     );
     assert_eq!(total_with_status(&text, 431), 1.0, "{text}");
     assert!(
-        !text
-            .lines()
-            .any(|l| l.starts_with("http_request_errors_total{") && !l.ends_with(" 0")),
+        !text.lines().any(|l| l.starts_with("http_request_errors_total{") && !l.ends_with(" 0")),
         "a 4xx is not an error: {text}"
     );
 }
@@ -127,24 +113,11 @@ fn a_handler_panic_is_counted_as_a_500_of_its_route() {
     let shutdown = Shutdown::new();
     let server = {
         let shutdown = shutdown.clone();
-        std::thread::spawn(move || {
-            serve(
-                listener,
-                Arc::new(PanicsOnChat(app)),
-                HttpConfig::default(),
-                shutdown,
-            )
-        })
+        std::thread::spawn(move || serve(listener, Arc::new(PanicsOnChat(app)), HttpConfig::default(), shutdown))
     };
 
     let body = br#"{"messages": [{"role": "user", "content": "hi"}]}"#;
-    let r = common::request(
-        addr,
-        "POST",
-        "/v1/chat/completions",
-        &[("Content-Type", "application/json")],
-        body,
-    );
+    let r = common::request(addr, "POST", "/v1/chat/completions", &[("Content-Type", "application/json")], body);
     assert_eq!(r.status, 500, "{}", r.text());
     // The server's own refusals are rendered by the application, in the API's error shape.
     assert_eq!(r.json()["error"]["code"], "internal_error", "{}", r.text());
@@ -155,45 +128,23 @@ fn a_handler_panic_is_counted_as_a_500_of_its_route() {
     assert_eq!(r.json()["error"]["type"], "invalid_request_error");
     let r = oversized_head(addr);
     assert_eq!(r.status, 431);
-    assert_eq!(
-        r.json()["error"]["code"],
-        "header_section_too_large",
-        "{}",
-        r.text()
-    );
+    assert_eq!(r.json()["error"]["code"], "header_section_too_large", "{}", r.text());
 
     let text = common::get(addr, "/metrics").text();
     assert_eq!(
-        sample(
-            &text,
-            r#"http_requests_total{method="POST",route="/v1/chat/completions",status="500"}"#
-        ),
+        sample(&text, r#"http_requests_total{method="POST",route="/v1/chat/completions",status="500"}"#),
         Some(1.0),
         "{text}"
     );
+    assert_eq!(sample(&text, r#"http_request_errors_total{route="/v1/chat/completions"}"#), Some(1.0), "{text}");
     assert_eq!(
-        sample(
-            &text,
-            r#"http_request_errors_total{route="/v1/chat/completions"}"#
-        ),
-        Some(1.0),
-        "{text}"
-    );
-    assert_eq!(
-        sample(
-            &text,
-            r#"http_requests_total{method="POST",route="/v1/chat/completions",status="413"}"#
-        ),
+        sample(&text, r#"http_requests_total{method="POST",route="/v1/chat/completions",status="413"}"#),
         Some(1.0),
         "{text}"
     );
     assert_eq!(total_with_status(&text, 431), 1.0, "{text}");
     // The panicking request left nothing counted in flight.
-    assert_eq!(
-        sample(&text, "http_requests_in_flight"),
-        Some(0.0),
-        "{text}"
-    );
+    assert_eq!(sample(&text, "http_requests_in_flight"), Some(0.0), "{text}");
 
     // Stopped without waiting for it: the test has what it came for.
     shutdown.force();

@@ -13,8 +13,7 @@ use std::sync::{mpsc, Arc};
 use std::time::{Duration, Instant};
 
 use mtplx_lite::metrics::{
-    negotiate_stream, BuildInfo, FinishStatus, GenerationClock, GenerationOutcome, Metrics,
-    SpecStats,
+    negotiate_stream, BuildInfo, FinishStatus, GenerationClock, GenerationOutcome, Metrics, SpecStats,
 };
 
 /// The MTPLX stream reader example, the same file the end-to-end test runs
@@ -40,13 +39,15 @@ fn serve_one(listener: TcpListener, metrics: Arc<Metrics>) -> mpsc::Receiver<Str
             }
             head.push_str(&line);
         }
-        let accept = head.lines().find_map(|l| {
-            l.strip_prefix("Accept: ")
-                .or_else(|| l.strip_prefix("accept: "))
-        });
+        let accept = head.lines().find_map(|l| l.strip_prefix("Accept: ").or_else(|| l.strip_prefix("accept: ")));
         let format = negotiate_stream(accept);
         let sub = metrics.requests.subscribe(None);
-        write!(sock, "HTTP/1.1 200 OK\r\nContent-Type: {}\r\nCache-Control: no-cache\r\nConnection: close\r\n\r\n", format.content_type()).unwrap();
+        write!(
+            sock,
+            "HTTP/1.1 200 OK\r\nContent-Type: {}\r\nCache-Control: no-cache\r\nConnection: close\r\n\r\n",
+            format.content_type()
+        )
+        .unwrap();
         let (tx, rx) = async_channel::unbounded();
         let pump = std::thread::spawn(move || smol::block_on(sub.pump(format, tx)));
         while let Ok(frame) = rx.recv_blocking() {
@@ -64,13 +65,7 @@ fn generation(m: &Metrics, i: u64, drafted: u64) {
     let mut clock = GenerationClock::start_at(t0);
     clock.token_at(t0 + Duration::from_millis(100), m);
     clock.finish_at(t0 + Duration::from_millis(1000));
-    let mut o = GenerationOutcome::new(
-        format!("req-{i}"),
-        "/v1/chat/completions",
-        "smol",
-        FinishStatus::Done,
-        clock,
-    );
+    let mut o = GenerationOutcome::new(format!("req-{i}"), "/v1/chat/completions", "smol", FinishStatus::Done, clock);
     o.completion_tokens = 10 * (i + 1);
     o.spec = SpecStats {
         mtp_depth: 1,
@@ -88,7 +83,7 @@ fn mtplx_stream_reader_example_prints_real_values() {
     let listener = TcpListener::bind("127.0.0.1:0").unwrap();
     let addr = listener.local_addr().unwrap();
     let server = serve_one(listener, metrics.clone());
-    let script = MTPLX_STREAM_CLIENT.replace("http://localhost:8000", &format!("http://{addr}"));
+    let script = MTPLX_STREAM_CLIENT.replace("http://localhost:8100", &format!("http://{addr}"));
     let child = common::python()
         .arg("-c")
         .arg(script)
@@ -104,15 +99,9 @@ fn mtplx_stream_reader_example_prints_real_values() {
         if client.exited() {
             // Its output says why (a missing module, a refused connection).
             let out = client.finish_within(STEP_DEADLINE);
-            panic!(
-                "the client exited before subscribing: {}",
-                String::from_utf8_lossy(&out.stderr)
-            );
+            panic!("the client exited before subscribing: {}", String::from_utf8_lossy(&out.stderr));
         }
-        assert!(
-            Instant::now() < deadline,
-            "the client did not subscribe within {STEP_DEADLINE:?}"
-        );
+        assert!(Instant::now() < deadline, "the client did not subscribe within {STEP_DEADLINE:?}");
         std::thread::sleep(Duration::from_millis(10));
     }
     generation(&metrics, 0, 0);
@@ -120,18 +109,14 @@ fn mtplx_stream_reader_example_prints_real_values() {
     generation(&metrics, 2, 4);
     metrics.requests.close_subscribers();
     let out = client.finish_within(STEP_DEADLINE);
-    let head = server
-        .recv_timeout(STEP_DEADLINE)
-        .unwrap_or_else(|e| panic!("the stream server did not finish its response within {STEP_DEADLINE:?} ({e}); client stderr: {}", String::from_utf8_lossy(&out.stderr)));
-    assert!(
-        head.starts_with("GET /v1/mtplx/metrics/stream HTTP/1.1"),
-        "{head}"
-    );
-    assert!(
-        out.status.success(),
-        "client failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let head = server.recv_timeout(STEP_DEADLINE).unwrap_or_else(|e| {
+        panic!(
+            "the stream server did not finish its response within {STEP_DEADLINE:?} ({e}); client stderr: {}",
+            String::from_utf8_lossy(&out.stderr)
+        )
+    });
+    assert!(head.starts_with("GET /v1/mtplx/metrics/stream HTTP/1.1"), "{head}");
+    assert!(out.status.success(), "client failed: {}", String::from_utf8_lossy(&out.stderr));
     let printed = String::from_utf8(out.stdout).unwrap();
     // tok_s = completion_tokens / ttlt_s with ttlt_s = 1 s; accept_rate = accepted / drafted.
     assert_eq!(printed, "tok_s=10.0, accept_rate=0.00\ntok_s=20.0, accept_rate=0.50\ntok_s=30.0, accept_rate=0.50\n");

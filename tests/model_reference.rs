@@ -10,7 +10,12 @@ fn reference(arch: &str) -> (Vec<u32>, Vec<Vec<f32>>) {
     let p = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/tiny").join(arch).join("reference.json");
     let v: serde_json::Value = serde_json::from_slice(&std::fs::read(p).unwrap()).unwrap();
     let tokens = v["tokens"].as_array().unwrap().iter().map(|t| t.as_u64().unwrap() as u32).collect();
-    let logits = v["logits"].as_array().unwrap().iter().map(|r| r.as_array().unwrap().iter().map(|x| x.as_f64().unwrap() as f32).collect()).collect();
+    let logits = v["logits"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r.as_array().unwrap().iter().map(|x| x.as_f64().unwrap() as f32).collect())
+        .collect();
     (tokens, logits)
 }
 
@@ -85,9 +90,13 @@ fn incremental_and_batched_decoding_match_prefill() {
 fn context_overflow_and_bad_tokens_are_errors() {
     let model = load("llama");
     let mut cache = model.new_cache(4);
-    let e = model.forward(&mut [SeqBatch { tokens: &[1, 2, 3, 4, 5], cache: &mut cache, logits: LogitsWanted::Last }]).unwrap_err();
+    let e = model
+        .forward(&mut [SeqBatch { tokens: &[1, 2, 3, 4, 5], cache: &mut cache, logits: LogitsWanted::Last }])
+        .unwrap_err();
     assert!(e.to_string().contains("at most 4"), "{e}");
-    let e = model.forward(&mut [SeqBatch { tokens: &[1, 9999], cache: &mut cache, logits: LogitsWanted::Last }]).unwrap_err();
+    let e = model
+        .forward(&mut [SeqBatch { tokens: &[1, 9999], cache: &mut cache, logits: LogitsWanted::Last }])
+        .unwrap_err();
     assert!(e.to_string().contains("9999"), "{e}");
     assert_eq!(cache.len(), 0, "a refused forward leaves the cache untouched");
 }

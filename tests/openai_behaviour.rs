@@ -22,18 +22,12 @@ fn start(extra: &[&str]) -> Server {
 }
 
 fn chat_text(events: &[Value]) -> String {
-    events
-        .iter()
-        .filter_map(|e| e["choices"][0]["delta"]["content"].as_str())
-        .collect()
+    events.iter().filter_map(|e| e["choices"][0]["delta"]["content"].as_str()).collect()
 }
 
 fn metric(text: &str, name: &str) -> Option<f64> {
-    text.lines().find_map(|l| {
-        l.strip_prefix(name)
-            .and_then(|r| r.strip_prefix(' '))
-            .and_then(|v| v.trim().parse().ok())
-    })
+    text.lines()
+        .find_map(|l| l.strip_prefix(name).and_then(|r| r.strip_prefix(' ')).and_then(|v| v.trim().parse().ok()))
 }
 
 /// The record of `request_id` in `/v1/mtplx/metrics`, once it is there.
@@ -41,18 +35,10 @@ fn record(addr: SocketAddr, request_id: &str) -> Value {
     let deadline = Instant::now() + POLL_DEADLINE;
     loop {
         let env = get(addr, "/v1/mtplx/metrics").json();
-        if let Some(r) = env["history"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .find(|r| r["request_id"] == request_id)
-        {
+        if let Some(r) = env["history"].as_array().unwrap().iter().find(|r| r["request_id"] == request_id) {
             return r.clone();
         }
-        assert!(
-            Instant::now() < deadline,
-            "no record for {request_id}: {env}"
-        );
+        assert!(Instant::now() < deadline, "no record for {request_id}: {env}");
         std::thread::sleep(Duration::from_millis(50));
     }
 }
@@ -61,10 +47,7 @@ fn record(addr: SocketAddr, request_id: &str) -> Value {
 fn assert_record_matches(addr: SocketAddr, id: &str, usage: &Value) {
     let r = record(addr, id);
     assert_eq!(r["prompt_tokens"], usage["prompt_tokens"], "{r}\n{usage}");
-    assert_eq!(
-        r["completion_tokens"], usage["completion_tokens"],
-        "{r}\n{usage}"
-    );
+    assert_eq!(r["completion_tokens"], usage["completion_tokens"], "{r}\n{usage}");
 }
 
 fn wait_idle(addr: SocketAddr) {
@@ -103,12 +86,7 @@ fn disconnect_mid_stream_cancels_and_is_recorded_as_interrupted() {
     let deadline = Instant::now() + POLL_DEADLINE;
     let rec = loop {
         let env = get(s.addr, "/v1/mtplx/metrics").json();
-        if let Some(r) = env["history"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .find(|r| r["request_id"] == id.as_str())
-        {
+        if let Some(r) = env["history"].as_array().unwrap().iter().find(|r| r["request_id"] == id.as_str()) {
             break r.clone();
         }
         assert!(Instant::now() < deadline, "no record for {id}: {env}");
@@ -132,15 +110,9 @@ fn disconnect_mid_stream_cancels_and_is_recorded_as_interrupted() {
 fn a_full_queue_answers_503_with_retry_after() {
     // One context's worth of cache (the demo model keeps 46080 bytes per position) lets one
     // long sequence run; one more waits in the decode thread, one in the queue of depth 1.
-    let s = start(&[
-        "--queue-depth",
-        "1",
-        "--ctx",
-        "256",
-        "--kv-cache-bytes",
-        "11796480",
-    ]);
-    let body = json!({"messages": [{"role": "user", "content": "Count to a thousand."}], "max_tokens": 200, "stream": true});
+    let s = start(&["--queue-depth", "1", "--ctx", "256", "--kv-cache-bytes", "11796480"]);
+    let body =
+        json!({"messages": [{"role": "user", "content": "Count to a thousand."}], "max_tokens": 200, "stream": true});
     let mut open = Vec::new();
     let mut refused = None;
     for _ in 0..8 {
@@ -152,14 +124,9 @@ fn a_full_queue_answers_503_with_retry_after() {
         assert_eq!(sse.status, 200);
         open.push(sse);
     }
-    let mut refused =
-        refused.expect("one of 8 concurrent long requests is refused while the queue is full");
+    let mut refused = refused.expect("one of 8 concurrent long requests is refused while the queue is full");
     assert!(!open.is_empty());
-    let retry: u64 = refused
-        .header("retry-after")
-        .expect("Retry-After")
-        .parse()
-        .unwrap();
+    let retry: u64 = refused.header("retry-after").expect("Retry-After").parse().unwrap();
     assert!(retry >= 1);
     let b = refused.plain_body();
     let err: Value = serde_json::from_slice(&b).unwrap();
@@ -169,9 +136,7 @@ fn a_full_queue_answers_503_with_retry_after() {
     wait_idle(s.addr);
     let text = get(s.addr, "/metrics").text();
     assert!(
-        text.contains(
-            "http_requests_total{method=\"POST\",route=\"/v1/chat/completions\",status=\"503\"} "
-        ),
+        text.contains("http_requests_total{method=\"POST\",route=\"/v1/chat/completions\",status=\"503\"} "),
         "{text}"
     );
     let r = post_json(
@@ -179,12 +144,7 @@ fn a_full_queue_answers_503_with_retry_after() {
         "/v1/chat/completions",
         &json!({"messages": [{"role": "user", "content": "hi"}], "max_tokens": 2}),
     );
-    assert_eq!(
-        r.status,
-        200,
-        "the server serves again once the queue drained: {}",
-        r.text()
-    );
+    assert_eq!(r.status, 200, "the server serves again once the queue drained: {}", r.text());
 }
 
 #[test]
@@ -199,10 +159,7 @@ fn seeded_sampling_repeats_itself() {
         assert_eq!(r.status, 200, "{}", r.text());
         let v = r.json();
         assert_record_matches(s.addr, v["id"].as_str().unwrap(), &v["usage"]);
-        v["choices"][0]["message"]["content"]
-            .as_str()
-            .unwrap()
-            .to_string()
+        v["choices"][0]["message"]["content"].as_str().unwrap().to_string()
     };
     let a = ask(1234);
     assert!(!a.is_empty());
@@ -235,10 +192,7 @@ fn stop_sequences_end_the_text_before_the_stop_string() {
     assert_eq!(r.status, 200, "{}", r.text());
     let free = r.json()["choices"][0]["text"].as_str().unwrap().to_string();
     let chars: Vec<(usize, char)> = free.char_indices().collect();
-    assert!(
-        chars.len() >= 8,
-        "the greedy text is long enough to cut: {free:?}"
-    );
+    assert!(chars.len() >= 8, "the greedy text is long enough to cut: {free:?}");
     // A stop string from the middle of the free text: the stopped text is what came before its
     // first occurrence.
     let (at, _) = chars[chars.len() / 2];
@@ -256,10 +210,7 @@ fn stop_sequences_end_the_text_before_the_stop_string() {
 
     let mut sse = Sse::open(s.addr, "/v1/completions", &req(Some(stop), true));
     let events = sse.rest();
-    let text: String = events
-        .iter()
-        .filter_map(|e| e["choices"].get(0).and_then(|c| c["text"].as_str()))
-        .collect();
+    let text: String = events.iter().filter_map(|e| e["choices"].get(0).and_then(|c| c["text"].as_str())).collect();
     assert_eq!(text, want, "streamed: stop {stop:?} in {free:?}");
     let finishes: Vec<&Value> = events
         .iter()
@@ -283,30 +234,17 @@ fn streamed_text_never_splits_a_utf8_character() {
         let mut sse = Sse::open(s.addr, "/v1/completions", &body);
         assert_eq!(sse.status, 200);
         let events = sse.rest();
-        let text: String = events
-            .iter()
-            .filter_map(|e| e["choices"].get(0).and_then(|c| c["text"].as_str()))
-            .collect();
-        assert!(
-            !text.contains('\u{FFFD}'),
-            "a replacement character in the stream: {text:?}"
-        );
+        let text: String = events.iter().filter_map(|e| e["choices"].get(0).and_then(|c| c["text"].as_str())).collect();
+        assert!(!text.contains('\u{FFFD}'), "a replacement character in the stream: {text:?}");
         // The whole answer of the same request is the same text.
         let mut whole = body.clone();
         whole["stream"] = json!(false);
         let r = post_json(s.addr, "/v1/completions", &whole);
         assert_eq!(r.json()["choices"][0]["text"], text.as_str());
-        assert_record_matches(
-            s.addr,
-            events[0]["id"].as_str().unwrap(),
-            &events.last().unwrap()["usage"],
-        );
+        assert_record_matches(s.addr, events[0]["id"].as_str().unwrap(), &events.last().unwrap()["usage"]);
         all.push_str(&text);
     }
-    assert!(
-        all.chars().any(|c| c.len_utf8() > 1),
-        "the model wrote some multi-byte characters: {all:?}"
-    );
+    assert!(all.chars().any(|c| c.len_utf8() > 1), "the model wrote some multi-byte characters: {all:?}");
 }
 
 #[test]
@@ -319,11 +257,7 @@ fn every_generation_leaves_a_record_matching_its_usage() {
     );
     let v = r.json();
     assert_record_matches(s.addr, v["id"].as_str().unwrap(), &v["usage"]);
-    let r = post_json(
-        s.addr,
-        "/v1/completions",
-        &json!({"prompt": "Once upon", "max_tokens": 5}),
-    );
+    let r = post_json(s.addr, "/v1/completions", &json!({"prompt": "Once upon", "max_tokens": 5}));
     let v = r.json();
     assert_record_matches(s.addr, v["id"].as_str().unwrap(), &v["usage"]);
     let mut sse = Sse::open(
@@ -343,11 +277,5 @@ fn every_generation_leaves_a_record_matching_its_usage() {
         &json!({"messages": [{"role": "user", "content": "hi"}], "temperature": 9}),
     );
     assert_eq!(r.status, 400);
-    assert_eq!(
-        get(s.addr, "/v1/mtplx/metrics").json()["history"]
-            .as_array()
-            .unwrap()
-            .len(),
-        3
-    );
+    assert_eq!(get(s.addr, "/v1/mtplx/metrics").json()["history"].as_array().unwrap().len(), 3);
 }

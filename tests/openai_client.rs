@@ -21,9 +21,7 @@ const LINE_WAIT: Duration = Duration::from_secs(30);
 const DOC_ADDR: &str = "127.0.0.1:8100";
 
 fn py(name: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("tests/py")
-        .join(name)
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/py").join(name)
 }
 
 fn read(path: &Path) -> String {
@@ -50,10 +48,7 @@ fn explain(what: &str, out: &Output, server: &Server) -> String {
 /// Runs `tests/py/<script>` with `MTPLX_BASE_URL` pointing at `server`; returns its stdout.
 fn run_check(server: &Server, script: &str, env: &[(&str, &str)]) -> String {
     let out = output_within(
-        python()
-            .arg(py(script))
-            .env("MTPLX_BASE_URL", format!("http://{}", server.addr))
-            .envs(env.iter().copied()),
+        python().arg(py(script)).env("MTPLX_BASE_URL", format!("http://{}", server.addr)).envs(env.iter().copied()),
         CHILD_DEADLINE,
         script,
     );
@@ -63,12 +58,8 @@ fn run_check(server: &Server, script: &str, env: &[(&str, &str)]) -> String {
 
 /// An MTPLX client example with only its `BASE_URL = ...` line changed.
 fn with_base_url(code: &str, base_url: &str) -> String {
-    let line = "BASE_URL = \"http://localhost:8000\"";
-    assert_eq!(
-        code.matches(line).count(),
-        1,
-        "the MTPLX client example sets BASE_URL once"
-    );
+    let line = "BASE_URL = \"http://localhost:8100\"";
+    assert_eq!(code.matches(line).count(), 1, "the MTPLX client example sets BASE_URL once");
     code.replace(line, &format!("BASE_URL = \"{base_url}\""))
 }
 
@@ -129,10 +120,7 @@ fn openai_package_context_overflow() {
 #[test]
 fn mtplx_stream_reader_example_prints_live_records() {
     let s = start(&[]);
-    let code = with_base_url(
-        &read(&py("mtplx_metrics_stream.py")),
-        &format!("http://{}", s.addr),
-    );
+    let code = with_base_url(&read(&py("mtplx_metrics_stream.py")), &format!("http://{}", s.addr));
     let mut child = python()
         .args(["-c", &code])
         .env("PYTHONUNBUFFERED", "1") // its prints reach us as they happen, not at exit
@@ -156,34 +144,27 @@ fn mtplx_stream_reader_example_prints_live_records() {
     let deadline = Instant::now() + LINE_WAIT;
     loop {
         let text = get(s.addr, "/metrics").text();
-        if text.lines().any(|l| l.starts_with("http_requests_total{method=\"GET\",route=\"/v1/mtplx/metrics/stream\",status=\"200\"} 1")) {
+        if text.lines().any(|l| {
+            l.starts_with("http_requests_total{method=\"GET\",route=\"/v1/mtplx/metrics/stream\",status=\"200\"} 1")
+        }) {
             break;
         }
-        assert!(
-            Instant::now() < deadline,
-            "the stream reader example did not connect within {LINE_WAIT:?}:\n{text}"
-        );
+        assert!(Instant::now() < deadline, "the stream reader example did not connect within {LINE_WAIT:?}:\n{text}");
         std::thread::sleep(Duration::from_millis(50));
     }
     for _ in 0..2 {
         let stats = chat(&s, 6)["mtplx_stats"].clone();
-        let line = rx.recv_timeout(LINE_WAIT).unwrap_or_else(|e| {
-            panic!("no line from the stream reader example within {LINE_WAIT:?}: {e}")
-        });
+        let line = rx
+            .recv_timeout(LINE_WAIT)
+            .unwrap_or_else(|e| panic!("no line from the stream reader example within {LINE_WAIT:?}: {e}"));
         let (tok, acc) = line
             .strip_prefix("tok_s=")
             .and_then(|r| r.split_once(", accept_rate="))
             .unwrap_or_else(|| panic!("unexpected line {line:?}"));
         let tok: f64 = tok.parse().unwrap();
         let want = stats["tok_s"].as_f64().unwrap();
-        assert!(
-            want > 0.0 && (tok - want).abs() <= 0.051,
-            "printed {tok}, the record says {want}"
-        );
-        assert_eq!(
-            acc,
-            format!("{:.2}", stats["accept_rate"].as_f64().unwrap())
-        );
+        assert!(want > 0.0 && (tok - want).abs() <= 0.051, "printed {tok}, the record says {want}");
+        assert_eq!(acc, format!("{:.2}", stats["accept_rate"].as_f64().unwrap()));
     }
 }
 
@@ -209,33 +190,15 @@ fn mtplx_snapshot_example_prints_the_latest_record() {
         assert_eq!(r.status, 200, "{}", r.text());
         r.json()["mtplx_stats"]["tok_s"].as_f64().unwrap()
     });
-    let code = with_base_url(
-        &read(&py("mtplx_metrics_snapshot.py")),
-        &format!("http://{}/v1/mtplx", s.addr),
-    );
-    let out = output_within(
-        python().args(["-c", &code]),
-        CHILD_DEADLINE,
-        "mtplx_metrics_snapshot.py",
-    );
-    assert!(
-        out.status.success(),
-        "{}",
-        explain("mtplx_metrics_snapshot.py", &out, &s)
-    );
+    let code = with_base_url(&read(&py("mtplx_metrics_snapshot.py")), &format!("http://{}/v1/mtplx", s.addr));
+    let out = output_within(python().args(["-c", &code]), CHILD_DEADLINE, "mtplx_metrics_snapshot.py");
+    assert!(out.status.success(), "{}", explain("mtplx_metrics_snapshot.py", &out, &s));
     let second = background.join().unwrap();
     let text = String::from_utf8_lossy(&out.stdout).into_owned();
     let mut lines = text.lines();
-    let tok: f64 = lines
-        .next()
-        .and_then(|l| l.strip_prefix("Tokens/sec: "))
-        .unwrap_or_else(|| panic!("{text}"))
-        .parse()
-        .unwrap();
-    assert!(
-        tok > 0.0 && (tok == first || tok == second),
-        "printed {tok}; the records say {first} and {second}"
-    );
+    let tok: f64 =
+        lines.next().and_then(|l| l.strip_prefix("Tokens/sec: ")).unwrap_or_else(|| panic!("{text}")).parse().unwrap();
+    assert!(tok > 0.0 && (tok == first || tok == second), "printed {tok}; the records say {first} and {second}");
     assert_eq!(lines.next(), Some("Accept rate: 0.0%"), "{text}");
 }
 
@@ -279,21 +242,14 @@ fn docs_examples_python_are_the_tested_files_and_run() {
             "docs/api.md does not show tests/py/{name} verbatim"
         );
     }
-    for name in [
-        "example_chat.py",
-        "example_stream.py",
-        "example_completion.py",
-    ] {
+    for name in ["example_chat.py", "example_stream.py", "example_completion.py"] {
         let code = read(&py(name));
         assert!(code.contains(DOC_ADDR), "{name} uses the doc's address");
         let code = code.replace(DOC_ADDR, &s.addr.to_string());
         let out = output_within(python().args(["-c", &code]), CHILD_DEADLINE, name);
         assert!(out.status.success(), "{}", explain(name, &out, &s));
         let text = String::from_utf8_lossy(&out.stdout);
-        assert!(
-            text.trim().lines().count() >= 2,
-            "{name} printed too little: {text}"
-        );
+        assert!(text.trim().lines().count() >= 2, "{name} printed too little: {text}");
     }
 }
 
@@ -304,9 +260,7 @@ const STATUS_OUT: &str = "--write-out '%{stderr}mtplx-test-status=%{http_code}\\
 /// The status an example must answer: the one its `# answers NNN ...` comment line names (the
 /// doc's error example), else any 2xx.
 fn expected_status(block: &str) -> Option<u16> {
-    let rest = block
-        .lines()
-        .find_map(|l| l.trim().strip_prefix("# answers "))?;
+    let rest = block.lines().find_map(|l| l.trim().strip_prefix("# answers "))?;
     Some(
         rest.split(|c: char| !c.is_ascii_digit())
             .next()
@@ -321,32 +275,15 @@ fn expected_status(block: &str) -> Option<u16> {
 #[test]
 fn docs_examples_curl_run() {
     let s = start(&[]);
-    let blocks: Vec<String> = doc_blocks("bash")
-        .into_iter()
-        .filter(|b| b.contains("curl") && !b.contains("/stream"))
-        .collect();
-    assert!(
-        blocks.len() >= 5,
-        "docs/api.md has curl examples for the routes"
-    );
+    let blocks: Vec<String> =
+        doc_blocks("bash").into_iter().filter(|b| b.contains("curl") && !b.contains("/stream")).collect();
+    assert!(blocks.len() >= 5, "docs/api.md has curl examples for the routes");
     for b in blocks {
         assert!(b.contains(DOC_ADDR), "{b}");
-        assert_eq!(
-            b.matches("curl ").count(),
-            1,
-            "one curl command per example: {b}"
-        );
-        let cmd = b.replace(DOC_ADDR, &s.addr.to_string()).replacen(
-            "curl ",
-            &format!("curl {STATUS_OUT} "),
-            1,
-        );
+        assert_eq!(b.matches("curl ").count(), 1, "one curl command per example: {b}");
+        let cmd = b.replace(DOC_ADDR, &s.addr.to_string()).replacen("curl ", &format!("curl {STATUS_OUT} "), 1);
         // pipefail: a curl that fails fails the example even when its output is piped on.
-        let out = output_within(
-            Command::new("bash").args(["-o", "pipefail", "-c", &cmd]),
-            CHILD_DEADLINE,
-            &b,
-        );
+        let out = output_within(Command::new("bash").args(["-o", "pipefail", "-c", &cmd]), CHILD_DEADLINE, &b);
         assert!(out.status.success(), "{}", explain(&b, &out, &s));
         let stderr = String::from_utf8_lossy(&out.stderr);
         let status: u16 = stderr
@@ -356,11 +293,7 @@ fn docs_examples_curl_run() {
             .unwrap_or_else(|| panic!("curl reported no status: {}", explain(&b, &out, &s)));
         match expected_status(&b) {
             Some(want) => assert_eq!(status, want, "{}", explain(&b, &out, &s)),
-            None => assert!(
-                (200..300).contains(&status),
-                "answered {status}: {}",
-                explain(&b, &out, &s)
-            ),
+            None => assert!((200..300).contains(&status), "answered {status}: {}", explain(&b, &out, &s)),
         }
         let text = String::from_utf8_lossy(&out.stdout).into_owned();
         let first = text.trim_start();

@@ -42,19 +42,10 @@ impl Prometheus {
         )
         .unwrap();
         // A free port: bind :0, read it, release it for Prometheus.
-        let addr = TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap();
+        let addr = TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap();
         let child = Command::new("prometheus")
-            .arg(format!(
-                "--config.file={}",
-                dir.join("prometheus.yml").display()
-            ))
-            .arg(format!(
-                "--storage.tsdb.path={}",
-                dir.join("data").display()
-            ))
+            .arg(format!("--config.file={}", dir.join("prometheus.yml").display()))
+            .arg(format!("--storage.tsdb.path={}", dir.join("data").display()))
             .arg(format!("--web.listen-address={addr}"))
             .stdout(Stdio::null())
             .stderr(std::fs::File::create(dir.join("prometheus.log")).unwrap())
@@ -72,11 +63,7 @@ impl Prometheus {
         let mut s = std::net::TcpStream::connect(self.addr).ok()?;
         s.set_read_timeout(Some(Duration::from_secs(10))).ok()?;
         use std::io::Write;
-        write!(
-            s,
-            "GET {path} HTTP/1.1\r\nHost: prom\r\nConnection: close\r\n\r\n"
-        )
-        .ok()?;
+        write!(s, "GET {path} HTTP/1.1\r\nHost: prom\r\nConnection: close\r\n\r\n").ok()?;
         let resp = common::read_response(&mut std::io::BufReader::new(s), false);
         (resp.status == 200).then(|| resp.json())
     }
@@ -126,11 +113,7 @@ fn prometheus_scrapes_and_answers_the_dashboard_queries() {
                 break;
             }
         }
-        assert!(
-            Instant::now() < deadline,
-            "prometheus never scraped the server:\n{}",
-            prom.log()
-        );
+        assert!(Instant::now() < deadline, "prometheus never scraped the server:\n{}", prom.log());
         std::thread::sleep(Duration::from_millis(200));
     }
 

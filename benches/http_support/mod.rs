@@ -8,8 +8,7 @@ use mtplx_lite::api::app::App;
 use mtplx_lite::api::state::ApiConfig;
 use mtplx_lite::http::{Body, Handler, Request};
 use mtplx_lite::metrics::{
-    BuildInfo, FinishStatus, GenerationClock, GenerationOutcome, Metrics, SpecStats,
-    PROMETHEUS_CONTENT_TYPE,
+    BuildInfo, FinishStatus, GenerationClock, GenerationOutcome, Metrics, SpecStats, PROMETHEUS_CONTENT_TYPE,
 };
 
 /// Finished generations recorded before the bench, so that every histogram has a spread.
@@ -50,20 +49,12 @@ pub fn seeded_app() -> (App, Vec<u8>) {
         let first = Duration::from_millis(20 + i % 300);
         let tokens = 10 + i % 200;
         for k in 0..tokens {
-            clock.token_at(
-                t0 + first + Duration::from_micros(k * (8_000 + 37 * (i % 50))),
-                &m,
-            );
+            clock.token_at(t0 + first + Duration::from_micros(k * (8_000 + 37 * (i % 50))), &m);
         }
         clock.finish_at(t0 + first + Duration::from_millis(tokens * 12));
         let status = [FinishStatus::Done, FinishStatus::Length, FinishStatus::Stop][i as usize % 3];
-        let mut o = GenerationOutcome::new(
-            format!("chatcmpl-{i}"),
-            "/v1/chat/completions",
-            "qwen3-0.6b",
-            status,
-            clock,
-        );
+        let mut o =
+            GenerationOutcome::new(format!("chatcmpl-{i}"), "/v1/chat/completions", "qwen3-0.6b", status, clock);
         o.prompt_tokens = 30 + i % 900;
         o.completion_tokens = tokens;
         o.question_chars = Some(120 + 7 * (i % 400));
@@ -87,9 +78,7 @@ pub fn seeded_app() -> (App, Vec<u8>) {
         peer: "127.0.0.1:1".parse().unwrap(),
     };
     let resp = smol::block_on(app.handle(req));
-    let Body::Full(copy) = resp.body else {
-        panic!("/metrics answered a stream")
-    };
+    let Body::Full(copy) = resp.body else { panic!("/metrics answered a stream") };
     assert_eq!(resp.status, 200);
     (app, copy.to_vec())
 }
@@ -105,10 +94,7 @@ pub fn start_hyper(health: &'static [u8], metrics: Vec<u8>) -> SocketAddr {
     let addr = listener.local_addr().unwrap();
     let metrics = Bytes::from(metrics);
     std::thread::spawn(move || {
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .unwrap();
+        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
         rt.block_on(async move {
             let listener = tokio::net::TcpListener::from_std(listener).unwrap();
             loop {
@@ -122,16 +108,12 @@ pub fn start_hyper(health: &'static [u8], metrics: Vec<u8>) -> SocketAddr {
                             "/metrics" => (PROMETHEUS_CONTENT_TYPE, metrics.clone()),
                             _ => ("text/plain", Bytes::from_static(b"not found")),
                         };
-                        let resp = hyper::Response::builder()
-                            .header("Content-Type", ctype)
-                            .body(Full::new(body))
-                            .unwrap();
+                        let resp =
+                            hyper::Response::builder().header("Content-Type", ctype).body(Full::new(body)).unwrap();
                         async { Ok::<_, std::convert::Infallible>(resp) }
                     });
                     let io = hyper_util::rt::TokioIo::new(stream);
-                    let _ = hyper::server::conn::http1::Builder::new()
-                        .serve_connection(io, service)
-                        .await;
+                    let _ = hyper::server::conn::http1::Builder::new().serve_connection(io, service).await;
                 });
             }
         });
@@ -177,11 +159,7 @@ pub fn wrk(url: &str, secs: u32) -> Sample {
         println!("  wrk {url}: {}", errors.trim());
     }
     let load = load_avg().split(' ').next().unwrap_or("?").to_owned();
-    Sample {
-        rps,
-        p99_ms: p99,
-        load,
-    }
+    Sample { rps, p99_ms: p99, load }
 }
 
 fn parse_latency(v: &str) -> f64 {

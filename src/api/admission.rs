@@ -23,10 +23,14 @@ const MAX_FORWARDED_HOPS: usize = 32;
 pub fn client_ip(peer: SocketAddr, forwarded_for: Option<&str>, trusted: &[Cidr]) -> IpAddr {
     let is_trusted = |ip: IpAddr| trusted.iter().any(|c| c.contains(ip));
     let peer_ip = peer.ip();
-    let (Some(xff), true) = (forwarded_for, is_trusted(peer_ip)) else { return peer_ip };
+    let (Some(xff), true) = (forwarded_for, is_trusted(peer_ip)) else {
+        return peer_ip;
+    };
     let mut leftmost = peer_ip;
     for hop in xff.rsplit(',').take(MAX_FORWARDED_HOPS) {
-        let Ok(ip) = hop.trim().parse::<IpAddr>() else { return leftmost };
+        let Ok(ip) = hop.trim().parse::<IpAddr>() else {
+            return leftmost;
+        };
         if !is_trusted(ip) {
             return ip;
         }
@@ -69,7 +73,11 @@ pub fn check_bearer(req: &Request, expected: Option<&str>, guard: Guard) -> Opti
         Some(_) => format!("the bearer token is not {what}"),
         None => format!("this route needs {what}: send 'Authorization: Bearer <key>'"),
     };
-    Some(ApiError::new(401, "authentication_error", msg).code("invalid_api_key").header("WWW-Authenticate", format!("Bearer realm=\"{realm}\"")))
+    Some(
+        ApiError::new(401, "authentication_error", msg)
+            .code("invalid_api_key")
+            .header("WWW-Authenticate", format!("Bearer realm=\"{realm}\"")),
+    )
 }
 
 struct Bucket {
@@ -169,9 +177,15 @@ mod tests {
         let ip = client_ip(peer("10.0.0.1"), Some("6.6.6.6, 198.51.100.7, 10.0.0.5"), &trusted);
         assert_eq!(ip, "198.51.100.7".parse::<IpAddr>().unwrap());
         // Every hop trusted: the left-most one is the best we know.
-        assert_eq!(client_ip(peer("10.0.0.1"), Some("10.1.1.1, 10.2.2.2"), &trusted), "10.1.1.1".parse::<IpAddr>().unwrap());
+        assert_eq!(
+            client_ip(peer("10.0.0.1"), Some("10.1.1.1, 10.2.2.2"), &trusted),
+            "10.1.1.1".parse::<IpAddr>().unwrap()
+        );
         // Garbage stops the walk at the last good hop.
-        assert_eq!(client_ip(peer("10.0.0.1"), Some("junk, 10.2.2.2"), &trusted), "10.2.2.2".parse::<IpAddr>().unwrap());
+        assert_eq!(
+            client_ip(peer("10.0.0.1"), Some("junk, 10.2.2.2"), &trusted),
+            "10.2.2.2".parse::<IpAddr>().unwrap()
+        );
     }
 
     #[test]

@@ -43,7 +43,10 @@ impl App {
 
     fn not_found(&self, path: &str) -> (RouteId, Response) {
         let msg = format!("no route for '{}'", truncate(path, 200));
-        (self.metrics.route_label(path), ApiError::new(404, "invalid_request_error", msg).code("not_found").into_response())
+        (
+            self.metrics.route_label(path),
+            ApiError::new(404, "invalid_request_error", msg).code("not_found").into_response(),
+        )
     }
 
     async fn route(&self, req: Request, guard: InFlightGuard) -> (RouteId, Response) {
@@ -56,10 +59,13 @@ impl App {
             }
             Lookup::MethodNotAllowed { template, allow } => {
                 let msg = format!("{} is not allowed on {template}; allowed: {allow}", req.method);
-                let e = ApiError::new(405, "invalid_request_error", msg).code("method_not_allowed").header("Allow", allow);
+                let e =
+                    ApiError::new(405, "invalid_request_error", msg).code("method_not_allowed").header("Allow", allow);
                 return (self.metrics.route_id(template), e.into_response());
             }
-            Lookup::Found { route: (route, rid), params, .. } => (route, rid, params.get("model_id").map(str::to_string)),
+            Lookup::Found { route: (route, rid), params, .. } => {
+                (route, rid, params.get("model_id").map(str::to_string))
+            }
         };
         // Withheld metrics routes look exactly like unknown paths.
         if route.is_metrics() && !self.cfg.metrics_enabled {
@@ -111,8 +117,16 @@ impl App {
             let ip = client_ip(req.peer, req.header("x-forwarded-for"), &self.cfg.trusted_proxies);
             if let Err(l) = limiter.check(ip) {
                 self.metrics.record_rate_limited(rid);
-                let msg = format!("rate limit of {} requests per minute exceeded for {ip}; retry in {} s", self.cfg.rate_limit_per_minute.unwrap_or(0), l.retry_after_secs);
-                return Some(ApiError::new(429, "rate_limit_error", msg).code("rate_limit_exceeded").header("Retry-After", l.retry_after_secs.to_string()));
+                let msg = format!(
+                    "rate limit of {} requests per minute exceeded for {ip}; retry in {} s",
+                    self.cfg.rate_limit_per_minute.unwrap_or(0),
+                    l.retry_after_secs
+                );
+                return Some(
+                    ApiError::new(429, "rate_limit_error", msg)
+                        .code("rate_limit_exceeded")
+                        .header("Retry-After", l.retry_after_secs.to_string()),
+                );
             }
         }
         check_bearer(req, self.cfg.api_key.as_deref(), Guard::ApiKey)

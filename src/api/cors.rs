@@ -6,7 +6,8 @@ use crate::http::{Request, Response};
 /// Seconds a browser may cache a preflight answer (`Access-Control-Max-Age`).
 pub const PREFLIGHT_MAX_AGE_SECS: u32 = 600;
 /// Request headers a cross-origin client may send (what the OpenAI clients send).
-pub const ALLOWED_HEADERS: &str = "Authorization, Content-Type, Accept, Last-Event-ID, OpenAI-Organization, OpenAI-Project";
+pub const ALLOWED_HEADERS: &str =
+    "Authorization, Content-Type, Accept, Last-Event-ID, OpenAI-Organization, OpenAI-Project";
 
 /// The allowed origins; empty means CORS is off and no CORS header is ever sent.
 #[derive(Clone, Debug, Default)]

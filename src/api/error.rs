@@ -23,7 +23,11 @@ impl ApiError {
 
     /// A 400 about one request field.
     pub fn invalid(param: &str, message: impl Into<String>) -> ApiError {
-        ApiError { param: Some(param.into()), code: Some("invalid_value"), ..ApiError::new(400, "invalid_request_error", message) }
+        ApiError {
+            param: Some(param.into()),
+            code: Some("invalid_value"),
+            ..ApiError::new(400, "invalid_request_error", message)
+        }
     }
 
     pub fn code(mut self, code: &'static str) -> ApiError {

@@ -91,7 +91,8 @@ impl Generation {
     ) -> Generation {
         let stop = StopMatcher::new(params.stop.clone());
         // The deadline counts on the generation's clock; one too far to represent is none.
-        let deadline = timeout.and_then(|t| submitted.checked_add(t)).map_or_else(async_io::Timer::never, async_io::Timer::at);
+        let deadline =
+            timeout.and_then(|t| submitted.checked_add(t)).map_or_else(async_io::Timer::never, async_io::Timer::at);
         Generation {
             llm,
             metrics,
@@ -157,7 +158,8 @@ impl Generation {
                     return;
                 }
                 self.completion_tokens += 1;
-                let lp: Vec<TokenLogprob> = logprob.map(|lp| self.logprob_entry(id, lp, &top_logprobs)).into_iter().collect();
+                let lp: Vec<TokenLogprob> =
+                    logprob.map(|lp| self.logprob_entry(id, lp, &top_logprobs)).into_iter().collect();
                 self.offset += text.chars().count();
                 let released = self.stop.push(&text);
                 if released.stopped {
@@ -183,7 +185,8 @@ impl Generation {
                 self.queued.push_back(Piece::End(end));
             }
             Err(_) => {
-                let end = self.finish(FinishReason::Error("the engine stopped before the generation ended".into()), None);
+                let end =
+                    self.finish(FinishReason::Error("the engine stopped before the generation ended".into()), None);
                 self.queued.push_back(Piece::End(end));
             }
         }
@@ -203,7 +206,12 @@ impl Generation {
     fn logprob_entry(&self, id: u32, logprob: f32, top: &[(u32, f32)]) -> TokenLogprob {
         let tok = &self.llm.tokenizer;
         let n = self.params.logprobs.unwrap_or(0);
-        TokenLogprob { bytes: tok.token_bytes(id), logprob, offset: self.offset, top: top.iter().take(n).map(|&(t, l)| (tok.token_bytes(t), l)).collect() }
+        TokenLogprob {
+            bytes: tok.token_bytes(id),
+            logprob,
+            offset: self.offset,
+            top: top.iter().take(n).map(|&(t, l)| (tok.token_bytes(t), l)).collect(),
+        }
     }
 
     /// The request ran past its deadline: stop the engine at its next step and end the answer
@@ -235,7 +243,8 @@ impl Generation {
             1 => "after 1 token".to_string(),
             n => format!("after {n} tokens"),
         };
-        ApiError::new(504, "server_error", format!("the request ran past --request-timeout ({bound} s), {progress}")).code("request_timeout")
+        ApiError::new(504, "server_error", format!("the request ran past --request-timeout ({bound} s), {progress}"))
+            .code("request_timeout")
     }
 
     /// Records the generation (once) and says how it ended.
@@ -246,10 +255,15 @@ impl Generation {
             (FinishReason::Length, _) => ("length", FinishStatus::Length, None),
             (FinishReason::Cancelled, _) => ("stop", FinishStatus::Interrupted, None),
             (FinishReason::Shutdown, _) => {
-                let e = ApiError::new(503, "server_error", "the server shut down before the answer was complete").code("server_shutdown");
+                let e = ApiError::new(503, "server_error", "the server shut down before the answer was complete")
+                    .code("server_shutdown");
                 ("error", FinishStatus::Interrupted, Some(e))
             }
-            (FinishReason::Error(e), _) => ("error", FinishStatus::Errored, Some(ApiError::new(500, "server_error", format!("generation failed: {e}")).code("engine_error"))),
+            (FinishReason::Error(e), _) => (
+                "error",
+                FinishStatus::Errored,
+                Some(ApiError::new(500, "server_error", format!("generation failed: {e}")).code("engine_error")),
+            ),
         };
         let stats = self.record(status, stats, error.as_ref().map(|e| e.message.clone()));
         End { finish_reason, error, stats, timed_out: false }
@@ -257,7 +271,15 @@ impl Generation {
 
     fn record(&mut self, status: FinishStatus, stats: Option<GenStats>, error: Option<String>) -> Box<RawValue> {
         self.recorded = true;
-        let ended = record::Ended { status, error, stopped: self.stopped, prompt_tokens: self.prompt_tokens, completion_tokens: self.completion_tokens, question_chars: self.question_chars, answer_chars: self.answer_chars };
+        let ended = record::Ended {
+            status,
+            error,
+            stopped: self.stopped,
+            prompt_tokens: self.prompt_tokens,
+            completion_tokens: self.completion_tokens,
+            question_chars: self.question_chars,
+            answer_chars: self.answer_chars,
+        };
         let o = record::outcome(&self.id, self.route, &self.llm.model_id, self.clock, ended, stats.as_ref());
         // `usage` reports what the record says: the engine's count includes the end-of-sequence
         // token the model sampled to end its answer, which sends no text.
@@ -302,13 +324,15 @@ impl Generation {
         match self.kind {
             Kind::Chat => {
                 let delta = ChatDelta { role: role.then_some("assistant"), content: delta_text };
-                let lp = with_logprobs.then(|| ChatLogprobs { content: logprobs.iter().map(TokenLogprob::chat).collect() });
+                let lp =
+                    with_logprobs.then(|| ChatLogprobs { content: logprobs.iter().map(TokenLogprob::chat).collect() });
                 let choices = vec![ChatChunkChoice { index: 0, delta, logprobs: lp, finish_reason }];
                 wire::sse_event(&Chunk { id, object, created, model, choices, usage: None, mtplx_stats, error })
             }
             Kind::Completion => {
                 let lp = with_logprobs.then(|| wire::completion_logprobs(logprobs));
-                let choices = vec![TextChoice { index: 0, text: delta_text.unwrap_or(""), logprobs: lp, finish_reason }];
+                let choices =
+                    vec![TextChoice { index: 0, text: delta_text.unwrap_or(""), logprobs: lp, finish_reason }];
                 wire::sse_event(&Chunk { id, object, created, model, choices, usage: None, mtplx_stats, error })
             }
         }
@@ -317,7 +341,16 @@ impl Generation {
     /// The extra chunk of `stream_options.include_usage`: no choices, the usage.
     fn usage_chunk(&self) -> Vec<u8> {
         let choices: Vec<TextChoice<'_>> = Vec::new();
-        wire::sse_event(&Chunk { id: &self.id, object: self.object(), created: self.created, model: self.model_id(), choices, usage: Some(self.usage()), mtplx_stats: None, error: None })
+        wire::sse_event(&Chunk {
+            id: &self.id,
+            object: self.object(),
+            created: self.created,
+            model: self.model_id(),
+            choices,
+            usage: Some(self.usage()),
+            mtplx_stats: None,
+            error: None,
+        })
     }
 }
 
@@ -350,7 +383,12 @@ pub async fn stream(gen: Generation, out: async_channel::Sender<Vec<u8>>, guard:
 }
 
 /// [`stream`] with a `: keep-alive` comment after every `keep_alive` without output.
-async fn stream_every(mut gen: Generation, out: async_channel::Sender<Vec<u8>>, guard: InFlightGuard, keep_alive: Duration) {
+async fn stream_every(
+    mut gen: Generation,
+    out: async_channel::Sender<Vec<u8>>,
+    guard: InFlightGuard,
+    keep_alive: Duration,
+) {
     let _guard = guard;
     // One keep-alive timer for the whole stream, moved only when it fires: a timer made per
     // token registers with the reactor (a wake-up of its thread) per token. The deadline is

@@ -19,12 +19,7 @@ fn llm() -> Arc<Llm> {
     Arc::new(Llm {
         engine: Engine::start(model, tokenizer.clone(), cfg),
         tokenizer,
-        template: ChatTemplate::new(
-            "{% for m in messages %}{{ m.content }}{% endfor %}",
-            "<s>",
-            "</s>",
-        )
-        .unwrap(),
+        template: ChatTemplate::new("{% for m in messages %}{{ m.content }}{% endfor %}", "<s>", "</s>").unwrap(),
         info,
         model_id: "toy".into(),
         created: 0,
@@ -96,33 +91,20 @@ impl Live {
         let (gen, events, cancel) = generation(&metrics, params, timeout, before);
         let (out_tx, out) = async_channel::unbounded();
         let guard = InFlightGuard::new(&metrics);
-        let stream = std::thread::spawn(move || {
-            smol::block_on(stream_every(gen, out_tx, guard, keep_alive))
-        });
-        Live {
-            events,
-            out,
-            stream,
-            metrics,
-            cancel,
-        }
+        let stream = std::thread::spawn(move || smol::block_on(stream_every(gen, out_tx, guard, keep_alive)));
+        Live { events, out, stream, metrics, cancel }
     }
 
     fn send(&self, ev: Event) {
-        self.events
-            .send_blocking(ev)
-            .expect("the stream stopped taking events");
+        self.events.send_blocking(ev).expect("the stream stopped taking events");
     }
 
     /// The next piece of output, as text.
     fn next(&self) -> String {
-        let piece = smol::block_on(smol::future::or(
-            async { self.out.recv().await.ok() },
-            async {
-                async_io::Timer::after(OUTPUT_DEADLINE).await;
-                panic!("no output within {OUTPUT_DEADLINE:?}")
-            },
-        ))
+        let piece = smol::block_on(smol::future::or(async { self.out.recv().await.ok() }, async {
+            async_io::Timer::after(OUTPUT_DEADLINE).await;
+            panic!("no output within {OUTPUT_DEADLINE:?}")
+        }))
         .expect("the stream ended early");
         String::from_utf8(piece).unwrap()
     }
@@ -136,13 +118,10 @@ impl Live {
     /// [`Live::finish`], keeping the engine's side of the channel open.
     fn finish_keeping_events(self) -> (String, Arc<Metrics>, async_channel::Sender<Event>) {
         let mut rest = String::new();
-        while let Ok(b) = smol::block_on(smol::future::or(
-            async { self.out.recv().await.map_err(|_| ()) },
-            async {
-                async_io::Timer::after(OUTPUT_DEADLINE).await;
-                panic!("the stream did not end within {OUTPUT_DEADLINE:?}; it sent {rest:?}")
-            },
-        )) {
+        while let Ok(b) = smol::block_on(smol::future::or(async { self.out.recv().await.map_err(|_| ()) }, async {
+            async_io::Timer::after(OUTPUT_DEADLINE).await;
+            panic!("the stream did not end within {OUTPUT_DEADLINE:?}; it sent {rest:?}")
+        })) {
             rest.push_str(&String::from_utf8(b).unwrap());
         }
         self.stream.join().unwrap();
@@ -162,18 +141,11 @@ fn run(events: Vec<Event>) -> (String, Arc<Metrics>) {
 const KEEP_ALIVE: &str = ": keep-alive\n\n";
 
 fn token(text: &str) -> Event {
-    Event::Token {
-        id: 5,
-        text: text.into(),
-        logprob: None,
-        top_logprobs: Vec::new(),
-    }
+    Event::Token { id: 5, text: text.into(), logprob: None, top_logprobs: Vec::new() }
 }
 
 fn data_events(text: &str) -> Vec<&str> {
-    text.split("\n\n")
-        .filter_map(|e| e.strip_prefix("data: "))
-        .collect()
+    text.split("\n\n").filter_map(|e| e.strip_prefix("data: ")).collect()
 }
 
 #[test]
@@ -186,26 +158,14 @@ fn an_engine_error_mid_stream_ends_with_an_error_chunk_then_done() {
     let (text, metrics) = run(vec![token("Hel"), token("lo"), failed]);
     let events = data_events(&text);
     assert_eq!(events.last(), Some(&"[DONE]"), "{text}");
-    let chunks: Vec<Value> = events[..events.len() - 1]
-        .iter()
-        .map(|e| serde_json::from_str(e).unwrap())
-        .collect();
+    let chunks: Vec<Value> = events[..events.len() - 1].iter().map(|e| serde_json::from_str(e).unwrap()).collect();
     assert_eq!(chunks[0]["choices"][0]["delta"]["role"], "assistant");
-    let content: String = chunks
-        .iter()
-        .filter_map(|c| c["choices"][0]["delta"]["content"].as_str())
-        .collect();
+    let content: String = chunks.iter().filter_map(|c| c["choices"][0]["delta"]["content"].as_str()).collect();
     assert_eq!(content, "Hello");
     let last = chunks.last().unwrap();
     assert_eq!(last["choices"][0]["finish_reason"], "error", "{last}");
     assert_eq!(last["error"]["code"], "engine_error");
-    assert!(
-        last["error"]["message"]
-            .as_str()
-            .unwrap()
-            .contains("a NaN in layer 3"),
-        "{last}"
-    );
+    assert!(last["error"]["message"].as_str().unwrap().contains("a NaN in layer 3"), "{last}");
     assert_eq!(last["mtplx_stats"]["status"], "errored");
     // The stream is over: nothing stays counted in flight.
     assert_eq!(metrics.http_requests_in_flight.get(), 0);
@@ -219,10 +179,7 @@ fn an_engine_error_mid_stream_ends_with_an_error_chunk_then_done() {
 fn keep_alive_comments_fill_the_silence_and_only_the_silence() {
     let tick = Duration::from_millis(50);
     let live = Live::start(tick);
-    assert!(
-        live.next().contains("\"role\":\"assistant\""),
-        "the role chunk comes first"
-    );
+    assert!(live.next().contains("\"role\":\"assistant\""), "the role chunk comes first");
     // Silence (a long prefill): keep-alives, and nothing else, until the engine speaks.
     for _ in 0..3 {
         assert_eq!(live.next(), KEEP_ALIVE);
@@ -234,27 +191,17 @@ fn keep_alive_comments_fill_the_silence_and_only_the_silence() {
     live.send(token("a"));
     let mut read = vec![live.next()];
     read.push(live.next());
-    assert_eq!(
-        read[1], KEEP_ALIVE,
-        "silence after a token is filled too: {read:?}"
-    );
+    assert_eq!(read[1], KEEP_ALIVE, "silence after a token is filled too: {read:?}");
     // A keep-alive is sent a tick after the stream's last output, which followed the last event
     // the test sent; so at least a tick separates that send from its arrival here.
     let check = |read_at: Instant, last_sent: Instant| {
         let silence = read_at - last_sent;
-        assert!(
-            silence >= tick,
-            "a keep-alive {silence:?} after the last event, less than the {tick:?} tick"
-        );
+        assert!(silence >= tick, "a keep-alive {silence:?} after the last event, less than the {tick:?} tick");
     };
     check(Instant::now(), last_sent);
     last_sent = Instant::now();
     live.send(token("b"));
-    live.send(Event::Done {
-        finish: FinishReason::Length,
-        text: String::new(),
-        stats: GenStats::default(),
-    });
+    live.send(Event::Done { finish: FinishReason::Length, text: String::new(), stats: GenStats::default() });
     loop {
         let piece = live.next();
         if piece == KEEP_ALIVE {
@@ -282,17 +229,11 @@ fn keep_alive_comments_fill_the_silence_and_only_the_silence() {
 fn chunks_of(text: &str) -> Vec<Value> {
     let events = data_events(text);
     assert_eq!(events.last(), Some(&"[DONE]"), "{text}");
-    events[..events.len() - 1]
-        .iter()
-        .map(|e| serde_json::from_str(e).unwrap())
-        .collect()
+    events[..events.len() - 1].iter().map(|e| serde_json::from_str(e).unwrap()).collect()
 }
 
 fn content_of(chunks: &[Value]) -> String {
-    chunks
-        .iter()
-        .filter_map(|c| c["choices"][0]["delta"]["content"].as_str())
-        .collect()
+    chunks.iter().filter_map(|c| c["choices"][0]["delta"]["content"].as_str()).collect()
 }
 
 /// A deadline that has passed by the time the events waiting before it are taken.
@@ -300,12 +241,7 @@ const PAST: Duration = Duration::from_millis(1);
 
 #[test]
 fn a_stream_past_its_deadline_ends_with_a_timeout_chunk_then_done() {
-    let live = Live::with(
-        Duration::from_secs(15),
-        params(),
-        Some(PAST),
-        vec![token("Hel"), token("lo")],
-    );
+    let live = Live::with(Duration::from_secs(15), params(), Some(PAST), vec![token("Hel"), token("lo")]);
     let cancel = live.cancel.clone();
     let (text, metrics, events) = live.finish_keeping_events();
     let chunks = chunks_of(&text);
@@ -315,32 +251,17 @@ fn a_stream_past_its_deadline_ends_with_a_timeout_chunk_then_done() {
     assert_eq!(last["error"]["code"], "request_timeout", "{last}");
     assert_eq!(last["error"]["type"], "server_error", "{last}");
     let message = last["error"]["message"].as_str().unwrap();
-    assert_eq!(
-        message,
-        "the request ran past --request-timeout (0.001 s), after 2 tokens"
-    );
+    assert_eq!(message, "the request ran past --request-timeout (0.001 s), after 2 tokens");
     let rec = &last["mtplx_stats"];
     assert_eq!(rec["status"], "timed_out", "{rec}");
     assert_eq!(rec["error"], message, "{rec}");
     assert_eq!(rec["completion_tokens"], 2, "{rec}");
-    assert!(
-        cancel.load(Ordering::Relaxed),
-        "the engine's job is cancelled"
-    );
+    assert!(cancel.load(Ordering::Relaxed), "the engine's job is cancelled");
     assert_eq!(metrics.http_requests_in_flight.get(), 0);
     // The engine saw the cancel one step later, 3 tokens on: they are counted when it reports.
     assert_eq!(metrics.llm_generation_tokens_total.get(), 2);
-    let stats = GenStats {
-        completion_tokens: 5,
-        ..GenStats::default()
-    };
-    events
-        .send_blocking(Event::Done {
-            finish: FinishReason::Cancelled,
-            text: String::new(),
-            stats,
-        })
-        .unwrap();
+    let stats = GenStats { completion_tokens: 5, ..GenStats::default() };
+    events.send_blocking(Event::Done { finish: FinishReason::Cancelled, text: String::new(), stats }).unwrap();
     let deadline = Instant::now() + OUTPUT_DEADLINE;
     while metrics.llm_generation_tokens_total.get() != 5 {
         assert!(Instant::now() < deadline, "the late tokens were never counted");
@@ -358,13 +279,7 @@ fn a_stream_whose_deadline_passes_before_its_first_token_ends_the_same_way() {
     let last = chunks.last().unwrap();
     assert_eq!(last["choices"][0]["finish_reason"], "error", "{last}");
     assert_eq!(last["error"]["code"], "request_timeout", "{last}");
-    assert!(
-        last["error"]["message"]
-            .as_str()
-            .unwrap()
-            .ends_with("before its first token"),
-        "{last}"
-    );
+    assert!(last["error"]["message"].as_str().unwrap().ends_with("before its first token"), "{last}");
     assert_eq!(last["mtplx_stats"]["status"], "timed_out");
     assert!(last["mtplx_stats"]["ttft_s"].is_null(), "{last}");
     assert_eq!(metrics.http_requests_in_flight.get(), 0);
@@ -372,18 +287,10 @@ fn a_stream_whose_deadline_passes_before_its_first_token_ends_the_same_way() {
 
 #[test]
 fn a_deadline_after_a_stop_sequence_matched_leaves_a_complete_answer() {
-    let stop = GenParams {
-        stop: vec!["lo".into()],
-        ..params()
-    };
+    let stop = GenParams { stop: vec!["lo".into()], ..params() };
     // The stop sequence completed the answer; the deadline passes while the engine's report
     // of its end is awaited.
-    let live = Live::with(
-        Duration::from_secs(15),
-        stop,
-        Some(PAST),
-        vec![token("Hel"), token("lo")],
-    );
+    let live = Live::with(Duration::from_secs(15), stop, Some(PAST), vec![token("Hel"), token("lo")]);
     let (text, _) = live.finish();
     let chunks = chunks_of(&text);
     assert_eq!(content_of(&chunks), "Hel");
@@ -394,9 +301,7 @@ fn a_deadline_after_a_stop_sequence_matched_leaves_a_complete_answer() {
 }
 
 fn json_body(r: &crate::http::Response) -> Value {
-    let crate::http::Body::Full(bytes) = &r.body else {
-        panic!("a whole answer has a full body")
-    };
+    let crate::http::Body::Full(bytes) = &r.body else { panic!("a whole answer has a full body") };
     serde_json::from_slice(bytes).unwrap()
 }
 
@@ -404,10 +309,7 @@ fn json_body(r: &crate::http::Response) -> Value {
 fn a_whole_answer_past_its_deadline_is_a_504_without_text_and_a_200_with_it() {
     let whole = |before: Vec<Event>| {
         let metrics = Arc::new(Metrics::new(16, BuildInfo::current("cpu", "toy")));
-        let unstreamed = GenParams {
-            stream: false,
-            ..params()
-        };
+        let unstreamed = GenParams { stream: false, ..params() };
         let (gen, _events, cancel) = generation(&metrics, unstreamed, Some(PAST), before);
         let answer = smol::block_on(crate::api::openai::whole(gen));
         assert!(cancel.load(Ordering::Relaxed), "the engine's job is cancelled");
@@ -416,14 +318,8 @@ fn a_whole_answer_past_its_deadline_is_a_504_without_text_and_a_200_with_it() {
     };
     let (answer, rec) = whole(Vec::new());
     let e = answer.expect_err("no text: an error");
-    assert_eq!(
-        (e.status, e.kind, e.code),
-        (504, "server_error", Some("request_timeout"))
-    );
-    assert_eq!(
-        e.message,
-        "the request ran past --request-timeout (0.001 s), before its first token"
-    );
+    assert_eq!((e.status, e.kind, e.code), (504, "server_error", Some("request_timeout")));
+    assert_eq!(e.message, "the request ran past --request-timeout (0.001 s), before its first token");
     assert_eq!(e.clone().into_response().status, 504);
     assert_eq!(rec.record.status, FinishStatus::TimedOut);
     assert_eq!(rec.record.error.as_deref(), Some(e.message.as_str()));

@@ -24,12 +24,9 @@ pub fn prometheus(req: &Request, metrics: &Metrics, default: MetricsDefault) -> 
 fn limit(req: &Request) -> Result<Option<usize>, ApiError> {
     match req.query_param("limit") {
         None => Ok(None),
-        Some(v) => v
-            .parse::<usize>()
-            .ok()
-            .filter(|&n| n <= MAX_LIMIT)
-            .map(Some)
-            .ok_or_else(|| ApiError::invalid("limit", format!("'limit' must be an integer between 0 and {MAX_LIMIT}, got '{v}'"))),
+        Some(v) => v.parse::<usize>().ok().filter(|&n| n <= MAX_LIMIT).map(Some).ok_or_else(|| {
+            ApiError::invalid("limit", format!("'limit' must be an integer between 0 and {MAX_LIMIT}, got '{v}'"))
+        }),
     }
 }
 
@@ -42,7 +39,9 @@ pub fn snapshot(req: &Request, metrics: &Metrics) -> Result<Response, ApiError> 
 pub fn stream(req: &Request, metrics: &Arc<Metrics>) -> Result<Response, ApiError> {
     let last = match req.header("last-event-id").map(str::trim) {
         None | Some("") => None,
-        Some(v) => Some(v.parse::<u64>().map_err(|_| ApiError::invalid("Last-Event-ID", format!("'Last-Event-ID' must be a record id (an integer), got '{v}'")))?),
+        Some(v) => Some(v.parse::<u64>().map_err(|_| {
+            ApiError::invalid("Last-Event-ID", format!("'Last-Event-ID' must be a record id (an integer), got '{v}'"))
+        })?),
     };
     let format = negotiate_stream(req.header("accept"));
     let sub = metrics.requests.subscribe(last);

@@ -7,7 +7,9 @@ use super::error::ApiError;
 use super::generation::{Generation, Kind, Piece};
 use super::prepare::{self, Prepared};
 use super::state::{ApiConfig, InFlightGuard, Llm};
-use super::wire::{self, ChatChoice, ChatLogprobs, ChatMessageOut, Completion, ModelCard, ModelList, TextChoice, TokenLogprob};
+use super::wire::{
+    self, ChatChoice, ChatLogprobs, ChatMessageOut, Completion, ModelCard, ModelList, TextChoice, TokenLogprob,
+};
 use crate::engine::{JobSpec, SubmitError};
 use crate::http::{Request, Response};
 use crate::metrics::Metrics;
@@ -23,7 +25,14 @@ pub const DEFAULT_MAX_TOKENS: usize = 2048;
 pub const QUEUE_FULL_RETRY_AFTER_SECS: u64 = 1;
 
 fn card(llm: &Llm) -> ModelCard<'_> {
-    ModelCard { id: &llm.model_id, object: "model", created: llm.created, owned_by: "mtplx-lite", context_length: llm.ctx, architecture: &llm.info.arch }
+    ModelCard {
+        id: &llm.model_id,
+        object: "model",
+        created: llm.created,
+        owned_by: "mtplx-lite",
+        context_length: llm.ctx,
+        architecture: &llm.info.arch,
+    }
 }
 
 /// `GET /v1/models`.
@@ -49,13 +58,25 @@ fn truncate(s: &str, max: usize) -> &str {
 }
 
 /// `POST /v1/chat/completions`.
-pub async fn chat(llm: &Arc<Llm>, cfg: &ApiConfig, req: Request, metrics: &Arc<Metrics>, guard: InFlightGuard) -> Result<Response, ApiError> {
+pub async fn chat(
+    llm: &Arc<Llm>,
+    cfg: &ApiConfig,
+    req: Request,
+    metrics: &Arc<Metrics>,
+    guard: InFlightGuard,
+) -> Result<Response, ApiError> {
     let prepared = prepare::chat(llm, req.body, cfg.special_tokens_in_content).await?;
     start(llm, cfg, metrics, "/v1/chat/completions", prepared, guard).await
 }
 
 /// `POST /v1/completions`.
-pub async fn completion(llm: &Arc<Llm>, cfg: &ApiConfig, req: Request, metrics: &Arc<Metrics>, guard: InFlightGuard) -> Result<Response, ApiError> {
+pub async fn completion(
+    llm: &Arc<Llm>,
+    cfg: &ApiConfig,
+    req: Request,
+    metrics: &Arc<Metrics>,
+    guard: InFlightGuard,
+) -> Result<Response, ApiError> {
     let prepared = prepare::completion(llm, req.body).await?;
     start(llm, cfg, metrics, "/v1/completions", prepared, guard).await
 }
@@ -91,24 +112,55 @@ fn max_tokens(llm: &Llm, p: &Prepared) -> Result<usize, ApiError> {
     }
 }
 
-async fn start(llm: &Arc<Llm>, cfg: &ApiConfig, metrics: &Arc<Metrics>, route: &'static str, p: Prepared, guard: InFlightGuard) -> Result<Response, ApiError> {
+async fn start(
+    llm: &Arc<Llm>,
+    cfg: &ApiConfig,
+    metrics: &Arc<Metrics>,
+    route: &'static str,
+    p: Prepared,
+    guard: InFlightGuard,
+) -> Result<Response, ApiError> {
     let max_tokens = max_tokens(llm, &p)?;
     let submitted = Instant::now();
     let Prepared { kind, tokens, params, question_chars } = p;
     let n = tokens.len();
-    let spec = JobSpec { stop_tokens: llm.tokenizer.eos_tokens().to_vec(), logprobs: params.logprobs, submitted, ..JobSpec::new(tokens, params.sampling.clone(), max_tokens) };
+    let spec = JobSpec {
+        stop_tokens: llm.tokenizer.eos_tokens().to_vec(),
+        logprobs: params.logprobs,
+        submitted,
+        ..JobSpec::new(tokens, params.sampling.clone(), max_tokens)
+    };
     let (job, rx) = spec.build();
     let cancel = job.cancel.clone();
     match llm.engine.submit(job) {
         Ok(()) => {}
         Err(SubmitError::QueueFull { depth }) => {
-            return Err(ApiError::new(503, "server_error", format!("the server is busy: {depth} requests are already waiting for the model; retry shortly"))
-                .code("queue_full")
-                .header("Retry-After", QUEUE_FULL_RETRY_AFTER_SECS.to_string()))
+            return Err(ApiError::new(
+                503,
+                "server_error",
+                format!("the server is busy: {depth} requests are already waiting for the model; retry shortly"),
+            )
+            .code("queue_full")
+            .header("Retry-After", QUEUE_FULL_RETRY_AFTER_SECS.to_string()))
         }
-        Err(SubmitError::ShuttingDown) => return Err(ApiError::new(503, "server_error", "the server is shutting down").code("shutting_down")),
+        Err(SubmitError::ShuttingDown) => {
+            return Err(ApiError::new(503, "server_error", "the server is shutting down").code("shutting_down"))
+        }
     }
-    let gen = Generation::new(llm.clone(), metrics.clone(), kind, request_id(kind), route, n, question_chars, params, rx, cancel, submitted, cfg.request_timeout);
+    let gen = Generation::new(
+        llm.clone(),
+        metrics.clone(),
+        kind,
+        request_id(kind),
+        route,
+        n,
+        question_chars,
+        params,
+        rx,
+        cancel,
+        submitted,
+        cfg.request_timeout,
+    );
     if gen.params.stream {
         let (tx, body) = async_channel::bounded(64);
         Ok(Response::sse_produced(body, Box::pin(super::generation::stream(gen, tx, guard))))
@@ -142,14 +194,43 @@ pub(super) async fn whole(mut gen: Generation) -> Result<Response, ApiError> {
                 let with_logprobs = gen.params.logprobs.is_some();
                 return Ok(match gen.kind {
                     Kind::Chat => {
-                        let lp = with_logprobs.then(|| ChatLogprobs { content: logprobs.iter().map(TokenLogprob::chat).collect() });
-                        let choice = ChatChoice { index: 0, message: ChatMessageOut { role: "assistant", content: &text }, logprobs: lp, finish_reason };
-                        Response::json(200, &Completion { id, object: "chat.completion", created: gen.created, model, choices: vec![choice], usage, mtplx_stats: stats })
+                        let lp = with_logprobs
+                            .then(|| ChatLogprobs { content: logprobs.iter().map(TokenLogprob::chat).collect() });
+                        let choice = ChatChoice {
+                            index: 0,
+                            message: ChatMessageOut { role: "assistant", content: &text },
+                            logprobs: lp,
+                            finish_reason,
+                        };
+                        Response::json(
+                            200,
+                            &Completion {
+                                id,
+                                object: "chat.completion",
+                                created: gen.created,
+                                model,
+                                choices: vec![choice],
+                                usage,
+                                mtplx_stats: stats,
+                            },
+                        )
                     }
                     Kind::Completion => {
                         let lp = with_logprobs.then(|| wire::completion_logprobs(&logprobs));
-                        let choice = TextChoice { index: 0, text: &text, logprobs: lp, finish_reason: Some(finish_reason) };
-                        Response::json(200, &Completion { id, object: "text_completion", created: gen.created, model, choices: vec![choice], usage, mtplx_stats: stats })
+                        let choice =
+                            TextChoice { index: 0, text: &text, logprobs: lp, finish_reason: Some(finish_reason) };
+                        Response::json(
+                            200,
+                            &Completion {
+                                id,
+                                object: "text_completion",
+                                created: gen.created,
+                                model,
+                                choices: vec![choice],
+                                usage,
+                                mtplx_stats: stats,
+                            },
+                        )
                     }
                 });
             }

@@ -70,11 +70,16 @@ pub struct CompletionRequest {
 
 fn parse_object(body: &[u8]) -> Result<Map<String, Value>, ApiError> {
     let v: Value = serde_json::from_slice(body).map_err(|e| {
-        ApiError::new(400, "invalid_request_error", format!("the request body is not valid JSON: {e}")).code("invalid_json")
+        ApiError::new(400, "invalid_request_error", format!("the request body is not valid JSON: {e}"))
+            .code("invalid_json")
     })?;
     match v {
         Value::Object(m) => Ok(m),
-        other => Err(ApiError::new(400, "invalid_request_error", format!("the request body must be a JSON object, not {}", type_name(&other)))),
+        other => Err(ApiError::new(
+            400,
+            "invalid_request_error",
+            format!("the request body must be a JSON object, not {}", type_name(&other)),
+        )),
     }
 }
 
@@ -105,7 +110,10 @@ fn number(m: &Map<String, Value>, name: &str, lo: f64, hi: f64, default: f64) ->
                 Err(ApiError::invalid(name, format!("'{name}' must be between {lo} and {hi}, got {x}")))
             }
         }
-        Some(v) => Err(ApiError::invalid(name, format!("'{name}' must be a number between {lo} and {hi}, not {}", type_name(v)))),
+        Some(v) => Err(ApiError::invalid(
+            name,
+            format!("'{name}' must be a number between {lo} and {hi}, not {}", type_name(v)),
+        )),
     }
 }
 
@@ -116,7 +124,10 @@ fn integer(m: &Map<String, Value>, name: &str, lo: u64, hi: u64) -> Result<Optio
             Some(x) if x >= lo && x <= hi => Ok(Some(x)),
             _ => Err(ApiError::invalid(name, format!("'{name}' must be an integer between {lo} and {hi}, got {n}"))),
         },
-        Some(v) => Err(ApiError::invalid(name, format!("'{name}' must be an integer between {lo} and {hi}, not {}", type_name(v)))),
+        Some(v) => Err(ApiError::invalid(
+            name,
+            format!("'{name}' must be an integer between {lo} and {hi}, not {}", type_name(v)),
+        )),
     }
 }
 
@@ -142,17 +153,32 @@ fn stop(m: &Map<String, Value>) -> Result<Vec<String>, ApiError> {
         Some(Value::String(s)) => vec![s.clone()],
         Some(Value::Array(a)) => {
             if a.len() > MAX_STOP_SEQUENCES {
-                return Err(ApiError::invalid("stop", format!("'stop' takes at most {MAX_STOP_SEQUENCES} sequences, got {}", a.len())));
+                return Err(ApiError::invalid(
+                    "stop",
+                    format!("'stop' takes at most {MAX_STOP_SEQUENCES} sequences, got {}", a.len()),
+                ));
             }
             a.iter()
-                .map(|v| v.as_str().map(str::to_string).ok_or_else(|| ApiError::invalid("stop", "'stop' must be a string or an array of strings")))
+                .map(|v| {
+                    v.as_str()
+                        .map(str::to_string)
+                        .ok_or_else(|| ApiError::invalid("stop", "'stop' must be a string or an array of strings"))
+                })
                 .collect::<Result<_, _>>()?
         }
-        Some(v) => return Err(ApiError::invalid("stop", format!("'stop' must be a string or an array of strings, not {}", type_name(v)))),
+        Some(v) => {
+            return Err(ApiError::invalid(
+                "stop",
+                format!("'stop' must be a string or an array of strings, not {}", type_name(v)),
+            ))
+        }
     };
     for s in &list {
         if s.is_empty() || s.len() > MAX_STOP_BYTES {
-            return Err(ApiError::invalid("stop", format!("each stop sequence must be 1 to {MAX_STOP_BYTES} bytes long, got {}", s.len())));
+            return Err(ApiError::invalid(
+                "stop",
+                format!("each stop sequence must be 1 to {MAX_STOP_BYTES} bytes long, got {}", s.len()),
+            ));
         }
     }
     Ok(list)
@@ -160,7 +186,11 @@ fn stop(m: &Map<String, Value>) -> Result<Vec<String>, ApiError> {
 
 fn refuse_unsupported(m: &Map<String, Value>) -> Result<(), ApiError> {
     match REFUSED_FIELDS.iter().find(|(f, _)| field(m, f).is_some()) {
-        Some((f, why)) => Err(ApiError::invalid(f, format!("'{f}' is not supported by this server ({why}); remove it from the request")).code("unsupported_parameter")),
+        Some((f, why)) => Err(ApiError::invalid(
+            f,
+            format!("'{f}' is not supported by this server ({why}); remove it from the request"),
+        )
+        .code("unsupported_parameter")),
         None => Ok(()),
     }
 }
@@ -185,12 +215,21 @@ fn gen_params(m: &Map<String, Value>, max_tokens_fields: &[&str]) -> Result<GenP
             e.param = Some("stream_options.include_usage".into());
             e
         })?,
-        Some(v) => return Err(ApiError::invalid("stream_options", format!("'stream_options' must be an object, not {}", type_name(v)))),
+        Some(v) => {
+            return Err(ApiError::invalid(
+                "stream_options",
+                format!("'stream_options' must be an object, not {}", type_name(v)),
+            ))
+        }
     };
     let top_k = integer(m, "top_k", 0, u32::MAX as u64)?.unwrap_or(0) as usize;
     let seed = match field(m, "seed") {
         None => None,
-        Some(Value::Number(n)) => Some(n.as_u64().or_else(|| n.as_i64().map(|i| i as u64)).ok_or_else(|| ApiError::invalid("seed", format!("'seed' must be an integer, got {n}")))?),
+        Some(Value::Number(n)) => Some(
+            n.as_u64()
+                .or_else(|| n.as_i64().map(|i| i as u64))
+                .ok_or_else(|| ApiError::invalid("seed", format!("'seed' must be an integer, got {n}")))?,
+        ),
         Some(v) => return Err(ApiError::invalid("seed", format!("'seed' must be an integer, not {}", type_name(v)))),
     };
     let sampling = SamplingParams {
@@ -202,14 +241,7 @@ fn gen_params(m: &Map<String, Value>, max_tokens_fields: &[&str]) -> Result<GenP
         frequency_penalty: number(m, "frequency_penalty", -2.0, 2.0, 0.0)?,
         seed,
     };
-    Ok(GenParams {
-        max_tokens,
-        sampling,
-        stop: stop(m)?,
-        logprobs: None,
-        stream,
-        include_usage,
-    })
+    Ok(GenParams { max_tokens, sampling, stop: stop(m)?, logprobs: None, stream, include_usage })
 }
 
 fn message(i: usize, v: &Value) -> Result<ChatMessage, ApiError> {
@@ -220,9 +252,17 @@ fn message(i: usize, v: &Value) -> Result<ChatMessage, ApiError> {
     let role = match o.get("role") {
         Some(Value::String(r)) if matches!(r.as_str(), "system" | "developer" | "user" | "assistant") => r.clone(),
         Some(Value::String(r)) => {
-            return Err(ApiError::invalid(&format!("{param}.role"), format!("'{param}.role' must be one of system, developer, user, assistant; got '{r}'")))
+            return Err(ApiError::invalid(
+                &format!("{param}.role"),
+                format!("'{param}.role' must be one of system, developer, user, assistant; got '{r}'"),
+            ))
         }
-        _ => return Err(ApiError::invalid(&format!("{param}.role"), format!("'{param}.role' is required and must be a string"))),
+        _ => {
+            return Err(ApiError::invalid(
+                &format!("{param}.role"),
+                format!("'{param}.role' is required and must be a string"),
+            ))
+        }
     };
     let content = match o.get("content") {
         None | Some(Value::Null) if role == "assistant" => String::new(),
@@ -242,7 +282,12 @@ fn message(i: usize, v: &Value) -> Result<ChatMessage, ApiError> {
             }
             text
         }
-        _ => return Err(ApiError::invalid(&format!("{param}.content"), format!("'{param}.content' must be a string or an array of text parts"))),
+        _ => {
+            return Err(ApiError::invalid(
+                &format!("{param}.content"),
+                format!("'{param}.content' must be a string or an array of text parts"),
+            ))
+        }
     };
     Ok(ChatMessage { role, content })
 }
@@ -250,9 +295,15 @@ fn message(i: usize, v: &Value) -> Result<ChatMessage, ApiError> {
 pub fn parse_chat(body: &[u8]) -> Result<ChatRequest, ApiError> {
     let m = parse_object(body)?;
     let messages = match field(&m, "messages") {
-        Some(Value::Array(a)) if !a.is_empty() => a.iter().enumerate().map(|(i, v)| message(i, v)).collect::<Result<Vec<_>, _>>()?,
-        Some(Value::Array(_)) => return Err(ApiError::invalid("messages", "'messages' must hold at least one message")),
-        Some(v) => return Err(ApiError::invalid("messages", format!("'messages' must be an array, not {}", type_name(v)))),
+        Some(Value::Array(a)) if !a.is_empty() => {
+            a.iter().enumerate().map(|(i, v)| message(i, v)).collect::<Result<Vec<_>, _>>()?
+        }
+        Some(Value::Array(_)) => {
+            return Err(ApiError::invalid("messages", "'messages' must hold at least one message"))
+        }
+        Some(v) => {
+            return Err(ApiError::invalid("messages", format!("'messages' must be an array, not {}", type_name(v))))
+        }
         None => return Err(ApiError::invalid("messages", "'messages' is required")),
     };
     let mut params = gen_params(&m, &["max_tokens", "max_completion_tokens"])?;
@@ -270,7 +321,12 @@ pub fn parse_completion(body: &[u8]) -> Result<CompletionRequest, ApiError> {
     let prompt = match field(&m, "prompt") {
         Some(Value::String(s)) => s.clone(),
         Some(Value::Array(a)) if a.len() == 1 && a[0].is_string() => a[0].as_str().unwrap_or_default().to_string(),
-        Some(v) => return Err(ApiError::invalid("prompt", format!("'prompt' must be a string (or an array of exactly one string), not {}", type_name(v)))),
+        Some(v) => {
+            return Err(ApiError::invalid(
+                "prompt",
+                format!("'prompt' must be a string (or an array of exactly one string), not {}", type_name(v)),
+            ))
+        }
         None => return Err(ApiError::invalid("prompt", "'prompt' is required")),
     };
     let mut params = gen_params(&m, &["max_tokens"])?;
@@ -318,12 +374,24 @@ mod tests {
             (r#"{"messages":[{"role":"user","content":"hi"}],"temperature":"hot"}"#, "temperature", "not a string"),
             (r#"{"messages":[{"role":"user","content":"hi"}],"n":2}"#, "n", "only n=1"),
             (r#"{"messages":[{"role":"user","content":"hi"}],"max_tokens":0}"#, "max_tokens", "between 1 and"),
-            (r#"{"messages":[{"role":"user","content":"hi"}],"top_logprobs":21,"logprobs":true}"#, "top_logprobs", "between 0 and 20"),
+            (
+                r#"{"messages":[{"role":"user","content":"hi"}],"top_logprobs":21,"logprobs":true}"#,
+                "top_logprobs",
+                "between 0 and 20",
+            ),
             (r#"{"messages":[{"role":"user","content":"hi"}],"stop":["a","b","c","d","e"]}"#, "stop", "at most 4"),
             (r#"{"messages":[]}"#, "messages", "at least one"),
             (r#"{"messages":[{"role":"wizard","content":"hi"}]}"#, "messages[0].role", "must be one of"),
-            (r#"{"messages":[{"role":"user","content":[{"type":"image_url"}]}]}"#, "messages[0].content[0]", "text part"),
-            (r#"{"messages":[{"role":"user","content":"hi"}],"stream_options":{"include_usage":1}}"#, "stream_options.include_usage", "boolean"),
+            (
+                r#"{"messages":[{"role":"user","content":[{"type":"image_url"}]}]}"#,
+                "messages[0].content[0]",
+                "text part",
+            ),
+            (
+                r#"{"messages":[{"role":"user","content":"hi"}],"stream_options":{"include_usage":1}}"#,
+                "stream_options.include_usage",
+                "boolean",
+            ),
         ];
         for (body, param, needle) in cases {
             let e = chat(body).unwrap_err();
@@ -335,7 +403,12 @@ mod tests {
 
     #[test]
     fn fields_without_effect_here_are_refused_by_name() {
-        for (f, v) in [("tools", "[]"), ("tool_choice", "\"auto\""), ("response_format", "{\"type\":\"json_object\"}"), ("logit_bias", "{\"50256\":-100}")] {
+        for (f, v) in [
+            ("tools", "[]"),
+            ("tool_choice", "\"auto\""),
+            ("response_format", "{\"type\":\"json_object\"}"),
+            ("logit_bias", "{\"50256\":-100}"),
+        ] {
             let body = format!(r#"{{"messages":[{{"role":"user","content":"hi"}}],"{f}":{v}}}"#);
             let e = chat(&body).unwrap_err();
             assert_eq!((e.status, e.param.as_deref(), e.code), (400, Some(f), Some("unsupported_parameter")), "{body}");
@@ -344,7 +417,8 @@ mod tests {
         let e = parse_completion(br#"{"prompt":"x","echo":true}"#).unwrap_err();
         assert_eq!(e.param.as_deref(), Some("echo"));
         // Fields that only inform are accepted.
-        chat(r#"{"messages":[{"role":"user","content":"hi"}],"user":"u1","metadata":{"k":"v"},"store":false}"#).unwrap();
+        chat(r#"{"messages":[{"role":"user","content":"hi"}],"user":"u1","metadata":{"k":"v"},"store":false}"#)
+            .unwrap();
     }
 
     #[test]

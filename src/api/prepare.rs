@@ -34,11 +34,19 @@ pub async fn chat(llm: &Arc<Llm>, body: Vec<u8>, special_in_content: bool) -> Re
         let r = parse_chat(&body)?;
         let content_bytes: usize = r.messages.iter().map(|m| m.content.len()).sum();
         refuse_oversized(&llm, content_bytes, "messages")?;
-        let messages: Vec<ChatMessage> = r.messages.iter().map(|m| ChatMessage { role: m.role.clone(), content: m.content.clone() }).collect();
+        let messages: Vec<ChatMessage> =
+            r.messages.iter().map(|m| ChatMessage { role: m.role.clone(), content: m.content.clone() }).collect();
         // The template's own text becomes control tokens; message contents stay plain text.
-        let prompt = llm.template.render_prompt(&llm.tokenizer, &messages, true, &Default::default()).map_err(|e| ApiError::invalid("messages", format!("the chat template refused the messages: {e}")))?;
-        let tokens = llm.tokenizer.encode_chat(&prompt, special_in_content).map_err(|e| ApiError::invalid("messages", e.to_string()))?;
-        let question_chars = r.messages.iter().rev().find(|m| m.role == "user").map(|m| m.content.chars().count() as u64);
+        let prompt = llm
+            .template
+            .render_prompt(&llm.tokenizer, &messages, true, &Default::default())
+            .map_err(|e| ApiError::invalid("messages", format!("the chat template refused the messages: {e}")))?;
+        let tokens = llm
+            .tokenizer
+            .encode_chat(&prompt, special_in_content)
+            .map_err(|e| ApiError::invalid("messages", e.to_string()))?;
+        let question_chars =
+            r.messages.iter().rev().find(|m| m.role == "user").map(|m| m.content.chars().count() as u64);
         Ok(Prepared { kind: Kind::Chat, tokens, params: r.params, question_chars })
     })
     .await
@@ -51,7 +59,10 @@ pub async fn completion(llm: &Arc<Llm>, body: Vec<u8>) -> Result<Prepared, ApiEr
     on_pool(move || {
         let r = parse_completion(&body)?;
         refuse_oversized(&llm, r.prompt.len(), "prompt")?;
-        let tokens = llm.tokenizer.encode(&r.prompt, llm.tokenizer.adds_bos()).map_err(|e| ApiError::invalid("prompt", e.to_string()))?;
+        let tokens = llm
+            .tokenizer
+            .encode(&r.prompt, llm.tokenizer.adds_bos())
+            .map_err(|e| ApiError::invalid("prompt", e.to_string()))?;
         if tokens.is_empty() {
             return Err(ApiError::invalid("prompt", "'prompt' must not be empty"));
         }
@@ -61,7 +72,9 @@ pub async fn completion(llm: &Arc<Llm>, body: Vec<u8>) -> Result<Prepared, ApiEr
     .await
 }
 
-async fn on_pool<T: Send + 'static>(work: impl FnOnce() -> Result<T, ApiError> + Send + 'static) -> Result<T, ApiError> {
+async fn on_pool<T: Send + 'static>(
+    work: impl FnOnce() -> Result<T, ApiError> + Send + 'static,
+) -> Result<T, ApiError> {
     let _permit = PERMITS.acquire().await;
     smol::unblock(work).await
 }

@@ -19,7 +19,14 @@ pub struct Ended {
 
 /// The record of one generation. `stats` is `None` when the engine never reported its end (the
 /// client left first, or the engine went away).
-pub fn outcome(id: &str, route: &str, model: &str, clock: GenerationClock, e: Ended, stats: Option<&GenStats>) -> GenerationOutcome {
+pub fn outcome(
+    id: &str,
+    route: &str,
+    model: &str,
+    clock: GenerationClock,
+    e: Ended,
+    stats: Option<&GenStats>,
+) -> GenerationOutcome {
     let mut o = GenerationOutcome::new(id.to_string(), route, model, e.status, clock);
     o.prompt_tokens = e.prompt_tokens as u64;
     o.completion_tokens = e.completion_tokens as u64;

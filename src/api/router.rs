@@ -21,9 +21,16 @@ impl<'p> Params<'p> {
 /// The outcome of looking a request up.
 #[derive(Debug, PartialEq, Eq)]
 pub enum Lookup<'p, R> {
-    Found { route: R, template: &'static str, params: Params<'p> },
+    Found {
+        route: R,
+        template: &'static str,
+        params: Params<'p>,
+    },
     /// The path matches a template, but not with this method; `allow` lists the methods that do.
-    MethodNotAllowed { template: &'static str, allow: String },
+    MethodNotAllowed {
+        template: &'static str,
+        allow: String,
+    },
     NotFound,
 }
 
@@ -49,7 +56,9 @@ impl<R: Copy> Router<R> {
         let mut allow: Vec<&str> = Vec::new();
         let mut matched_template = None;
         for &(m, template, route) in &self.routes {
-            let Some(params) = match_template(template, path) else { continue };
+            let Some(params) = match_template(template, path) else {
+                continue;
+            };
             // HEAD is answered by the GET handler; the server drops the body.
             if m == method || (method == "HEAD" && m == "GET") {
                 return Lookup::Found { route, template, params };

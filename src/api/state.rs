@@ -68,7 +68,11 @@ impl Cidr {
         let addr: IpAddr = a.parse().map_err(|_| format!("'{s}' is not an IP address or CIDR block"))?;
         let max = if addr.is_ipv4() { 32 } else { 128 };
         let prefix = match p {
-            Some(p) => p.parse::<u8>().ok().filter(|&p| p <= max).ok_or_else(|| format!("'{s}': prefix length must be 0..={max}"))?,
+            Some(p) => p
+                .parse::<u8>()
+                .ok()
+                .filter(|&p| p <= max)
+                .ok_or_else(|| format!("'{s}': prefix length must be 0..={max}"))?,
             None => max,
         };
         Ok(Cidr { addr, prefix })

@@ -163,8 +163,18 @@ pub struct TokenLogprob {
 
 impl TokenLogprob {
     pub fn chat(&self) -> ChatTokenLogprob<'_> {
-        let top = self.top.iter().map(|(b, l)| ChatTokenLogprob { token: lossy(b), logprob: *l, bytes: b, top_logprobs: None });
-        ChatTokenLogprob { token: lossy(&self.bytes), logprob: self.logprob, bytes: &self.bytes, top_logprobs: Some(top.collect()) }
+        let top = self.top.iter().map(|(b, l)| ChatTokenLogprob {
+            token: lossy(b),
+            logprob: *l,
+            bytes: b,
+            top_logprobs: None,
+        });
+        ChatTokenLogprob {
+            token: lossy(&self.bytes),
+            logprob: self.logprob,
+            bytes: &self.bytes,
+            top_logprobs: Some(top.collect()),
+        }
     }
 }
 
@@ -226,7 +236,12 @@ mod tests {
 
     #[test]
     fn chat_logprob_keeps_real_bytes() {
-        let t = TokenLogprob { bytes: vec![0xF0, 0x9F], logprob: -0.5, offset: 0, top: vec![(vec![0xF0, 0x9F], -0.5), (vec![b'a'], -1.0)] };
+        let t = TokenLogprob {
+            bytes: vec![0xF0, 0x9F],
+            logprob: -0.5,
+            offset: 0,
+            top: vec![(vec![0xF0, 0x9F], -0.5), (vec![b'a'], -1.0)],
+        };
         let v = serde_json::to_value(t.chat()).unwrap();
         assert_eq!(v["bytes"], serde_json::json!([0xF0, 0x9F]));
         assert_eq!(v["top_logprobs"][1]["token"], "a");
@@ -236,7 +251,12 @@ mod tests {
 
     #[test]
     fn error_body_has_openai_shape() {
-        let e = ErrorBody { error: ErrorDetail { message: "m", kind: "invalid_request_error", param: Some("p"), code: None } };
-        assert_eq!(serde_json::to_string(&e).unwrap(), r#"{"error":{"message":"m","type":"invalid_request_error","param":"p","code":null}}"#);
+        let e = ErrorBody {
+            error: ErrorDetail { message: "m", kind: "invalid_request_error", param: Some("p"), code: None },
+        };
+        assert_eq!(
+            serde_json::to_string(&e).unwrap(),
+            r#"{"error":{"message":"m","type":"invalid_request_error","param":"p","code":null}}"#
+        );
     }
 }

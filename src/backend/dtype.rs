@@ -85,8 +85,7 @@ impl DType {
 
     /// Bytes taken by `n` values, or `None` when `n` is not a whole number of blocks.
     pub fn bytes_for(self, n: usize) -> Option<usize> {
-        n.is_multiple_of(self.block_len())
-            .then(|| n / self.block_len() * self.block_bytes())
+        n.is_multiple_of(self.block_len()).then(|| n / self.block_len() * self.block_bytes())
     }
 
     pub fn name(self) -> &'static str {

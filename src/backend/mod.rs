@@ -22,42 +22,19 @@ pub struct WeightRef<'a> {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum WeightError {
     /// A row must be a whole number of blocks.
-    PartialBlock {
-        dtype: DType,
-        cols: usize,
-        block_len: usize,
-    },
+    PartialBlock { dtype: DType, cols: usize, block_len: usize },
     /// The byte length must be exactly `rows * row_bytes`.
-    WrongSize {
-        dtype: DType,
-        rows: usize,
-        cols: usize,
-        expected: usize,
-        got: usize,
-    },
+    WrongSize { dtype: DType, rows: usize, cols: usize, expected: usize, got: usize },
 }
 
 impl std::fmt::Display for WeightError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
-            WeightError::PartialBlock {
-                dtype,
-                cols,
-                block_len,
-            } => {
+            WeightError::PartialBlock { dtype, cols, block_len } => {
                 write!(f, "{dtype} rows of {cols} values are not a whole number of {block_len}-value blocks")
             }
-            WeightError::WrongSize {
-                dtype,
-                rows,
-                cols,
-                expected,
-                got,
-            } => {
-                write!(
-                    f,
-                    "{dtype} matrix {rows}x{cols} needs {expected} bytes, got {got}"
-                )
+            WeightError::WrongSize { dtype, rows, cols, expected, got } => {
+                write!(f, "{dtype} matrix {rows}x{cols} needs {expected} bytes, got {got}")
             }
         }
     }
@@ -67,33 +44,14 @@ impl std::error::Error for WeightError {}
 
 impl<'a> WeightRef<'a> {
     /// Checks that `bytes` is exactly a `rows x cols` matrix of `dtype`.
-    pub fn new(
-        dtype: DType,
-        bytes: &'a [u8],
-        rows: usize,
-        cols: usize,
-    ) -> Result<WeightRef<'a>, WeightError> {
-        let row_bytes = dtype.bytes_for(cols).ok_or(WeightError::PartialBlock {
-            dtype,
-            cols,
-            block_len: dtype.block_len(),
-        })?;
+    pub fn new(dtype: DType, bytes: &'a [u8], rows: usize, cols: usize) -> Result<WeightRef<'a>, WeightError> {
+        let row_bytes =
+            dtype.bytes_for(cols).ok_or(WeightError::PartialBlock { dtype, cols, block_len: dtype.block_len() })?;
         let expected = row_bytes.saturating_mul(rows);
         if expected != bytes.len() {
-            return Err(WeightError::WrongSize {
-                dtype,
-                rows,
-                cols,
-                expected,
-                got: bytes.len(),
-            });
+            return Err(WeightError::WrongSize { dtype, rows, cols, expected, got: bytes.len() });
         }
-        Ok(WeightRef {
-            dtype,
-            bytes,
-            rows,
-            cols,
-        })
+        Ok(WeightRef { dtype, bytes, rows, cols })
     }
 
     /// Bytes of one row.
@@ -156,13 +114,7 @@ pub trait Backend: Send {
     /// gate/up): `outs[m]` gets `n` rows of `ws[m].rows`. Cheaper than separate calls (one
     /// activation quantization, one dispatch of the worker pool).
     fn matmul_many(&self, ws: &[WeightRef<'_>], x: &[f32], n: usize, outs: &mut [&mut [f32]]) {
-        assert_eq!(
-            ws.len(),
-            outs.len(),
-            "matmul_many: {} matrices but {} outputs",
-            ws.len(),
-            outs.len()
-        );
+        assert_eq!(ws.len(), outs.len(), "matmul_many: {} matrices but {} outputs", ws.len(), outs.len());
         for (w, out) in ws.iter().zip(outs.iter_mut()) {
             self.matmul(*w, x, n, out);
         }

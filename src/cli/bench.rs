@@ -26,7 +26,9 @@ pub fn prefill_tok_s(model: &dyn Model, prompt: usize, reps: usize) -> f64 {
         .map(|_| {
             let mut cache = model.new_cache(prompt + 1);
             let t = Instant::now();
-            model.forward(&mut [SeqBatch { tokens: &toks, cache: &mut cache, logits: LogitsWanted::Last }]).expect("prefill");
+            model
+                .forward(&mut [SeqBatch { tokens: &toks, cache: &mut cache, logits: LogitsWanted::Last }])
+                .expect("prefill");
             prompt as f64 / t.elapsed().as_secs_f64()
         })
         .fold(0.0, f64::max)
@@ -104,27 +106,48 @@ pub fn run(cfg: &ModelOpts, prompt: usize, generate: usize, sequences: usize) ->
         println!("| {} | {threads} | pp{prompt} | {:.2} |", name, prefill_tok_s(&*model, prompt, 3));
         println!("| {} | {threads} | tg{generate} | {:.2} |", name, decode_tok_s(&*model, generate));
         if threads == *thread_counts.last().unwrap() && sequences > 1 {
-            println!("| {} | {threads} | tg{generate} x{sequences} batched forward (aggregate) | {:.2} |", name, decode_batched_tok_s(&*model, sequences, generate));
-            println!("| {} | {threads} | tg{generate} x{sequences} engine, prompts included (aggregate) | {:.2} |", name, concurrent_tok_s(model.clone(), tokenizer.clone(), sequences, generate));
+            println!(
+                "| {} | {threads} | tg{generate} x{sequences} batched forward (aggregate) | {:.2} |",
+                name,
+                decode_batched_tok_s(&*model, sequences, generate)
+            );
+            println!(
+                "| {} | {threads} | tg{generate} x{sequences} engine, prompts included (aggregate) | {:.2} |",
+                name,
+                concurrent_tok_s(model.clone(), tokenizer.clone(), sequences, generate)
+            );
         }
     }
     Ok(())
 }
 
-pub fn generate(cfg: &ModelOpts, prompt: &str, max_tokens: usize, temperature: f32, seed: Option<u64>, chat: bool) -> Result<(), String> {
+pub fn generate(
+    cfg: &ModelOpts,
+    prompt: &str,
+    max_tokens: usize,
+    temperature: f32,
+    seed: Option<u64>,
+    chat: bool,
+) -> Result<(), String> {
     let path = cfg.path()?;
     let loaded = mtplx_lite::model::load::load(&path, cfg.threads).map_err(|e| e.to_string())?;
     let text = if chat {
-        loaded.template.render(&[ChatMessage { role: "user".into(), content: prompt.into() }], true).map_err(|e| e.to_string())?
+        loaded
+            .template
+            .render(&[ChatMessage { role: "user".into(), content: prompt.into() }], true)
+            .map_err(|e| e.to_string())?
     } else {
         prompt.to_string()
     };
     let tokens = loaded.tokenizer.encode(&text, !chat && loaded.tokenizer.adds_bos()).map_err(|e| e.to_string())?;
-    let ecfg = EngineConfig { budget: cfg.budget, ..EngineConfig::for_model(&*loaded.model, 1, cfg.ctx, cfg.kv_cache_bytes) };
+    let ecfg =
+        EngineConfig { budget: cfg.budget, ..EngineConfig::for_model(&*loaded.model, 1, cfg.ctx, cfg.kv_cache_bytes) };
     let max_tokens = max_tokens.min(ecfg.ctx.saturating_sub(tokens.len()));
     let engine = Engine::start(loaded.model.clone(), loaded.tokenizer.clone(), ecfg);
     let params = SamplingParams { temperature, seed, ..SamplingParams::greedy() };
-    let (job, rx) = JobSpec { stop_tokens: loaded.tokenizer.eos_tokens().to_vec(), ..JobSpec::new(tokens, params, max_tokens) }.build();
+    let (job, rx) =
+        JobSpec { stop_tokens: loaded.tokenizer.eos_tokens().to_vec(), ..JobSpec::new(tokens, params, max_tokens) }
+            .build();
     engine.submit(job).map_err(|e| e.to_string())?;
     let mut out = std::io::stdout();
     while let Ok(ev) = rx.recv_blocking() {

@@ -161,7 +161,8 @@ impl ModelOpts {
     pub fn path(&self) -> Result<PathBuf, String> {
         match &self.model {
             Some(p) => Ok(p.clone()),
-            None => mtplx_lite::model::demo::ensure_demo_model(&mut |l| eprintln!("mtplx-lite: {l}")).map_err(|e| e.to_string()),
+            None => mtplx_lite::model::demo::ensure_demo_model(&mut |l| eprintln!("mtplx-lite: {l}"))
+                .map_err(|e| e.to_string()),
         }
     }
 }
@@ -195,7 +196,8 @@ pub fn resolve_listen(s: &str) -> Result<SocketAddr, String> {
     if let Ok(a) = s.parse() {
         return Ok(a);
     }
-    let mut addrs = s.to_socket_addrs().map_err(|e| format!("--listen {s}: not HOST:PORT, or the host does not resolve ({e})"))?;
+    let mut addrs =
+        s.to_socket_addrs().map_err(|e| format!("--listen {s}: not HOST:PORT, or the host does not resolve ({e})"))?;
     addrs.next().ok_or_else(|| format!("--listen {s}: the host resolves to no address"))
 }
 
@@ -245,7 +247,8 @@ impl Settings {
             shutdown_grace: Duration::from_secs_f64(cli.shutdown_grace),
             ..HttpConfig::default()
         };
-        let budget = StepBudget { max_batch_tokens: cli.max_batch_tokens.max(1), prefill_chunk: cli.prefill_chunk.max(1) };
+        let budget =
+            StepBudget { max_batch_tokens: cli.max_batch_tokens.max(1), prefill_chunk: cli.prefill_chunk.max(1) };
         let model = ModelOpts {
             model: cli.model.clone(),
             threads: cli.threads,
@@ -271,7 +274,9 @@ mod tests {
 
     #[test]
     fn request_timeout_is_a_positive_number_of_seconds() {
-        let parse = |args: &[&str]| Settings::from_cli(&Cli::from_args(&["mtplx-lite"], args).unwrap()).map(|s| s.api.request_timeout);
+        let parse = |args: &[&str]| {
+            Settings::from_cli(&Cli::from_args(&["mtplx-lite"], args).unwrap()).map(|s| s.api.request_timeout)
+        };
         assert_eq!(parse(&[]).unwrap(), None);
         assert_eq!(parse(&["--request-timeout", "1.5"]).unwrap(), Some(Duration::from_millis(1500)));
         for bad in ["0", "-1", "nan", "inf", "1e300"] {

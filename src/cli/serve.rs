@@ -32,14 +32,25 @@ pub fn run(s: Settings) -> Result<(), String> {
     let ctx = engine_cfg.ctx;
     let engine = Engine::start(loaded.model.clone(), loaded.tokenizer.clone(), engine_cfg);
     let metrics = Metrics::shared(s.metrics_history, BuildInfo::current("cpu", &loaded.name));
-    let llm = Arc::new(Llm { engine, tokenizer: loaded.tokenizer, template: loaded.template, info, model_id: loaded.name, created: unix_now(), ctx });
+    let llm = Arc::new(Llm {
+        engine,
+        tokenizer: loaded.tokenizer,
+        template: loaded.template,
+        info,
+        model_id: loaded.name,
+        created: unix_now(),
+        ctx,
+    });
     let shutdown = Shutdown::new();
     shutdown_on_signals(shutdown.clone()).map_err(|e| format!("cannot install signal handlers: {e}"))?;
     let grace = s.http.shutdown_grace;
     let app = Arc::new(App::new(s.api, metrics.clone(), Some(llm.clone())));
     let (m, sd) = (metrics.clone(), shutdown.clone());
     std::thread::spawn(move || smol::block_on(wind_down(sd, m, llm, grace)));
-    eprintln!("mtplx-lite: serving {} on http://{addr} (OpenAI API under /v1, metrics on /metrics)", app.model_id().unwrap_or("no model"));
+    eprintln!(
+        "mtplx-lite: serving {} on http://{addr} (OpenAI API under /v1, metrics on /metrics)",
+        app.model_id().unwrap_or("no model")
+    );
     println!("listening on http://{addr}");
     use std::io::Write;
     let _ = std::io::stdout().flush();

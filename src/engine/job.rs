@@ -72,11 +72,7 @@ pub struct Job {
 
 impl Job {
     /// A job with default options and the receiver of its events.
-    pub fn new(
-        prompt: Vec<u32>,
-        params: SamplingParams,
-        max_tokens: usize,
-    ) -> (Job, async_channel::Receiver<Event>) {
+    pub fn new(prompt: Vec<u32>, params: SamplingParams, max_tokens: usize) -> (Job, async_channel::Receiver<Event>) {
         JobSpec::new(prompt, params, max_tokens).build()
     }
 }

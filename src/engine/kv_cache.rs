@@ -37,10 +37,9 @@ impl std::fmt::Display for AdmitError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             AdmitError::EmptyPrompt => write!(f, "the prompt is empty; at least one token is needed"),
-            AdmitError::PromptTooLong { prompt, ctx } => write!(
-                f,
-                "the prompt has {prompt} tokens but the context holds {ctx}, leaving no room to generate"
-            ),
+            AdmitError::PromptTooLong { prompt, ctx } => {
+                write!(f, "the prompt has {prompt} tokens but the context holds {ctx}, leaving no room to generate")
+            }
             AdmitError::OverBudget { needed, budget } => {
                 write!(f, "the sequence may need {needed} bytes of KV cache but the budget is {budget} bytes")
             }
@@ -81,14 +80,7 @@ impl KvCacheManager {
     /// `bytes_per_position` is what one position costs across layers, keys and values
     /// (`KvCache::bytes_per_position`).
     pub fn new(ctx: usize, budget_bytes: usize, bytes_per_position: usize) -> KvCacheManager {
-        KvCacheManager {
-            ctx,
-            budget: budget_bytes,
-            bytes_per_position,
-            slots: Vec::new(),
-            next_id: 0,
-            clock: 0,
-        }
+        KvCacheManager { ctx, budget: budget_bytes, bytes_per_position, slots: Vec::new(), next_id: 0, clock: 0 }
     }
 
     pub fn ctx(&self) -> usize {
@@ -148,8 +140,7 @@ impl KvCacheManager {
         let reuse = best.map(|(i, _)| self.slots[i].id);
         // Evict idle caches, least recently used first, until the new worst case fits.
         loop {
-            let others: usize =
-                self.slots.iter().filter(|s| Some(s.id) != reuse).map(|s| self.charge(s)).sum();
+            let others: usize = self.slots.iter().filter(|s| Some(s.id) != reuse).map(|s| self.charge(s)).sum();
             if others + need <= self.budget {
                 break;
             }
@@ -179,13 +170,7 @@ impl KvCacheManager {
                 let id = SeqId(self.next_id);
                 self.next_id += 1;
                 let cache = new_cache(self.ctx);
-                self.slots.push(Slot {
-                    id,
-                    tokens: Vec::new(),
-                    cache,
-                    reserved: Some(positions),
-                    last_used: 0,
-                });
+                self.slots.push(Slot { id, tokens: Vec::new(), cache, reserved: Some(positions), last_used: 0 });
                 (id, 0)
             }
         };
@@ -245,7 +230,9 @@ impl KvCacheManager {
     pub fn finish(&mut self, id: SeqId, keep: bool) {
         self.clock += 1;
         let clock = self.clock;
-        let Some(i) = self.slots.iter().position(|s| s.id == id) else { return };
+        let Some(i) = self.slots.iter().position(|s| s.id == id) else {
+            return;
+        };
         let s = &mut self.slots[i];
         if keep && !s.tokens.is_empty() && s.tokens.len() == s.cache.len() {
             s.reserved = None;
@@ -341,7 +328,10 @@ mod tests {
         feed(&mut m, a.id, &[1, 2, 3]);
         assert!(m.snapshot().bytes > 0);
         m.finish(a.id, false);
-        assert_eq!(m.snapshot(), KvSnapshot { budget_bytes: 64 * BPP * 4, bytes_per_position: BPP, ..Default::default() });
+        assert_eq!(
+            m.snapshot(),
+            KvSnapshot { budget_bytes: 64 * BPP * 4, bytes_per_position: BPP, ..Default::default() }
+        );
     }
 
     #[test]

@@ -23,10 +23,10 @@ pub use detok::{StreamDecoder, TokenDecoder};
 pub use job::{Event, FinishReason, GenStats, Job, JobSpec, KvSnapshot, SamplingParams, MAX_TOP_LOGPROBS};
 pub use step_budget::StepBudget;
 
-use kv_cache::KvCacheManager;
-use scheduler::{Scheduler, Shared};
 use crate::model::Model;
 use crossbeam_channel::{Sender, TrySendError};
+use kv_cache::KvCacheManager;
+use scheduler::{Scheduler, Shared};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
@@ -79,7 +79,9 @@ pub enum SubmitError {
 impl std::fmt::Display for SubmitError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
-            SubmitError::QueueFull { depth } => write!(f, "the job queue is full ({depth} jobs waiting)"),
+            SubmitError::QueueFull { depth } => {
+                write!(f, "the job queue is full ({depth} jobs waiting)")
+            }
             SubmitError::ShuttingDown => write!(f, "the engine is shutting down"),
         }
     }
@@ -342,10 +344,7 @@ mod tests {
             collect(&rx)
         };
         let o = run(prompt.clone(), 3);
-        assert_eq!(
-            (o.finish.clone(), o.tokens.clone()),
-            (FinishReason::Length, greedy_alone(&prompt, 3, &[]))
-        );
+        assert_eq!((o.finish.clone(), o.tokens.clone()), (FinishReason::Length, greedy_alone(&prompt, 3, &[])));
         assert_eq!(o.stats.completion_tokens, 3);
         let o = run(prompt.clone(), 100);
         assert_eq!((o.finish.clone(), o.tokens.len()), (FinishReason::Length, 6));
@@ -435,7 +434,15 @@ mod tests {
         let model = ToyModel::new(Gate::open_gate());
         let per_position = model.new_cache(0).bytes_per_position();
         let cfg = EngineConfig::for_model(&model, 64, None, None);
-        assert_eq!(cfg, EngineConfig { queue_depth: 64, ctx: 1024, kv_cache_bytes: DEFAULT_KV_CACHE_BYTES, budget: StepBudget::default() });
+        assert_eq!(
+            cfg,
+            EngineConfig {
+                queue_depth: 64,
+                ctx: 1024,
+                kv_cache_bytes: DEFAULT_KV_CACHE_BYTES,
+                budget: StepBudget::default()
+            }
+        );
         let cfg = EngineConfig::for_model(&model, 2, Some(100), Some(5000));
         assert_eq!(cfg, EngineConfig { queue_depth: 2, ctx: 100, kv_cache_bytes: 5000, budget: StepBudget::default() });
         // A budget never defaults below one full context.
@@ -449,8 +456,7 @@ mod tests {
         let e = engine(&model, 8, 1024, 1 << 24);
         let _open = OpenOnDrop(model.clone());
         let run = |seed| {
-            let params =
-                SamplingParams { temperature: 0.9, top_p: 0.95, seed: Some(seed), ..Default::default() };
+            let params = SamplingParams { temperature: 0.9, top_p: 0.95, seed: Some(seed), ..Default::default() };
             let (j, rx) = Job::new(vec![9, 8, 7], params, 24);
             e.submit(j).unwrap();
             collect(&rx).tokens

@@ -191,10 +191,8 @@ impl Scheduler {
     /// Which sequences take part in this step and how many tokens each feeds.
     fn plan(&self) -> Vec<(usize, usize)> {
         let live: Vec<usize> = (0..self.active.len()).filter(|&i| self.active[i].done.is_none()).collect();
-        let wants: Vec<Want> = live
-            .iter()
-            .map(|&i| Want { prompt_left: self.active[i].job.prompt.len() - self.active[i].fed })
-            .collect();
+        let wants: Vec<Want> =
+            live.iter().map(|&i| Want { prompt_left: self.active[i].job.prompt.len() - self.active[i].fed }).collect();
         self.budget.plan(&wants).into_iter().map(|(w, n)| (live[w], n)).collect()
     }
 

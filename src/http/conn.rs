@@ -134,14 +134,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Conn<'_, '_, S> {
             self.timer.set_at(deadline);
             self.armed = Some(deadline);
         }
-        let Conn {
-            io,
-            input,
-            timer,
-            armed,
-            stop,
-            ..
-        } = self;
+        let Conn { io, input, timer, armed, stop, .. } = self;
         let read = async {
             match input.read_from(*io).await {
                 Ok(0) | Err(_) => ReadOutcome::Eof,
@@ -179,13 +172,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Conn<'_, '_, S> {
 
     /// Answers a request the server refuses itself, in the handler's rendering, and reports it.
     fn reject(&mut self, err: &HttpError, method: &str, path: &str, head_only: bool) {
-        let rejected = Rejected {
-            method,
-            path,
-            status: err.status(),
-            error: err,
-            peer: self.ctx.peer,
-        };
+        let rejected = Rejected { method, path, status: err.status(), error: err, peer: self.ctx.peer };
         let resp = render_rejection(self.ctx.handler, &rejected);
         response::write_rejection(&mut self.out, rejected.status, resp, head_only);
         self.ctx.handler.on_rejected(&rejected);
@@ -206,11 +193,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Conn<'_, '_, S> {
     async fn exchange(&mut self, first: bool) -> Result<(), ConnEnd> {
         let head = self.read_head(first).await?;
         let body = self.read_body(&head).await?;
-        let asked = Asked {
-            version: head.version,
-            keep_alive: head.keep_alive,
-            head_only: head.method == "HEAD",
-        };
+        let asked = Asked { version: head.version, keep_alive: head.keep_alive, head_only: head.method == "HEAD" };
         let resp = self.call_handler(head, body, asked.head_only).await?;
         self.turn.answered();
         self.write_response(resp, asked).await
@@ -221,12 +204,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Conn<'_, '_, S> {
     async fn read_head(&mut self, first: bool) -> Result<Head, ConnEnd> {
         let cfg = self.ctx.cfg;
         let mut idle = !first && self.filled().is_empty();
-        let mut deadline = Instant::now()
-            + if idle {
-                cfg.idle_timeout
-            } else {
-                cfg.header_timeout
-            };
+        let mut deadline = Instant::now() + if idle { cfg.idle_timeout } else { cfg.header_timeout };
         // Bytes of `filled()` already parsed as an incomplete head: a head can only complete
         // with a new LF, so a client dripping bytes does not make us reparse on each one.
         let mut checked = 0;
@@ -256,9 +234,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Conn<'_, '_, S> {
                 ReadOutcome::Eof | ReadOutcome::Stopped => return Err(ConnEnd::Closed),
                 ReadOutcome::Timeout if idle => return Err(ConnEnd::Closed),
                 ReadOutcome::Timeout => {
-                    let err = HttpError::HeadTimeout {
-                        millis: cfg.header_timeout.as_millis(),
-                    };
+                    let err = HttpError::HeadTimeout { millis: cfg.header_timeout.as_millis() };
                     self.reject(&err, "", "", false);
                     return Err(ConnEnd::Linger);
                 }
@@ -277,10 +253,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Conn<'_, '_, S> {
             Framing::None => {}
             Framing::Length(len) => {
                 if len > cfg.max_body_bytes as u64 {
-                    let err = HttpError::BodyTooLarge {
-                        len,
-                        limit: cfg.max_body_bytes,
-                    };
+                    let err = HttpError::BodyTooLarge { len, limit: cfg.max_body_bytes };
                     self.reject(&err, &head.method, &head.path, head_only);
                     return Err(ConnEnd::Linger);
                 }
@@ -328,9 +301,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Conn<'_, '_, S> {
             ReadOutcome::Data => Ok(()),
             ReadOutcome::Eof | ReadOutcome::Stopped => Err(ConnEnd::Closed),
             ReadOutcome::Timeout => {
-                let err = HttpError::BodyTimeout {
-                    millis: self.ctx.cfg.body_timeout.as_millis(),
-                };
+                let err = HttpError::BodyTimeout { millis: self.ctx.cfg.body_timeout.as_millis() };
                 self.reject(&err, &head.method, &head.path, false);
                 Err(ConnEnd::Linger)
             }
@@ -338,12 +309,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Conn<'_, '_, S> {
     }
 
     /// Calls the handler, with a panic contained to this connection (answered with 500).
-    async fn call_handler(
-        &mut self,
-        head: Head,
-        body: Vec<u8>,
-        head_only: bool,
-    ) -> Result<Response, ConnEnd> {
+    async fn call_handler(&mut self, head: Head, body: Vec<u8>, head_only: bool) -> Result<Response, ConnEnd> {
         self.method.clear();
         self.method.push_str(&head.method);
         self.path.clear();
@@ -358,16 +324,10 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Conn<'_, '_, S> {
             peer: self.ctx.peer,
         };
         let handler = self.ctx.handler;
-        match AssertUnwindSafe(async move { handler.handle(req).await })
-            .catch_unwind()
-            .await
-        {
+        match AssertUnwindSafe(async move { handler.handle(req).await }).catch_unwind().await {
             Ok(resp) => Ok(resp),
             Err(_) => {
-                let (method, path) = (
-                    std::mem::take(&mut self.method),
-                    std::mem::take(&mut self.path),
-                );
+                let (method, path) = (std::mem::take(&mut self.method), std::mem::take(&mut self.path));
                 self.reject(&HttpError::HandlerPanicked, &method, &path, head_only);
                 Err(ConnEnd::Linger)
             }
@@ -393,13 +353,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Conn<'_, '_, S> {
             (Body::Stream(..), true, true) => (response::Framing::Chunked, conn_header),
             (Body::Stream(..), true, false) => (response::Framing::UntilClose, ConnHeader::Close),
         };
-        response::write_head(
-            &mut self.out,
-            resp.status,
-            &resp.headers,
-            framing,
-            conn_header,
-        );
+        response::write_head(&mut self.out, resp.status, &resp.headers, framing, conn_header);
         match resp.body {
             Body::Full(bytes) => {
                 if has_body && !asked.head_only {
@@ -465,10 +419,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Conn<'_, '_, S> {
 /// end, or a size bound just crossed.
 fn worth_parsing(buf: &[u8], checked: usize) -> bool {
     let crossed = |bound: usize| checked <= bound && buf.len() > bound;
-    checked == 0
-        || buf[checked..].contains(&b'\n')
-        || crossed(MAX_TARGET_BYTES)
-        || crossed(MAX_HEAD_BYTES)
+    checked == 0 || buf[checked..].contains(&b'\n') || crossed(MAX_TARGET_BYTES) || crossed(MAX_HEAD_BYTES)
 }
 
 #[cfg(test)]

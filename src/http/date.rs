@@ -19,9 +19,7 @@ thread_local! {
 
 /// Appends the current date as an IMF-fixdate to `out`.
 pub fn append_now(out: &mut Vec<u8>) {
-    let now = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs());
+    let now = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs());
     CACHE.with(|c| {
         let mut c = c.borrow_mut();
         if c.second != now {
@@ -35,10 +33,8 @@ pub fn append_now(out: &mut Vec<u8>) {
 /// Formats seconds since the Unix epoch as an IMF-fixdate.
 pub fn format_imf_fixdate(unix_secs: u64) -> [u8; IMF_FIXDATE_LEN] {
     const DAYS: [&[u8; 3]; 7] = [b"Thu", b"Fri", b"Sat", b"Sun", b"Mon", b"Tue", b"Wed"];
-    const MONTHS: [&[u8; 3]; 12] = [
-        b"Jan", b"Feb", b"Mar", b"Apr", b"May", b"Jun", b"Jul", b"Aug", b"Sep", b"Oct", b"Nov",
-        b"Dec",
-    ];
+    const MONTHS: [&[u8; 3]; 12] =
+        [b"Jan", b"Feb", b"Mar", b"Apr", b"May", b"Jun", b"Jul", b"Aug", b"Sep", b"Oct", b"Nov", b"Dec"];
     let days = unix_secs / 86_400;
     let secs = unix_secs % 86_400;
     let (year, month, day) = civil_from_days(days as i64);

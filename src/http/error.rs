@@ -2,9 +2,7 @@
 
 use std::fmt;
 
-use super::limits::{
-    MAX_CHUNK_LINE_BYTES, MAX_HEADERS, MAX_HEAD_BYTES, MAX_TARGET_BYTES, MAX_TRAILER_BYTES,
-};
+use super::limits::{MAX_CHUNK_LINE_BYTES, MAX_HEADERS, MAX_HEAD_BYTES, MAX_TARGET_BYTES, MAX_TRAILER_BYTES};
 
 /// A request the server answers itself, without calling the handler.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -57,9 +55,7 @@ pub enum HttpError {
 impl HttpError {
     pub fn status(&self) -> u16 {
         match self {
-            HttpError::HeadTooLarge | HttpError::TooManyHeaders | HttpError::TrailersTooLarge => {
-                431
-            }
+            HttpError::HeadTooLarge | HttpError::TooManyHeaders | HttpError::TrailersTooLarge => 431,
             HttpError::TargetTooLong { .. } => 414,
             HttpError::BodyTooLarge { .. } => 413,
             HttpError::HeadTimeout { .. } | HttpError::BodyTimeout { .. } => 408,
@@ -118,16 +114,10 @@ impl fmt::Display for HttpError {
                 write!(f, "request has more than {MAX_HEADERS} header fields")
             }
             HttpError::TargetTooLong { len } => {
-                write!(
-                    f,
-                    "request target of {len} bytes exceeds {MAX_TARGET_BYTES} bytes"
-                )
+                write!(f, "request target of {len} bytes exceeds {MAX_TARGET_BYTES} bytes")
             }
             HttpError::BodyTooLarge { len, limit } => {
-                write!(
-                    f,
-                    "request body of {len} bytes exceeds the limit of {limit} bytes"
-                )
+                write!(f, "request body of {len} bytes exceeds the limit of {limit} bytes")
             }
             HttpError::HeadTimeout { millis } => {
                 write!(f, "request header not complete within {millis} ms")
@@ -143,25 +133,16 @@ impl fmt::Display for HttpError {
                 write!(f, "request has Content-Length values that differ")
             }
             HttpError::InvalidContentLength => {
-                write!(
-                    f,
-                    "Content-Length is not a decimal number of at most 19 digits"
-                )
+                write!(f, "Content-Length is not a decimal number of at most 19 digits")
             }
             HttpError::UnsupportedTransferEncoding => {
-                write!(
-                    f,
-                    "Transfer-Encoding other than a single 'chunked' is not implemented"
-                )
+                write!(f, "Transfer-Encoding other than a single 'chunked' is not implemented")
             }
             HttpError::TransferEncodingOnHttp10 => {
                 write!(f, "Transfer-Encoding is not allowed in an HTTP/1.0 request")
             }
             HttpError::UnsupportedVersion => {
-                write!(
-                    f,
-                    "HTTP version not supported; only HTTP/1.0 and HTTP/1.1 are"
-                )
+                write!(f, "HTTP version not supported; only HTTP/1.0 and HTTP/1.1 are")
             }
             HttpError::InvalidChunk => write!(
                 f,
@@ -169,10 +150,7 @@ impl fmt::Display for HttpError {
                  or chunk data not followed by CRLF"
             ),
             HttpError::TrailersTooLarge => {
-                write!(
-                    f,
-                    "chunked trailer section exceeds {MAX_TRAILER_BYTES} bytes"
-                )
+                write!(f, "chunked trailer section exceeds {MAX_TRAILER_BYTES} bytes")
             }
             HttpError::MissingHost => {
                 write!(f, "HTTP/1.1 request has no Host header (RFC 9112 §3.2)")
@@ -180,21 +158,14 @@ impl fmt::Display for HttpError {
             HttpError::DuplicateHost => {
                 write!(f, "request has more than one Host header (RFC 9112 §3.2)")
             }
-            HttpError::InvalidHost => write!(
-                f,
-                "Host header is not a host name or address with an optional port (RFC 9112 §3.2)"
-            ),
+            HttpError::InvalidHost => {
+                write!(f, "Host header is not a host name or address with an optional port (RFC 9112 §3.2)")
+            }
             HttpError::DuplicateAuthorization => {
-                write!(
-                    f,
-                    "request has more than one Authorization header; send one"
-                )
+                write!(f, "request has more than one Authorization header; send one")
             }
             HttpError::TooManyConnections { limit } => {
-                write!(
-                    f,
-                    "server has {limit} connections open, the maximum; retry later"
-                )
+                write!(f, "server has {limit} connections open, the maximum; retry later")
             }
             HttpError::HandlerPanicked => write!(f, "internal error while handling the request"),
         }

@@ -82,9 +82,7 @@ pub struct Turn {
 
 impl Default for Turn {
     fn default() -> Self {
-        Turn {
-            left: REQUESTS_PER_TURN,
-        }
+        Turn { left: REQUESTS_PER_TURN }
     }
 }
 

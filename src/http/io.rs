@@ -69,12 +69,7 @@ impl ReadBuf {
 
 /// Writes all of `head` then `body` within the write timeout, in one `writev` when the socket
 /// takes it all; false if the client is gone or too slow.
-pub async fn write_pair_timed<S: AsyncWrite + Unpin>(
-    io: &mut S,
-    head: &[u8],
-    body: &[u8],
-    timeout: Duration,
-) -> bool {
+pub async fn write_pair_timed<S: AsyncWrite + Unpin>(io: &mut S, head: &[u8], body: &[u8], timeout: Duration) -> bool {
     let write = async {
         let (mut head, mut body) = (head, body);
         while !head.is_empty() || !body.is_empty() {
@@ -111,11 +106,7 @@ mod tests {
     struct Trickle(Vec<u8>);
 
     impl AsyncWrite for Trickle {
-        fn poll_write(
-            mut self: Pin<&mut Self>,
-            _: &mut Context<'_>,
-            buf: &[u8],
-        ) -> Poll<std::io::Result<usize>> {
+        fn poll_write(mut self: Pin<&mut Self>, _: &mut Context<'_>, buf: &[u8]) -> Poll<std::io::Result<usize>> {
             let n = buf.len().min(3);
             self.0.extend_from_slice(&buf[..n]);
             Poll::Ready(Ok(n))
@@ -131,11 +122,7 @@ mod tests {
     #[test]
     fn write_pair_survives_partial_writes() {
         let t = Duration::from_secs(5);
-        for (head, body) in [
-            (&b"head:"[..], &b"the body"[..]),
-            (b"", b"only body"),
-            (b"h", b""),
-        ] {
+        for (head, body) in [(&b"head:"[..], &b"the body"[..]), (b"", b"only body"), (b"h", b"")] {
             let mut w = Trickle(Vec::new());
             assert!(smol::block_on(write_pair_timed(&mut w, head, body, t)));
             assert_eq!(w.0, [head, body].concat());

@@ -21,9 +21,7 @@ pub mod server;
 pub mod shutdown;
 mod stream;
 
-pub use config::{
-    HttpConfig, DEFAULT_MAX_BODY_BYTES, DEFAULT_MAX_CONNECTIONS, DEFAULT_SHUTDOWN_GRACE,
-};
+pub use config::{HttpConfig, DEFAULT_MAX_BODY_BYTES, DEFAULT_MAX_CONNECTIONS, DEFAULT_SHUTDOWN_GRACE};
 pub use error::HttpError;
 pub use server::serve;
 pub use shutdown::{shutdown_on_signals, Shutdown};
@@ -51,10 +49,7 @@ pub struct Request {
 impl Request {
     /// The first header of that name (ASCII case-insensitive), as UTF-8 if it is valid UTF-8.
     pub fn header(&self, name: &str) -> Option<&str> {
-        self.headers
-            .iter()
-            .find(|(n, _)| n.eq_ignore_ascii_case(name))
-            .and_then(|(_, v)| std::str::from_utf8(v).ok())
+        self.headers.iter().find(|(n, _)| n.eq_ignore_ascii_case(name)).and_then(|(_, v)| std::str::from_utf8(v).ok())
     }
 
     /// The value of one query parameter (no percent-decoding: our parameters are plain numbers).
@@ -133,19 +128,11 @@ impl Response {
     }
 
     fn full(status: u16, content_type: &str, body: Bytes) -> Response {
-        Response {
-            status,
-            headers: vec![("Content-Type".into(), content_type.into())],
-            body: Body::Full(body),
-        }
+        Response { status, headers: vec![("Content-Type".into(), content_type.into())], body: Body::Full(body) }
     }
 
     pub fn json<T: serde::Serialize + ?Sized>(status: u16, value: &T) -> Response {
-        Response::new(
-            status,
-            "application/json",
-            serde_json::to_vec(value).unwrap_or_default(),
-        )
+        Response::new(status, "application/json", serde_json::to_vec(value).unwrap_or_default())
     }
 
     /// A Server-Sent Events response; each item the receiver yields is flushed at once.

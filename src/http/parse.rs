@@ -2,9 +2,7 @@
 //! incremental chunked-body decoder. Nothing here reads a socket, so all of it can be fuzzed.
 
 use super::error::HttpError;
-use super::limits::{
-    MAX_CHUNK_LINE_BYTES, MAX_HEADERS, MAX_HEAD_BYTES, MAX_TARGET_BYTES, MAX_TRAILER_BYTES,
-};
+use super::limits::{MAX_CHUNK_LINE_BYTES, MAX_HEADERS, MAX_HEAD_BYTES, MAX_TARGET_BYTES, MAX_TRAILER_BYTES};
 
 /// How the request body is delimited (RFC 9112 §6.3).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -40,11 +38,7 @@ pub struct HeadError {
 
 impl HeadError {
     fn bare(error: HttpError) -> HeadError {
-        HeadError {
-            error,
-            method: String::new(),
-            path: String::new(),
-        }
+        HeadError { error, method: String::new(), path: String::new() }
     }
 }
 
@@ -66,9 +60,7 @@ pub fn parse_head(buf: &[u8]) -> Result<Option<(Head, usize)>, HeadError> {
             }
             return Ok(None);
         }
-        Err(httparse::Error::TooManyHeaders) => {
-            return Err(HeadError::bare(HttpError::TooManyHeaders))
-        }
+        Err(httparse::Error::TooManyHeaders) => return Err(HeadError::bare(HttpError::TooManyHeaders)),
         Err(httparse::Error::Version) if version_is_well_formed(buf) => {
             return Err(HeadError::bare(HttpError::UnsupportedVersion))
         }
@@ -78,24 +70,15 @@ pub fn parse_head(buf: &[u8]) -> Result<Option<(Head, usize)>, HeadError> {
     let method = req.method.unwrap_or("");
     let target = req.path.unwrap_or("");
     let version = req.version.unwrap_or(1);
-    let fail = |error| HeadError {
-        error,
-        method: method.to_owned(),
-        path: target.to_owned(),
-    };
+    let fail = |error| HeadError { error, method: method.to_owned(), path: target.to_owned() };
     if target.len() > MAX_TARGET_BYTES {
         return Err(fail(HttpError::TargetTooLong { len: target.len() }));
     }
     if n > MAX_HEAD_BYTES {
         return Err(fail(HttpError::HeadTooLarge));
     }
-    let (path, query) =
-        split_target(target).ok_or_else(|| fail(HttpError::Malformed("request target")))?;
-    let fail = |error| HeadError {
-        error,
-        method: method.to_owned(),
-        path: path.to_owned(),
-    };
+    let (path, query) = split_target(target).ok_or_else(|| fail(HttpError::Malformed("request target")))?;
+    let fail = |error| HeadError { error, method: method.to_owned(), path: path.to_owned() };
 
     let mut content_length: Option<u64> = None;
     let (mut te_seen, mut chunked_count, mut te_other) = (false, 0, false);
@@ -106,23 +89,15 @@ pub fn parse_head(buf: &[u8]) -> Result<Option<(Head, usize)>, HeadError> {
         let name = h.name;
         if name.eq_ignore_ascii_case("content-length") {
             for part in h.value.split(|&b| b == b',') {
-                let len = parse_decimal(trim(part))
-                    .ok_or_else(|| fail(HttpError::InvalidContentLength))?;
+                let len = parse_decimal(trim(part)).ok_or_else(|| fail(HttpError::InvalidContentLength))?;
                 match content_length {
-                    Some(prev) if prev != len => {
-                        return Err(fail(HttpError::ConflictingContentLength))
-                    }
+                    Some(prev) if prev != len => return Err(fail(HttpError::ConflictingContentLength)),
                     _ => content_length = Some(len),
                 }
             }
         } else if name.eq_ignore_ascii_case("transfer-encoding") {
             te_seen = true;
-            for token in h
-                .value
-                .split(|&b| b == b',')
-                .map(trim)
-                .filter(|t| !t.is_empty())
-            {
+            for token in h.value.split(|&b| b == b',').map(trim).filter(|t| !t.is_empty()) {
                 if token.eq_ignore_ascii_case(b"chunked") {
                     chunked_count += 1;
                 } else {
@@ -216,8 +191,7 @@ fn split_target(target: &str) -> Option<(&str, Option<&str>)> {
 /// characters of a reg-name, an IPv4 address or a bracketed IP literal, and the colon of a port.
 /// Empty is allowed (a target without an authority).
 fn is_host_value(v: &[u8]) -> bool {
-    v.iter()
-        .all(|&b| b.is_ascii_alphanumeric() || b"-._~%!$&'()*+,;=:[]".contains(&b))
+    v.iter().all(|&b| b.is_ascii_alphanumeric() || b"-._~%!$&'()*+,;=:[]".contains(&b))
 }
 
 /// Length of the request target seen so far in an incomplete head, if the method has ended.
@@ -226,29 +200,17 @@ fn target_len_so_far(buf: &[u8]) -> Option<usize> {
     let line = &buf[start..];
     let sp = line.iter().position(|&b| b == b' ')?;
     let rest = &line[sp + 1..];
-    Some(
-        rest.iter()
-            .position(|&b| b == b' ' || b == b'\r' || b == b'\n')
-            .unwrap_or(rest.len()),
-    )
+    Some(rest.iter().position(|&b| b == b' ' || b == b'\r' || b == b'\n').unwrap_or(rest.len()))
 }
 
 /// Whether the request line ends in a syntactically valid `HTTP/x.y` (then the version is merely
 /// unsupported: 505) rather than garbage (400).
 fn version_is_well_formed(buf: &[u8]) -> bool {
-    let start = buf
-        .iter()
-        .position(|&b| b != b'\r' && b != b'\n')
-        .unwrap_or(0);
+    let start = buf.iter().position(|&b| b != b'\r' && b != b'\n').unwrap_or(0);
     let line = &buf[start..];
-    let end = line
-        .iter()
-        .position(|&b| b == b'\r' || b == b'\n')
-        .unwrap_or(line.len());
+    let end = line.iter().position(|&b| b == b'\r' || b == b'\n').unwrap_or(line.len());
     let mut parts = line[..end].split(|&b| b == b' ');
-    let (Some(_), Some(_), Some(version), None) =
-        (parts.next(), parts.next(), parts.next(), parts.next())
-    else {
+    let (Some(_), Some(_), Some(version), None) = (parts.next(), parts.next(), parts.next(), parts.next()) else {
         return false;
     };
     match version.strip_prefix(b"HTTP/") {
@@ -274,10 +236,7 @@ fn parse_decimal(s: &[u8]) -> Option<u64> {
     if s.is_empty() || s.len() > 19 || !s.iter().all(u8::is_ascii_digit) {
         return None;
     }
-    Some(
-        s.iter()
-            .fold(0u64, |acc, &d| acc * 10 + u64::from(d - b'0')),
-    )
+    Some(s.iter().fold(0u64, |acc, &d| acc * 10 + u64::from(d - b'0')))
 }
 
 fn trim(s: &[u8]) -> &[u8] {
@@ -308,11 +267,7 @@ pub struct ChunkedDecoder {
 impl ChunkedDecoder {
     /// A decoder that refuses bodies longer than `max_body` bytes (413).
     pub fn new(max_body: usize) -> ChunkedDecoder {
-        ChunkedDecoder {
-            state: ChunkState::Size,
-            trailer_bytes: 0,
-            max_body,
-        }
+        ChunkedDecoder { state: ChunkState::Size, trailer_bytes: 0, max_body }
     }
 
     pub fn is_done(&self) -> bool {
@@ -345,17 +300,12 @@ impl ChunkedDecoder {
                             } else {
                                 let total = (out.len() as u64).saturating_add(size);
                                 if total > self.max_body as u64 {
-                                    return Err(HttpError::BodyTooLarge {
-                                        len: total,
-                                        limit: self.max_body,
-                                    });
+                                    return Err(HttpError::BodyTooLarge { len: total, limit: self.max_body });
                                 }
                                 self.state = ChunkState::Data(size);
                             }
                         }
-                        Ok(httparse::Status::Partial) if rest.len() <= MAX_CHUNK_LINE_BYTES => {
-                            return Ok(pos)
-                        }
+                        Ok(httparse::Status::Partial) if rest.len() <= MAX_CHUNK_LINE_BYTES => return Ok(pos),
                         _ => return Err(HttpError::InvalidChunk),
                     }
                 }
@@ -415,9 +365,7 @@ fn is_trailer_field(line: &[u8]) -> bool {
     let is_tchar = |b: &u8| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(b);
     !name.is_empty()
         && name.iter().all(is_tchar)
-        && body[colon + 1..]
-            .iter()
-            .all(|&b| b == b'\t' || (b >= 0x20 && b != 0x7f))
+        && body[colon + 1..].iter().all(|&b| b == b'\t' || (b >= 0x20 && b != 0x7f))
 }
 
 #[cfg(test)]

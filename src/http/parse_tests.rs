@@ -20,13 +20,7 @@ fn simple_get() {
     assert_eq!(h.path, "/v1/models");
     assert_eq!(h.query.as_deref(), Some("limit=3&x"));
     assert_eq!(h.version, 1);
-    assert_eq!(
-        h.headers,
-        vec![
-            ("Host".into(), b"a".to_vec()),
-            ("X-Y".into(), b"z".to_vec())
-        ]
-    );
+    assert_eq!(h.headers, vec![("Host".into(), b"a".to_vec()), ("X-Y".into(), b"z".to_vec())]);
     assert_eq!(h.framing, Framing::None);
     assert!(h.keep_alive);
     assert!(!h.expect_continue);
@@ -58,56 +52,33 @@ fn keep_alive_rules() {
 fn target_forms() {
     let h = head("GET http://example.com/x/y?q=1 HTTP/1.1\r\nHost: x\r\n\r\n");
     assert_eq!((h.path.as_str(), h.query.as_deref()), ("/x/y", Some("q=1")));
-    assert_eq!(
-        head("GET HTTPS://example.com HTTP/1.1\r\nHost: x\r\n\r\n").path,
-        "/"
-    );
+    assert_eq!(head("GET HTTPS://example.com HTTP/1.1\r\nHost: x\r\n\r\n").path, "/");
     assert_eq!(head("OPTIONS * HTTP/1.1\r\nHost: x\r\n\r\n").path, "*");
-    assert!(matches!(
-        err(b"GET foo HTTP/1.1\r\nHost: x\r\n\r\n"),
-        HttpError::Malformed(_)
-    ));
+    assert!(matches!(err(b"GET foo HTTP/1.1\r\nHost: x\r\n\r\n"), HttpError::Malformed(_)));
 }
 
 #[test]
 fn content_length_rules() {
+    assert_eq!(head("POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\n\r\n").framing, Framing::None);
     assert_eq!(
-        head("POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\n\r\n").framing,
-        Framing::None
-    );
-    assert_eq!(
-        head("POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\ncontent-length: 5\r\n\r\n")
-            .framing,
+        head("POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\ncontent-length: 5\r\n\r\n").framing,
         Framing::Length(5)
     );
-    assert_eq!(
-        head("POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 7, 7\r\n\r\n").framing,
-        Framing::Length(7)
-    );
+    assert_eq!(head("POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 7, 7\r\n\r\n").framing, Framing::Length(7));
     assert_eq!(
         err(b"POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\nContent-Length: 6\r\n\r\n"),
         HttpError::ConflictingContentLength
     );
-    assert_eq!(
-        err(b"POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 5, 6\r\n\r\n"),
-        HttpError::ConflictingContentLength
-    );
+    assert_eq!(err(b"POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 5, 6\r\n\r\n"), HttpError::ConflictingContentLength);
     for bad in ["+5", "-1", "0x10", "", "1 2", "99999999999999999999"] {
         let req = format!("POST / HTTP/1.1\r\nHost: x\r\nContent-Length: {bad}\r\n\r\n");
-        assert_eq!(
-            err(req.as_bytes()),
-            HttpError::InvalidContentLength,
-            "{bad:?}"
-        );
+        assert_eq!(err(req.as_bytes()), HttpError::InvalidContentLength, "{bad:?}");
     }
 }
 
 #[test]
 fn transfer_encoding_rules() {
-    assert_eq!(
-        head("POST / HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: Chunked\r\n\r\n").framing,
-        Framing::Chunked
-    );
+    assert_eq!(head("POST / HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: Chunked\r\n\r\n").framing, Framing::Chunked);
     assert_eq!(
         err(b"POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 3\r\nTransfer-Encoding: chunked\r\n\r\n"),
         HttpError::LengthAndTransferEncoding
@@ -128,31 +99,16 @@ fn transfer_encoding_rules() {
         err(b"POST / HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\nTransfer-Encoding: chunked\r\n\r\n"),
         HttpError::UnsupportedTransferEncoding
     );
-    assert_eq!(
-        err(b"POST / HTTP/1.0\r\nTransfer-Encoding: chunked\r\n\r\n"),
-        HttpError::TransferEncodingOnHttp10
-    );
+    assert_eq!(err(b"POST / HTTP/1.0\r\nTransfer-Encoding: chunked\r\n\r\n"), HttpError::TransferEncodingOnHttp10);
 }
 
 #[test]
 fn version_errors() {
-    assert_eq!(
-        err(b"GET / HTTP/2.0\r\n\r\n"),
-        HttpError::UnsupportedVersion
-    );
-    assert_eq!(
-        err(b"GET / HTTP/1.2\r\n\r\n"),
-        HttpError::UnsupportedVersion
-    );
+    assert_eq!(err(b"GET / HTTP/2.0\r\n\r\n"), HttpError::UnsupportedVersion);
+    assert_eq!(err(b"GET / HTTP/1.2\r\n\r\n"), HttpError::UnsupportedVersion);
     assert_eq!(err(b"GET / HTTP/3\r\n\r\n"), HttpError::UnsupportedVersion);
-    assert!(matches!(
-        err(b"GET / HTTQ/1.1\r\n\r\n"),
-        HttpError::Malformed(_)
-    ));
-    assert!(matches!(
-        err(b"GET / HTTP/1.1x\r\n\r\n"),
-        HttpError::Malformed(_)
-    ));
+    assert!(matches!(err(b"GET / HTTQ/1.1\r\n\r\n"), HttpError::Malformed(_)));
+    assert!(matches!(err(b"GET / HTTP/1.1x\r\n\r\n"), HttpError::Malformed(_)));
 }
 
 #[test]
@@ -183,52 +139,28 @@ fn header_limits() {
     many.push_str("X-last: v\r\n\r\n");
     assert_eq!(err(many.as_bytes()), HttpError::TooManyHeaders);
 
-    let big = format!(
-        "GET / HTTP/1.1\r\nHost: x\r\nX: {}\r\n\r\n",
-        "a".repeat(MAX_HEAD_BYTES)
-    );
+    let big = format!("GET / HTTP/1.1\r\nHost: x\r\nX: {}\r\n\r\n", "a".repeat(MAX_HEAD_BYTES));
     assert_eq!(err(big.as_bytes()), HttpError::HeadTooLarge);
     // Incomplete and already over the bound: refused without waiting for the end.
-    assert_eq!(
-        err(&big.as_bytes()[..MAX_HEAD_BYTES + 1]),
-        HttpError::HeadTooLarge
-    );
+    assert_eq!(err(&big.as_bytes()[..MAX_HEAD_BYTES + 1]), HttpError::HeadTooLarge);
     // Just under the bound is fine.
-    let ok = format!(
-        "GET / HTTP/1.1\r\nHost: x\r\nX: {}\r\n\r\n",
-        "a".repeat(MAX_HEAD_BYTES - 40)
-    );
+    let ok = format!("GET / HTTP/1.1\r\nHost: x\r\nX: {}\r\n\r\n", "a".repeat(MAX_HEAD_BYTES - 40));
     assert!(ok.len() <= MAX_HEAD_BYTES);
     head(&ok);
 }
 
 #[test]
 fn target_limit() {
-    let at = format!(
-        "GET /{} HTTP/1.1\r\nHost: x\r\n\r\n",
-        "a".repeat(MAX_TARGET_BYTES - 1)
-    );
+    let at = format!("GET /{} HTTP/1.1\r\nHost: x\r\n\r\n", "a".repeat(MAX_TARGET_BYTES - 1));
     assert_eq!(head(&at).path.len(), MAX_TARGET_BYTES);
-    let over = format!(
-        "GET /{} HTTP/1.1\r\nHost: x\r\n\r\n",
-        "a".repeat(MAX_TARGET_BYTES)
-    );
+    let over = format!("GET /{} HTTP/1.1\r\nHost: x\r\n\r\n", "a".repeat(MAX_TARGET_BYTES));
     let e = parse_head(over.as_bytes()).unwrap_err();
-    assert_eq!(
-        e.error,
-        HttpError::TargetTooLong {
-            len: MAX_TARGET_BYTES + 1
-        }
-    );
+    assert_eq!(e.error, HttpError::TargetTooLong { len: MAX_TARGET_BYTES + 1 });
     assert_eq!(e.method, "GET");
     // A target still arriving is refused once it passes the bound.
     let huge = format!("GET /{}", "a".repeat(MAX_TARGET_BYTES + 10));
     assert_eq!(err(huge.as_bytes()).status(), 414);
-    let short_then_big = format!(
-        "GET /{} HTTP/1.1\r\nHost: x\r\nX: {}",
-        "a".repeat(10),
-        "b".repeat(MAX_HEAD_BYTES)
-    );
+    let short_then_big = format!("GET /{} HTTP/1.1\r\nHost: x\r\nX: {}", "a".repeat(10), "b".repeat(MAX_HEAD_BYTES));
     assert_eq!(err(short_then_big.as_bytes()), HttpError::HeadTooLarge);
 }
 
@@ -236,48 +168,24 @@ fn target_limit() {
 fn host_is_required_once_in_http11() {
     // RFC 9112 §3.2: 400 to an HTTP/1.1 request without Host, and to any request with two.
     assert_eq!(err(b"GET / HTTP/1.1\r\n\r\n"), HttpError::MissingHost);
-    assert_eq!(
-        err(b"GET / HTTP/1.1\r\nHost: a\r\nhost: a\r\n\r\n"),
-        HttpError::DuplicateHost
-    );
-    assert_eq!(
-        err(b"GET / HTTP/1.0\r\nHost: a\r\nHOST: b\r\n\r\n"),
-        HttpError::DuplicateHost
-    );
+    assert_eq!(err(b"GET / HTTP/1.1\r\nHost: a\r\nhost: a\r\n\r\n"), HttpError::DuplicateHost);
+    assert_eq!(err(b"GET / HTTP/1.0\r\nHost: a\r\nHOST: b\r\n\r\n"), HttpError::DuplicateHost);
     let e = parse_head(b"POST /v1/x?y HTTP/1.1\r\nContent-Length: 1\r\n\r\n").unwrap_err();
     assert_eq!((e.method.as_str(), e.path.as_str()), ("POST", "/v1/x"));
     // HTTP/1.0 predates Host.
     assert_eq!(head("GET / HTTP/1.0\r\n\r\n").version, 0);
     // An absolute-form target still needs its Host line (RFC 9112 §3.2.2).
-    assert_eq!(
-        err(b"GET http://a/b HTTP/1.1\r\n\r\n"),
-        HttpError::MissingHost
-    );
+    assert_eq!(err(b"GET http://a/b HTTP/1.1\r\n\r\n"), HttpError::MissingHost);
 }
 
 #[test]
 fn host_value_must_be_a_host_and_port() {
     // Empty is allowed: a target without an authority (RFC 9112 §3.2).
-    for ok in [
-        "",
-        "localhost:8100",
-        "[::1]:8100",
-        "127.0.0.1",
-        "a-b.c_d~e",
-        "x%41y",
-    ] {
+    for ok in ["", "localhost:8100", "[::1]:8100", "127.0.0.1", "a-b.c_d~e", "x%41y"] {
         let req = format!("GET / HTTP/1.1\r\nHost: {ok}\r\n\r\n");
         assert_eq!(head(&req).headers[0].1, ok.as_bytes(), "{ok:?}");
     }
-    for bad in [
-        "a b",
-        "a/b",
-        "user@host",
-        "host?x",
-        "ho#st",
-        "caf\u{e9}",
-        "a\"b",
-    ] {
+    for bad in ["a b", "a/b", "user@host", "host?x", "ho#st", "caf\u{e9}", "a\"b"] {
         let req = format!("GET / HTTP/1.1\r\nHost: {bad}\r\n\r\n");
         assert_eq!(err(req.as_bytes()), HttpError::InvalidHost, "{bad:?}");
     }
@@ -289,13 +197,8 @@ fn authorization_is_refused_twice() {
     let one = "GET / HTTP/1.1\r\nHost: a\r\nAuthorization: Bearer k\r\n\r\n";
     assert_eq!(head(one).headers.len(), 2);
     for second in ["Authorization: Bearer k", "authorization: Bearer other"] {
-        let req =
-            format!("GET / HTTP/1.1\r\nHost: a\r\nAuthorization: Bearer k\r\n{second}\r\n\r\n");
-        assert_eq!(
-            err(req.as_bytes()),
-            HttpError::DuplicateAuthorization,
-            "{second}"
-        );
+        let req = format!("GET / HTTP/1.1\r\nHost: a\r\nAuthorization: Bearer k\r\n{second}\r\n\r\n");
+        assert_eq!(err(req.as_bytes()), HttpError::DuplicateAuthorization, "{second}");
     }
     assert_eq!(HttpError::DuplicateAuthorization.status(), 400);
 }
@@ -346,11 +249,7 @@ fn decode_split(input: &[u8], max: usize) -> Result<Vec<u8>, HttpError> {
 
 #[test]
 fn chunked_decodes_whatever_the_split() {
-    let body = decode_split(
-        b"5\r\nhello\r\n6;ext=1\r\n world\r\nA\r\n0123456789\r\n0\r\n\r\n",
-        100,
-    )
-    .unwrap();
+    let body = decode_split(b"5\r\nhello\r\n6;ext=1\r\n world\r\nA\r\n0123456789\r\n0\r\n\r\n", 100).unwrap();
     assert_eq!(body, b"hello world0123456789");
     let body = decode_split(b"3\r\nabc\r\n0\r\nX-Trailer: yes\r\nY: \r\n\r\n", 100).unwrap();
     assert_eq!(body, b"abc");
@@ -393,31 +292,13 @@ fn chunked_limits() {
     );
     let mut out = Vec::new();
     let huge = b"ffffffffffffffff\r\n";
-    assert!(matches!(
-        ChunkedDecoder::new(10).decode(huge, &mut out),
-        Err(HttpError::BodyTooLarge { .. })
-    ));
+    assert!(matches!(ChunkedDecoder::new(10).decode(huge, &mut out), Err(HttpError::BodyTooLarge { .. })));
     let long_ext = format!("1;{}\r\n", "e".repeat(MAX_CHUNK_LINE_BYTES));
-    assert_eq!(
-        ChunkedDecoder::new(10).decode(long_ext.as_bytes(), &mut out),
-        Err(HttpError::InvalidChunk)
-    );
+    assert_eq!(ChunkedDecoder::new(10).decode(long_ext.as_bytes(), &mut out), Err(HttpError::InvalidChunk));
     let long_partial = format!("1;{}", "e".repeat(MAX_CHUNK_LINE_BYTES));
-    assert_eq!(
-        ChunkedDecoder::new(10).decode(long_partial.as_bytes(), &mut out),
-        Err(HttpError::InvalidChunk)
-    );
-    let trailers = format!(
-        "0\r\n{}",
-        "X: yyyyyyyyyyyyyy\r\n".repeat(MAX_TRAILER_BYTES / 10)
-    );
-    assert_eq!(
-        ChunkedDecoder::new(10).decode(trailers.as_bytes(), &mut out),
-        Err(HttpError::TrailersTooLarge)
-    );
+    assert_eq!(ChunkedDecoder::new(10).decode(long_partial.as_bytes(), &mut out), Err(HttpError::InvalidChunk));
+    let trailers = format!("0\r\n{}", "X: yyyyyyyyyyyyyy\r\n".repeat(MAX_TRAILER_BYTES / 10));
+    assert_eq!(ChunkedDecoder::new(10).decode(trailers.as_bytes(), &mut out), Err(HttpError::TrailersTooLarge));
     let endless = format!("0\r\nX: {}", "y".repeat(MAX_TRAILER_BYTES));
-    assert_eq!(
-        ChunkedDecoder::new(10).decode(endless.as_bytes(), &mut out),
-        Err(HttpError::TrailersTooLarge)
-    );
+    assert_eq!(ChunkedDecoder::new(10).decode(endless.as_bytes(), &mut out), Err(HttpError::TrailersTooLarge));
 }

@@ -42,13 +42,7 @@ pub fn status_allows_body(status: u16) -> bool {
 
 /// Appends a response head to `out`. Handler headers that the server owns (framing, `Date`,
 /// `Connection`) or that contain CR, LF or NUL (response splitting) are dropped.
-pub fn write_head(
-    out: &mut Vec<u8>,
-    status: u16,
-    headers: &[(String, String)],
-    framing: Framing,
-    conn: ConnHeader,
-) {
+pub fn write_head(out: &mut Vec<u8>, status: u16, headers: &[(String, String)], framing: Framing, conn: ConnHeader) {
     out.extend_from_slice(b"HTTP/1.1 ");
     let _ = write!(out, "{status:03} ");
     out.extend_from_slice(reason(status).as_bytes());
@@ -98,29 +92,17 @@ pub fn write_rejection(out: &mut Vec<u8>, status: u16, resp: Response, head_only
         Body::Stream(..) => &[],
     };
     let mut headers = resp.headers;
-    if status == 503
-        && !headers
-            .iter()
-            .any(|(n, _)| n.eq_ignore_ascii_case("retry-after"))
-    {
+    if status == 503 && !headers.iter().any(|(n, _)| n.eq_ignore_ascii_case("retry-after")) {
         headers.push(("Retry-After".to_owned(), RETRY_AFTER_SECS.to_owned()));
     }
-    write_head(
-        out,
-        status,
-        &headers,
-        Framing::Length(body.len()),
-        ConnHeader::Close,
-    );
+    write_head(out, status, &headers, Framing::Length(body.len()), ConnHeader::Close);
     if !head_only {
         out.extend_from_slice(body);
     }
 }
 
 fn is_server_owned(name: &str) -> bool {
-    ["content-length", "transfer-encoding", "connection", "date"]
-        .iter()
-        .any(|n| name.eq_ignore_ascii_case(n))
+    ["content-length", "transfer-encoding", "connection", "date"].iter().any(|n| name.eq_ignore_ascii_case(n))
 }
 
 fn is_safe(s: &str) -> bool {
@@ -186,23 +168,11 @@ mod tests {
             ("content-length".to_owned(), "999".to_owned()),
             ("X-Evil".to_owned(), "a\r\nSet-Cookie: x".to_owned()),
         ];
-        write_head(
-            &mut out,
-            200,
-            &headers,
-            Framing::Length(12),
-            ConnHeader::Omit,
-        );
+        write_head(&mut out, 200, &headers, Framing::Length(12), ConnHeader::Omit);
         let t = text(&out);
         assert!(t.starts_with("HTTP/1.1 200 OK\r\nDate: "), "{t}");
-        assert!(
-            t.contains("\r\nContent-Type: application/json\r\nContent-Length: 12\r\n\r\n"),
-            "{t}"
-        );
-        assert!(
-            !t.contains("999") && !t.contains("X-Evil") && !t.contains("Connection"),
-            "{t}"
-        );
+        assert!(t.contains("\r\nContent-Type: application/json\r\nContent-Length: 12\r\n\r\n"), "{t}");
+        assert!(!t.contains("999") && !t.contains("X-Evil") && !t.contains("Connection"), "{t}");
     }
 
     #[test]
@@ -210,17 +180,11 @@ mod tests {
         let mut out = Vec::new();
         write_head(&mut out, 200, &[], Framing::Chunked, ConnHeader::KeepAlive);
         let t = text(&out);
-        assert!(
-            t.ends_with("Transfer-Encoding: chunked\r\nConnection: keep-alive\r\n\r\n"),
-            "{t}"
-        );
+        assert!(t.ends_with("Transfer-Encoding: chunked\r\nConnection: keep-alive\r\n\r\n"), "{t}");
         out.clear();
         write_head(&mut out, 599, &[], Framing::UntilClose, ConnHeader::Close);
         let t = text(&out);
-        assert!(
-            t.starts_with("HTTP/1.1 599 Unknown\r\n")
-                && t.ends_with("\r\nConnection: close\r\n\r\n")
-        );
+        assert!(t.starts_with("HTTP/1.1 599 Unknown\r\n") && t.ends_with("\r\nConnection: close\r\n\r\n"));
         assert!(!t.contains("Content-Length") && !t.contains("Transfer-Encoding"));
     }
 
@@ -231,10 +195,7 @@ mod tests {
         write_chunk(&mut out, b"");
         write_chunk(&mut out, &[b'a'; 26]);
         out.extend_from_slice(LAST_CHUNK);
-        assert_eq!(
-            text(&out),
-            format!("9\r\ndata: x\n\n\r\n1a\r\n{}\r\n0\r\n\r\n", "a".repeat(26))
-        );
+        assert_eq!(text(&out), format!("9\r\ndata: x\n\n\r\n1a\r\n{}\r\n0\r\n\r\n", "a".repeat(26)));
     }
 
     #[test]
@@ -247,10 +208,7 @@ mod tests {
         assert!(t.starts_with("HTTP/1.1 503 Service Unavailable\r\n"), "{t}");
         assert!(t.contains("Retry-After: 1\r\n") && t.contains("Connection: close\r\n"));
         assert!(t.contains("\r\nContent-Type: application/json\r\n"), "{t}");
-        assert!(
-            t.ends_with("Content-Length: 12\r\nConnection: close\r\n\r\n{\"code\":\"x\"}"),
-            "{t}"
-        );
+        assert!(t.ends_with("Content-Length: 12\r\nConnection: close\r\n\r\n{\"code\":\"x\"}"), "{t}");
         // A rendering that says when to come back is not contradicted.
         out.clear();
         let rendered = Response::new(503, "text/plain", "later").with_header("Retry-After", "7");
@@ -262,20 +220,13 @@ mod tests {
         out.clear();
         write_rejection(&mut out, 431, Response::new(431, "text/plain", "big"), true);
         let t = text(&out);
-        assert!(
-            t.contains("Content-Length: 3\r\n") && t.ends_with("\r\n\r\n"),
-            "{t}"
-        );
+        assert!(t.contains("Content-Length: 3\r\n") && t.ends_with("\r\n\r\n"), "{t}");
         // A streamed rendering is not sent: the refusal goes out whole, with an empty body.
         out.clear();
         let (_tx, rx) = async_channel::unbounded();
         write_rejection(&mut out, 400, Response::sse(rx), false);
         let t = text(&out);
-        assert!(
-            t.starts_with("HTTP/1.1 400 ")
-                && t.ends_with("Content-Length: 0\r\nConnection: close\r\n\r\n"),
-            "{t}"
-        );
+        assert!(t.starts_with("HTTP/1.1 400 ") && t.ends_with("Content-Length: 0\r\nConnection: close\r\n\r\n"), "{t}");
     }
 
     #[test]

@@ -55,13 +55,10 @@ pub fn serve(
         let (ex, done_rx) = (ex.clone(), done_rx.clone());
         let t = std::thread::Builder::new()
             .name(format!("mtplx-io-{i}"))
-            .spawn(move || {
-                smol::block_on(async { done_rx.recv().await.ok() }.or(run_tasks(&ex)))
-            })?;
+            .spawn(move || smol::block_on(async { done_rx.recv().await.ok() }.or(run_tasks(&ex))))?;
         threads.push(t);
     }
-    let result =
-        smol::block_on(accept_loop(&ex, listener, handler, cfg, shutdown).or(run_tasks(&ex)));
+    let result = smol::block_on(accept_loop(&ex, listener, handler, cfg, shutdown).or(run_tasks(&ex)));
     drop(done_tx);
     for t in threads {
         let _ = t.join();
@@ -97,8 +94,7 @@ async fn accept_loop(
         let _ = stream.get_ref().set_nodelay(true);
         let (handler, cfg, shutdown) = (handler.clone(), cfg.clone(), shutdown.clone());
         if open.load(Ordering::SeqCst) >= cfg.max_connections {
-            ex.spawn(async move { refuse(stream, peer, &*handler, &cfg).await })
-                .detach();
+            ex.spawn(async move { refuse(stream, peer, &*handler, &cfg).await }).detach();
             continue;
         }
         open.fetch_add(1, Ordering::SeqCst);
@@ -131,12 +127,7 @@ async fn run_connection(
     cfg: &HttpConfig,
     shutdown: &Shutdown,
 ) {
-    let ctx = ConnCtx {
-        handler,
-        cfg,
-        shutdown,
-        peer,
-    };
+    let ctx = ConnCtx { handler, cfg, shutdown, peer };
     let end = serve_connection(&mut stream, &ctx).await;
     close(stream, end).await;
 }
@@ -162,23 +153,10 @@ async fn close(mut stream: Async<TcpStream>, end: ConnEnd) {
 }
 
 /// Answers 503 to a connection over the cap, without reading its request.
-async fn refuse(
-    mut stream: Async<TcpStream>,
-    peer: SocketAddr,
-    handler: &dyn Handler,
-    cfg: &HttpConfig,
-) {
+async fn refuse(mut stream: Async<TcpStream>, peer: SocketAddr, handler: &dyn Handler, cfg: &HttpConfig) {
     use smol::io::AsyncWriteExt as _;
-    let err = HttpError::TooManyConnections {
-        limit: cfg.max_connections,
-    };
-    let rejected = Rejected {
-        method: "",
-        path: "",
-        status: err.status(),
-        error: &err,
-        peer,
-    };
+    let err = HttpError::TooManyConnections { limit: cfg.max_connections };
+    let rejected = Rejected { method: "", path: "", status: err.status(), error: &err, peer };
     let resp = render_rejection(handler, &rejected);
     let mut out = Vec::with_capacity(512);
     response::write_rejection(&mut out, rejected.status, resp, false);

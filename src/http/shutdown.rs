@@ -16,11 +16,7 @@ struct Latch {
 impl Latch {
     fn new() -> Latch {
         let (tx, rx) = async_channel::bounded(1);
-        Latch {
-            set: AtomicBool::new(false),
-            tx: Mutex::new(Some(tx)),
-            rx,
-        }
+        Latch { set: AtomicBool::new(false), tx: Mutex::new(Some(tx)), rx }
     }
 
     fn set(&self) {
@@ -55,19 +51,13 @@ impl Default for Shutdown {
 
 impl std::fmt::Debug for Shutdown {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Shutdown")
-            .field("stopping", &self.is_triggered())
-            .field("forced", &self.is_forced())
-            .finish()
+        f.debug_struct("Shutdown").field("stopping", &self.is_triggered()).field("forced", &self.is_forced()).finish()
     }
 }
 
 impl Shutdown {
     pub fn new() -> Shutdown {
-        Shutdown {
-            stop: Arc::new(Latch::new()),
-            force: Arc::new(Latch::new()),
-        }
+        Shutdown { stop: Arc::new(Latch::new()), force: Arc::new(Latch::new()) }
     }
 
     /// Starts a graceful shutdown: stop accepting, let in-flight responses finish.
@@ -106,22 +96,20 @@ pub fn shutdown_on_signals(shutdown: Shutdown) -> std::io::Result<()> {
     use async_signal::{Signal, Signals};
     use smol::stream::StreamExt as _;
     let mut signals = Signals::new([Signal::Int, Signal::Term])?;
-    std::thread::Builder::new()
-        .name("mtplx-signals".into())
-        .spawn(move || {
-            smol::block_on(async {
-                let mut seen = 0;
-                while let Some(Ok(_)) = signals.next().await {
-                    seen += 1;
-                    if seen == 1 {
-                        shutdown.trigger();
-                    } else {
-                        shutdown.force();
-                        break;
-                    }
+    std::thread::Builder::new().name("mtplx-signals".into()).spawn(move || {
+        smol::block_on(async {
+            let mut seen = 0;
+            while let Some(Ok(_)) = signals.next().await {
+                seen += 1;
+                if seen == 1 {
+                    shutdown.trigger();
+                } else {
+                    shutdown.force();
+                    break;
                 }
-            })
-        })?;
+            }
+        })
+    })?;
     Ok(())
 }
 

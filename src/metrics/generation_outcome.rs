@@ -29,13 +29,7 @@ impl GenerationClock {
     }
 
     pub fn start_at(start: Instant) -> GenerationClock {
-        GenerationClock {
-            start,
-            admitted: None,
-            first_token: None,
-            last_token: None,
-            end: None,
-        }
+        GenerationClock { start, admitted: None, first_token: None, last_token: None, end: None }
     }
 
     /// The instant the clock started.
@@ -58,9 +52,7 @@ impl GenerationClock {
     pub fn token_at(&mut self, at: Instant, metrics: &Metrics) {
         let at = at.max(self.last_token.unwrap_or(self.start));
         if let Some(prev) = self.last_token {
-            metrics
-                .llm_inter_token_latency_seconds
-                .observe_duration(at - prev);
+            metrics.llm_inter_token_latency_seconds.observe_duration(at - prev);
         } else {
             self.first_token = Some(at);
         }
@@ -83,9 +75,7 @@ impl GenerationClock {
 
     /// Time to the terminal state (now, if `finish` was not called).
     pub fn ttlt(&self) -> Duration {
-        self.end
-            .unwrap_or_else(|| Instant::now().max(self.last_token.unwrap_or(self.start)))
-            - self.start
+        self.end.unwrap_or_else(|| Instant::now().max(self.last_token.unwrap_or(self.start))) - self.start
     }
 
     pub fn queue(&self) -> Duration {
@@ -125,8 +115,7 @@ impl DecodeSpan {
     /// Tokens after the first over the time from the first to the last, when there is one to
     /// speak of: at least two tokens, at least [`MIN_DECODE_TIME`] apart.
     pub fn tokens_per_second(&self) -> Option<f64> {
-        (self.tokens >= 2 && self.time >= MIN_DECODE_TIME)
-            .then(|| (self.tokens - 1) as f64 / self.time.as_secs_f64())
+        (self.tokens >= 2 && self.time >= MIN_DECODE_TIME).then(|| (self.tokens - 1) as f64 / self.time.as_secs_f64())
     }
 }
 
@@ -223,19 +212,14 @@ impl Metrics {
             self.llm_answer_length_chars.observe_scaled(o.answer_chars);
         }
         self.llm_prompt_tokens_total.add(o.prompt_tokens);
-        self.llm_generation_tokens_total
-            .add(o.decode.map_or(o.completion_tokens, |d| d.tokens));
-        self.llm_generation_tokens_delivered_total
-            .add(o.delivered_tokens);
+        self.llm_generation_tokens_total.add(o.decode.map_or(o.completion_tokens, |d| d.tokens));
+        self.llm_generation_tokens_delivered_total.add(o.delivered_tokens);
         let s = &o.spec;
         self.llm_spec_decode_num_drafts_total.add(s.verify_calls);
-        self.llm_spec_decode_num_draft_tokens_total
-            .add(s.drafted_tokens);
-        self.llm_spec_decode_num_accepted_tokens_total
-            .add(s.accepted_tokens);
+        self.llm_spec_decode_num_draft_tokens_total.add(s.drafted_tokens);
+        self.llm_spec_decode_num_accepted_tokens_total.add(s.accepted_tokens);
         for (pos, n) in s.accepted_by_depth.iter().enumerate() {
-            self.llm_spec_decode_num_accepted_tokens_per_pos_total
-                .add(pos, *n);
+            self.llm_spec_decode_num_accepted_tokens_per_pos_total.add(pos, *n);
         }
 
         let ttlt_s = ttlt.as_secs_f64();
@@ -250,16 +234,8 @@ impl Metrics {
             .map(|d| d.as_secs_f64())
             .or_else(|| ttft.map(|t| t.saturating_sub(queue).as_secs_f64()))
             .unwrap_or(0.0);
-        let prefilled = if o.prefix == PrefixCommit::default() {
-            o.prompt_tokens
-        } else {
-            o.prefix.prefilled_tokens
-        };
-        let accept_rate = if s.drafted_tokens == 0 {
-            0.0
-        } else {
-            s.accepted_tokens as f64 / s.drafted_tokens as f64
-        };
+        let prefilled = if o.prefix == PrefixCommit::default() { o.prompt_tokens } else { o.prefix.prefilled_tokens };
+        let accept_rate = if s.drafted_tokens == 0 { 0.0 } else { s.accepted_tokens as f64 / s.drafted_tokens as f64 };
 
         let record = RequestRecord {
             seq: 0,
@@ -315,16 +291,12 @@ mod tests {
         clock.token_at(t0 + Duration::from_millis(70), &m);
         clock.token_at(t0 + Duration::from_millis(90), &m);
         clock.finish_at(t0 + Duration::from_millis(150));
-        let mut o =
-            GenerationOutcome::new("r1", "/v1/chat/completions", "m", FinishStatus::Done, clock);
+        let mut o = GenerationOutcome::new("r1", "/v1/chat/completions", "m", FinishStatus::Done, clock);
         o.prompt_tokens = 20;
         o.completion_tokens = 11;
         o.delivered_tokens = 10;
         // The decode thread sampled 11 tokens over 80 ms: 10 intervals, 125 tok/s.
-        o.decode = Some(DecodeSpan {
-            tokens: 11,
-            time: Duration::from_millis(80),
-        });
+        o.decode = Some(DecodeSpan { tokens: 11, time: Duration::from_millis(80) });
         o.question_chars = Some(12);
         o.answer_chars = 40;
         o.spec = SpecStats {
@@ -352,10 +324,7 @@ mod tests {
         assert_eq!(m.llm_answer_length_chars.count(), 1);
         assert_eq!(m.llm_generation_tokens_total.get(), 11);
         assert_eq!(m.llm_generation_tokens_delivered_total.get(), 10);
-        assert_eq!(
-            m.llm_spec_decode_num_accepted_tokens_per_pos_total.get(1),
-            2
-        );
+        assert_eq!(m.llm_spec_decode_num_accepted_tokens_per_pos_total.get(1), 2);
         assert_eq!(m.llm_spec_decode_num_drafts_total.get(), 4);
     }
 
@@ -395,14 +364,7 @@ mod tests {
         m.record_generation(with(2, Duration::from_millis(20)));
         assert_eq!(m.llm_decode_tokens_per_second.count(), 1);
         assert_eq!(m.llm_decode_tokens_per_second.read(&mut [0; 32]).1, 50.0);
-        assert_eq!(
-            DecodeSpan {
-                tokens: 2,
-                time: MIN_DECODE_TIME
-            }
-            .tokens_per_second(),
-            Some(1e6)
-        );
+        assert_eq!(DecodeSpan { tokens: 2, time: MIN_DECODE_TIME }.tokens_per_second(), Some(1e6));
     }
 
     #[test]
@@ -410,10 +372,7 @@ mod tests {
         let m = Metrics::new(8, BuildInfo::default());
         // A finished answer: 6 tokens delivered, 7 decoded (the end-of-sequence token).
         let mut o = burst(FinishStatus::Done, 6);
-        o.decode = Some(DecodeSpan {
-            tokens: 7,
-            time: Duration::from_millis(60),
-        });
+        o.decode = Some(DecodeSpan { tokens: 7, time: Duration::from_millis(60) });
         m.record_generation(o);
         assert_eq!(m.llm_generation_tokens_total.get(), 7);
         assert_eq!(m.llm_generation_tokens_delivered_total.get(), 6);
@@ -428,24 +387,15 @@ mod tests {
     #[test]
     fn interrupted_before_first_token_still_records_ttlt() {
         let m = Metrics::new(8, BuildInfo::default());
-        let o = GenerationOutcome::new(
-            "r2",
-            "/v1/completions",
-            "m",
-            FinishStatus::Interrupted,
-            GenerationClock::start(),
-        );
+        let o =
+            GenerationOutcome::new("r2", "/v1/completions", "m", FinishStatus::Interrupted, GenerationClock::start());
         let e = m.record_generation(o);
         assert_eq!(e.record.ttft_s, None);
         assert_eq!(e.record.accept_rate, 0.0);
         assert_eq!(e.record.tok_s, 0.0);
         assert_eq!(m.llm_time_to_last_token_seconds.count(), 1);
         assert_eq!(m.llm_time_to_first_token_seconds.count(), 0);
-        assert_eq!(
-            m.llm_answer_length_chars.count(),
-            0,
-            "an interrupted answer is not persisted"
-        );
+        assert_eq!(m.llm_answer_length_chars.count(), 0, "an interrupted answer is not persisted");
         let v: serde_json::Value = serde_json::from_slice(&e.json).unwrap();
         assert_eq!(v["status"], "interrupted");
         assert!(v["ttft_s"].is_null());

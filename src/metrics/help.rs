@@ -1,26 +1,26 @@
 //! HELP texts: the meanings `docs/metrics.md` gives each series (the contract dashboards are
 //! built on).
 
-pub const HTTP_REQUESTS: &str =
-    "Requests received, labelled by method, route, status; excludes /metrics itself.";
-pub const IN_FLIGHT: &str = "Requests currently being handled; open metrics streams are counted in mtplx_metrics_stream_subscribers instead.";
+pub const HTTP_REQUESTS: &str = "Requests received, labelled by method, route, status; excludes /metrics itself.";
+pub const IN_FLIGHT: &str =
+    "Requests currently being handled; open metrics streams are counted in mtplx_metrics_stream_subscribers instead.";
 pub const ERRORS: &str = "Requests that ended in a 5xx response or an unhandled exception.";
-pub const TTFT: &str =
-    "Time from the start of a generation to its first token reaching the client.";
-pub const TTLT: &str = "Time from the start of a generation to it reaching a terminal state (done, timed out, errored, or interrupted).";
+pub const TTFT: &str = "Time from the start of a generation to its first token reaching the client.";
+pub const TTLT: &str =
+    "Time from the start of a generation to it reaching a terminal state (done, timed out, errored, or interrupted).";
 pub const QUESTION: &str = "Length of each accepted user message, in characters.";
 pub const ANSWER: &str = "Length of each persisted (completed) assistant message, in characters.";
 pub const REJECTED: &str = "Requests rejected by rate limiting: every 429 the limiter raised.";
-pub const PER_IP: &str = "Requests seen by the rate limiter, labelled by route (not by client IP, to keep cardinality bounded).";
+pub const PER_IP: &str =
+    "Requests seen by the rate limiter, labelled by route (not by client IP, to keep cardinality bounded).";
 pub const START: &str = "Start time of the process since unix epoch in seconds.";
 pub const RSS: &str = "Resident memory size in bytes.";
 pub const CPU: &str = "Total user and system CPU time spent in seconds.";
 pub const FDS: &str = "Number of open file descriptors.";
-pub const BUILD: &str =
-    "Build of the running server: version, compute backend and loaded model (always 1).";
-pub const PROMPT_TOKENS: &str =
-    "Prompt tokens of finished generations (cached plus newly prefilled).";
-pub const GEN_TOKENS: &str = "Tokens decoded: every token sampled, the end-of-sequence token included, also after a client left.";
+pub const BUILD: &str = "Build of the running server: version, compute backend and loaded model (always 1).";
+pub const PROMPT_TOKENS: &str = "Prompt tokens of finished generations (cached plus newly prefilled).";
+pub const GEN_TOKENS: &str =
+    "Tokens decoded: every token sampled, the end-of-sequence token included, also after a client left.";
 pub const GEN_TOKENS_DELIVERED: &str =
     "Tokens delivered: the generated tokens the API took from the decode thread for its clients.";
 pub const RUNNING: &str = "Generations being decoded.";
@@ -28,11 +28,8 @@ pub const WAITING: &str = "Generations queued for the decode thread.";
 pub const DRAFTS: &str = "Speculative decoding rounds (drafts verified by the target model).";
 pub const DRAFT_TOKENS: &str = "Tokens proposed by the draft (MTP) head.";
 pub const ACCEPTED: &str = "Draft tokens accepted by verification.";
-pub const PER_POS: &str =
-    "Draft tokens accepted, by position in the draft (0 is the first drafted token).";
+pub const PER_POS: &str = "Draft tokens accepted, by position in the draft (0 is the first drafted token).";
 pub const DECODE_TOK_S: &str = "Decode speed of each generation the decode thread ended, from at least two tokens: tokens after the first over the time from the first to the last, on the decode thread's clock.";
 pub const ITL: &str = "Time between consecutive token deliveries of a generation.";
-pub const DROPPED: &str =
-    "Records dropped (oldest first) from the queues of slow live-stream subscribers.";
-pub const SUBSCRIBERS: &str =
-    "Open subscriptions to the live record stream (not counted in http_requests_in_flight).";
+pub const DROPPED: &str = "Records dropped (oldest first) from the queues of slow live-stream subscribers.";
+pub const SUBSCRIBERS: &str = "Open subscriptions to the live record stream (not counted in http_requests_in_flight).";

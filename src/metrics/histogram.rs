@@ -76,21 +76,11 @@ pub struct Quantiles {
 impl Histogram {
     pub fn new(spec: HistogramSpec) -> Histogram {
         assert!(spec.bounds.len() < MAX_BUCKETS, "bucket list too long");
-        assert!(
-            spec.bounds.windows(2).all(|w| w[0] < w[1]),
-            "bounds must increase"
-        );
-        let hdr = || {
-            Hdr::<u64>::new_with_bounds(1, spec.hdr_max.max(2), HDR_SIGFIG)
-                .expect("valid hdr bounds")
-        };
+        assert!(spec.bounds.windows(2).all(|w| w[0] < w[1]), "bounds must increase");
+        let hdr = || Hdr::<u64>::new_with_bounds(1, spec.hdr_max.max(2), HDR_SIGFIG).expect("valid hdr bounds");
         Histogram {
             spec,
-            bounds_scaled: spec
-                .bounds
-                .iter()
-                .map(|b| (b * spec.scale).round() as u64)
-                .collect(),
+            bounds_scaled: spec.bounds.iter().map(|b| (b * spec.scale).round() as u64).collect(),
             buckets: (0..=spec.bounds.len()).map(|_| AtomicU64::new(0)).collect(),
             sum_scaled: AtomicU64::new(0),
             stripes: (0..STRIPES).map(|_| Mutex::new(hdr())).collect(),
@@ -122,9 +112,7 @@ impl Histogram {
         let i = self.bounds_scaled.partition_point(|b| *b < v);
         self.buckets[i].fetch_add(1, Ordering::Relaxed);
         self.sum_scaled.fetch_add(v, Ordering::Relaxed);
-        let mut h = self.stripes[my_stripe()]
-            .lock()
-            .unwrap_or_else(|e| e.into_inner());
+        let mut h = self.stripes[my_stripe()].lock().unwrap_or_else(|e| e.into_inner());
         h.saturating_record(v);
     }
 
@@ -151,10 +139,7 @@ impl Histogram {
             acc += b.load(Ordering::Relaxed);
             *c = acc;
         }
-        (
-            acc,
-            self.sum_scaled.load(Ordering::Relaxed) as f64 / self.spec.scale,
-        )
+        (acc, self.sum_scaled.load(Ordering::Relaxed) as f64 / self.spec.scale)
     }
 
     pub fn count(&self) -> u64 {
@@ -187,11 +172,7 @@ impl Histogram {
             p50: q(0.5),
             p90: q(0.9),
             p99: q(0.99),
-            max: if m.is_empty() {
-                0.0
-            } else {
-                m.max() as f64 / k
-            },
+            max: if m.is_empty() { 0.0 } else { m.max() as f64 / k },
         }
     }
 }
@@ -200,11 +181,7 @@ impl Histogram {
 mod tests {
     use super::*;
 
-    const SPEC: HistogramSpec = HistogramSpec {
-        bounds: &[0.005, 0.01, 0.5, 60.0],
-        scale: 1e6,
-        hdr_max: 3_600_000_000,
-    };
+    const SPEC: HistogramSpec = HistogramSpec { bounds: &[0.005, 0.01, 0.5, 60.0], scale: 1e6, hdr_max: 3_600_000_000 };
 
     #[test]
     fn buckets_are_cumulative_and_inf_equals_count() {

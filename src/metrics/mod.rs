@@ -30,16 +30,15 @@ pub mod request_record;
 pub mod route_labels;
 pub mod series;
 
-pub use negotiate::negotiate_or;
 pub use generation_outcome::{DecodeSpan, GenerationClock, GenerationOutcome, SpecStats};
+pub use negotiate::negotiate_or;
 pub use prometheus::{
     negotiate, negotiate_stream, Format, StreamFormat, JSON_CONTENT_TYPE, NDJSON_CONTENT_TYPE,
     OPENMETRICS_CONTENT_TYPE, PROMETHEUS_CONTENT_TYPE, SSE_CONTENT_TYPE,
 };
 pub use request_log::{Entry, RequestLog, Subscription};
 pub use request_record::{
-    ndjson_line, sse_event, FinishStatus, KvRecord, PrefixCommit, RequestRecord, KEEP_ALIVE,
-    KEEP_ALIVE_INTERVAL,
+    ndjson_line, sse_event, FinishStatus, KvRecord, PrefixCommit, RequestRecord, KEEP_ALIVE, KEEP_ALIVE_INTERVAL,
 };
 pub use route_labels::{RouteId, MAX_RAW_ROUTES, OTHER_ROUTE};
 pub use series::{BuildInfo, InFlight, Metrics};

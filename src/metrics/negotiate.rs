@@ -9,27 +9,19 @@ pub const MAX_ACCEPT_RANGES: usize = 32;
 
 /// The acceptable media types of an `Accept` header (RFC 9110 §12.5.1), with their q-values.
 fn media_ranges(accept: &str) -> impl Iterator<Item = (&str, f32)> {
-    accept
-        .split(',')
-        .take(MAX_ACCEPT_RANGES)
-        .filter_map(|range| {
-            let mut parts = range.split(';');
-            let ty = parts.next()?.trim();
-            let mut q = 1.0f32;
-            for p in parts {
-                if let Some((k, v)) = p.split_once('=') {
-                    if k.trim().eq_ignore_ascii_case("q") {
-                        q = v
-                            .trim()
-                            .parse::<f32>()
-                            .ok()
-                            .filter(|q| (0.0..=1.0).contains(q))
-                            .unwrap_or(0.0);
-                    }
+    accept.split(',').take(MAX_ACCEPT_RANGES).filter_map(|range| {
+        let mut parts = range.split(';');
+        let ty = parts.next()?.trim();
+        let mut q = 1.0f32;
+        for p in parts {
+            if let Some((k, v)) = p.split_once('=') {
+                if k.trim().eq_ignore_ascii_case("q") {
+                    q = v.trim().parse::<f32>().ok().filter(|q| (0.0..=1.0).contains(q)).unwrap_or(0.0);
                 }
             }
-            (!ty.is_empty() && q > 0.0).then_some((ty, q))
-        })
+        }
+        (!ty.is_empty() && q > 0.0).then_some((ty, q))
+    })
 }
 
 /// Choose the exposition for `GET /metrics` from its `Accept` header: the highest q-value among
@@ -85,9 +77,7 @@ impl StreamFormat {
 pub fn negotiate_stream(accept: Option<&str>) -> StreamFormat {
     let (mut sse, mut nd) = (0.0f32, 0.0f32);
     for (ty, q) in media_ranges(accept.unwrap_or("")) {
-        if ty.eq_ignore_ascii_case(NDJSON_CONTENT_TYPE)
-            || ty.eq_ignore_ascii_case("application/jsonl")
-        {
+        if ty.eq_ignore_ascii_case(NDJSON_CONTENT_TYPE) || ty.eq_ignore_ascii_case("application/jsonl") {
             nd = nd.max(q);
         } else if ty.eq_ignore_ascii_case(SSE_CONTENT_TYPE) {
             sse = sse.max(q);
@@ -125,32 +115,14 @@ mod tests {
         // What Prometheus 2.x sends when scraping.
         let prom = "application/openmetrics-text;version=1.0.0,application/openmetrics-text;version=0.0.1;q=0.75,text/plain;version=0.0.4;q=0.5,*/*;q=0.1";
         assert_eq!(negotiate(Some(prom)), Format::OpenMetrics);
-        assert_eq!(
-            negotiate(Some("text/plain;q=0.5, application/json")),
-            Format::Json
-        );
-        assert_eq!(
-            negotiate(Some("application/json;q=0, */*")),
-            Format::Prometheus
-        );
-        assert_eq!(
-            negotiate(Some("*/*;q=0.9, application/json;q=0.9")),
-            Format::Json
-        );
-        assert_eq!(
-            negotiate(Some("APPLICATION/JSON; charset=utf-8")),
-            Format::Json
-        );
+        assert_eq!(negotiate(Some("text/plain;q=0.5, application/json")), Format::Json);
+        assert_eq!(negotiate(Some("application/json;q=0, */*")), Format::Prometheus);
+        assert_eq!(negotiate(Some("*/*;q=0.9, application/json;q=0.9")), Format::Json);
+        assert_eq!(negotiate(Some("APPLICATION/JSON; charset=utf-8")), Format::Json);
         assert_eq!(negotiate(Some(";;,,q=,")), Format::Prometheus);
         assert_eq!(negotiate_stream(None), StreamFormat::Sse);
         assert_eq!(negotiate_stream(Some("*/*")), StreamFormat::Sse);
-        assert_eq!(
-            negotiate_stream(Some("application/x-ndjson")),
-            StreamFormat::Ndjson
-        );
-        assert_eq!(
-            negotiate_stream(Some("text/event-stream, application/x-ndjson;q=0.5")),
-            StreamFormat::Sse
-        );
+        assert_eq!(negotiate_stream(Some("application/x-ndjson")), StreamFormat::Ndjson);
+        assert_eq!(negotiate_stream(Some("text/event-stream, application/x-ndjson;q=0.5")), StreamFormat::Sse);
     }
 }

@@ -50,9 +50,7 @@ fn read_small(path: &str, buf: &mut [u8; PROC_READ_BYTES]) -> Option<usize> {
 /// Field `n` of `/proc/self/stat`, numbered as in proc(5) (1 is the pid). Field 2, `(comm)`, may
 /// itself contain spaces and parentheses, hence counting from the last `)`; `n` must be over 2.
 fn stat_field(stat: &str, n: usize) -> Option<&str> {
-    stat[stat.rfind(')')? + 1..]
-        .split_ascii_whitespace()
-        .nth(n.checked_sub(3)?)
+    stat[stat.rfind(')')? + 1..].split_ascii_whitespace().nth(n.checked_sub(3)?)
 }
 
 /// utime + stime (fields 14 and 15 of `/proc/self/stat`).
@@ -71,12 +69,7 @@ pub fn start_time() -> Option<f64> {
     let ticks: u64 = stat_field(stat, 22)?.parse().ok()?;
     // /proc/stat is larger than one small buffer; btime sits near its end.
     let all = std::fs::read_to_string("/proc/stat").ok()?;
-    let btime: u64 = all
-        .lines()
-        .find_map(|l| l.strip_prefix("btime "))?
-        .trim()
-        .parse()
-        .ok()?;
+    let btime: u64 = all.lines().find_map(|l| l.strip_prefix("btime "))?.trim().parse().ok()?;
     Some(btime as f64 + ticks as f64 / USER_HZ)
 }
 
@@ -109,9 +102,7 @@ struct Sampler {
 
 impl Sampler {
     const fn new() -> Sampler {
-        Sampler {
-            last: Mutex::new(None),
-        }
+        Sampler { last: Mutex::new(None) }
     }
 
     fn get(&self, now: Instant, read: impl FnOnce() -> ProcessStats) -> ProcessStats {
@@ -137,9 +128,7 @@ impl ProcessStats {
             start_time_seconds,
             resident_memory_bytes: stat.and_then(rss_pages).map(|p| p * page_bytes()),
             cpu_seconds: stat.and_then(cpu_seconds),
-            open_fds: std::fs::read_dir("/proc/self/fd")
-                .ok()
-                .map(|d| d.count() as u64),
+            open_fds: std::fs::read_dir("/proc/self/fd").ok().map(|d| d.count() as u64),
         }
     }
 
@@ -151,10 +140,7 @@ impl ProcessStats {
 
 /// Seconds since the Unix epoch, now.
 pub fn unix_now() -> f64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_secs_f64())
-        .unwrap_or(0.0)
+    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_secs_f64()).unwrap_or(0.0)
 }
 
 #[cfg(test)]
@@ -176,23 +162,12 @@ mod tests {
         let reads = std::cell::Cell::new(0u64);
         let read = || {
             reads.set(reads.get() + 1);
-            ProcessStats {
-                open_fds: Some(reads.get()),
-                ..ProcessStats::default()
-            }
+            ProcessStats { open_fds: Some(reads.get()), ..ProcessStats::default() }
         };
         let t0 = Instant::now();
         assert_eq!(sampler.get(t0, read).open_fds, Some(1));
-        assert_eq!(
-            sampler.get(t0 + PROCESS_MAX_AGE / 2, read).open_fds,
-            Some(1),
-            "read again too soon"
-        );
-        assert_eq!(
-            sampler.get(t0 + PROCESS_MAX_AGE, read).open_fds,
-            Some(2),
-            "not read again"
-        );
+        assert_eq!(sampler.get(t0 + PROCESS_MAX_AGE / 2, read).open_fds, Some(1), "read again too soon");
+        assert_eq!(sampler.get(t0 + PROCESS_MAX_AGE, read).open_fds, Some(2), "not read again");
         assert_eq!(reads.get(), 2);
     }
 
@@ -213,17 +188,11 @@ mod tests {
             .parse()
             .unwrap();
         let rss = s.resident_memory_bytes.unwrap();
-        assert!(
-            rss.abs_diff(kib * 1024) < 4 << 20,
-            "stat says {rss} bytes, status {kib} KiB"
-        );
+        assert!(rss.abs_diff(kib * 1024) < 4 << 20, "stat says {rss} bytes, status {kib} KiB");
         assert_eq!(page_bytes() % 4096, 0);
         assert!(s.open_fds.unwrap() >= 3);
         assert!(s.cpu_seconds.is_some());
         let start = start_time().unwrap();
-        assert!(
-            start <= unix_now() + 1.0 && start > unix_now() - 86_400.0 * 365.0,
-            "{start}"
-        );
+        assert!(start <= unix_now() + 1.0 && start > unix_now() - 86_400.0 * 365.0, "{start}");
     }
 }

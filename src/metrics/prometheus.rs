@@ -14,8 +14,7 @@ pub use super::negotiate::{negotiate, negotiate_stream, StreamFormat};
 /// `Content-Type` of the Prometheus text format.
 pub const PROMETHEUS_CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
 /// `Content-Type` of OpenMetrics 1.0.
-pub const OPENMETRICS_CONTENT_TYPE: &str =
-    "application/openmetrics-text; version=1.0.0; charset=utf-8";
+pub const OPENMETRICS_CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
 /// `Content-Type` of the JSON envelope.
 pub const JSON_CONTENT_TYPE: &str = "application/json";
 /// `Content-Type` of the live stream as Server-Sent Events.
@@ -61,14 +60,7 @@ pub fn family_name(fmt: Format, name: &str, kind: Kind) -> &str {
 }
 
 /// `# HELP`, `# TYPE` (and in OpenMetrics `# UNIT` when given) for one family.
-pub fn write_header(
-    out: &mut Vec<u8>,
-    fmt: Format,
-    name: &str,
-    kind: Kind,
-    unit: Option<&str>,
-    help: &str,
-) {
+pub fn write_header(out: &mut Vec<u8>, fmt: Format, name: &str, kind: Kind, unit: Option<&str>, help: &str) {
     let fam = family_name(fmt, name, kind);
     out.extend_from_slice(b"# HELP ");
     out.extend_from_slice(fam.as_bytes());
@@ -193,19 +185,13 @@ pub fn write_f64(out: &mut Vec<u8>, v: f64) {
     if v == 0.0 {
         return out.extend_from_slice(if v.is_sign_negative() { b"-0" } else { b"0" });
     }
-    let mut s = Stack {
-        buf: [0; 40],
-        len: 0,
-    };
+    let mut s = Stack { buf: [0; 40], len: 0 };
     // Rust's `{:e}` without precision gives the shortest round-trip digits, e.g. `-1.25e-7`.
     let _ = write!(s, "{:e}", v.abs());
     let text = &s.buf[..s.len];
     let epos = text.iter().position(|&b| b == b'e').unwrap_or(text.len());
     let (mant, exp_txt) = (&text[..epos], &text[(epos + 1).min(text.len())..]);
-    let exp: i32 = std::str::from_utf8(exp_txt)
-        .ok()
-        .and_then(|e| e.parse().ok())
-        .unwrap_or(0);
+    let exp: i32 = std::str::from_utf8(exp_txt).ok().and_then(|e| e.parse().ok()).unwrap_or(0);
     let mut digits = [0u8; 20];
     let mut nd = 0;
     for &b in mant.iter().filter(|b| b.is_ascii_digit()) {
@@ -335,27 +321,10 @@ mod tests {
     #[test]
     fn headers_name_families_per_format() {
         let mut p = Vec::new();
-        write_header(
-            &mut p,
-            Format::Prometheus,
-            "x_total",
-            Kind::Counter,
-            Some("x"),
-            "h",
-        );
-        assert_eq!(
-            String::from_utf8(p).unwrap(),
-            "# HELP x_total h\n# TYPE x_total counter\n"
-        );
+        write_header(&mut p, Format::Prometheus, "x_total", Kind::Counter, Some("x"), "h");
+        assert_eq!(String::from_utf8(p).unwrap(), "# HELP x_total h\n# TYPE x_total counter\n");
         let mut o = Vec::new();
-        write_header(
-            &mut o,
-            Format::OpenMetrics,
-            "t_seconds_total",
-            Kind::Counter,
-            Some("seconds"),
-            "h",
-        );
+        write_header(&mut o, Format::OpenMetrics, "t_seconds_total", Kind::Counter, Some("seconds"), "h");
         assert_eq!(
             String::from_utf8(o).unwrap(),
             "# HELP t_seconds h\n# TYPE t_seconds counter\n# UNIT t_seconds seconds\n"
@@ -365,9 +334,6 @@ mod tests {
         assert_eq!(String::from_utf8(i).unwrap(), "# HELP b h\n# TYPE b info\n");
         let mut g = Vec::new();
         write_header(&mut g, Format::Prometheus, "b_info", Kind::Info, None, "h");
-        assert_eq!(
-            String::from_utf8(g).unwrap(),
-            "# HELP b_info h\n# TYPE b_info gauge\n"
-        );
+        assert_eq!(String::from_utf8(g).unwrap(), "# HELP b_info h\n# TYPE b_info gauge\n");
     }
 }

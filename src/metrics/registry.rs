@@ -54,9 +54,7 @@ pub struct RouteCounter {
 
 impl Default for RouteCounter {
     fn default() -> Self {
-        RouteCounter {
-            cells: (0..ROUTE_SLOTS).map(|_| AtomicU64::new(0)).collect(),
-        }
+        RouteCounter { cells: (0..ROUTE_SLOTS).map(|_| AtomicU64::new(0)).collect() }
     }
 }
 
@@ -87,9 +85,7 @@ impl PositionCounter {
         self.used.fetch_max(p as u64 + 1, Ordering::Relaxed);
     }
     pub fn get(&self, position: usize) -> u64 {
-        self.cells
-            .get(position)
-            .map_or(0, |c| c.load(Ordering::Relaxed))
+        self.cells.get(position).map_or(0, |c| c.load(Ordering::Relaxed))
     }
     pub fn used(&self) -> usize {
         self.used.load(Ordering::Relaxed) as usize
@@ -97,15 +93,11 @@ impl PositionCounter {
 }
 
 /// HTTP methods with their own `method` label value; anything else is `other`.
-pub const METHODS: [&str; 10] = [
-    "GET", "HEAD", "POST", "PUT", "DELETE", "CONNECT", "OPTIONS", "TRACE", "PATCH", "other",
-];
+pub const METHODS: [&str; 10] =
+    ["GET", "HEAD", "POST", "PUT", "DELETE", "CONNECT", "OPTIONS", "TRACE", "PATCH", "other"];
 
 pub fn method_index(method: &str) -> u8 {
-    METHODS[..METHODS.len() - 1]
-        .iter()
-        .position(|m| *m == method)
-        .unwrap_or(METHODS.len() - 1) as u8
+    METHODS[..METHODS.len() - 1].iter().position(|m| *m == method).unwrap_or(METHODS.len() - 1) as u8
 }
 
 /// Cells of the `{method,route,status}` table (a power of two). Realistic traffic uses a few
@@ -150,11 +142,7 @@ fn pack(route: RouteId, method: u8, status: u16) -> u64 {
 }
 
 fn unpack(key: u64) -> HttpCell {
-    HttpCell {
-        route: RouteId((key >> 32) as u16),
-        method: (key >> 16) as u8,
-        status: key as u16,
-    }
+    HttpCell { route: RouteId((key >> 32) as u16), method: (key >> 16) as u8, status: key as u16 }
 }
 
 impl HttpCounter {
@@ -206,10 +194,7 @@ impl HttpCounter {
                 continue;
             }
             let i = i as usize - 1;
-            f(
-                unpack(self.keys[i].load(Ordering::Acquire)),
-                self.values[i].load(Ordering::Relaxed),
-            );
+            f(unpack(self.keys[i].load(Ordering::Acquire)), self.values[i].load(Ordering::Relaxed));
         }
     }
 
@@ -258,10 +243,7 @@ mod tests {
         assert_eq!(c.overflow(), 10);
         let mut snap = Vec::new();
         c.snapshot(&mut snap);
-        assert_eq!(
-            snap.iter().map(|(_, v)| v).sum::<u64>() + c.overflow(),
-            HTTP_CELLS as u64 + 10
-        );
+        assert_eq!(snap.iter().map(|(_, v)| v).sum::<u64>() + c.overflow(), HTTP_CELLS as u64 + 10);
     }
 
     #[test]

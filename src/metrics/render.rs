@@ -173,27 +173,12 @@ impl Metrics {
             out.extend_from_slice(&self.envelope_json(None));
             return;
         }
-        self.walk(
-            format,
-            Some(out),
-            &mut Vec::with_capacity(VALUES_HINT),
-            stats,
-        );
+        self.walk(format, Some(out), &mut Vec::with_capacity(VALUES_HINT), stats);
     }
 
     /// Every family in exposition order: the text into `buf` when given, the values always.
-    fn walk(
-        &self,
-        format: Format,
-        buf: Option<&mut Vec<u8>>,
-        values: &mut Vec<u64>,
-        stats: &ProcessStats,
-    ) {
-        let mut o = Out {
-            fmt: format,
-            buf,
-            values,
-        };
+    fn walk(&self, format: Format, buf: Option<&mut Vec<u8>>, values: &mut Vec<u64>, stats: &ProcessStats) {
+        let mut o = Out { fmt: format, buf, values };
         self.render_request_series(&mut o);
         self.render_process(&mut o, stats);
         self.render_generation(&mut o);
@@ -224,17 +209,8 @@ impl Metrics {
             o.u64(overflow);
             o.nl();
         }
-        o.gauge(
-            "http_requests_in_flight",
-            help::IN_FLIGHT,
-            &self.http_requests_in_flight,
-        );
-        o.route_counter(
-            self,
-            "http_request_errors_total",
-            help::ERRORS,
-            &self.http_request_errors_total,
-        );
+        o.gauge("http_requests_in_flight", help::IN_FLIGHT, &self.http_requests_in_flight);
+        o.route_counter(self, "http_request_errors_total", help::ERRORS, &self.http_request_errors_total);
         o.histogram(
             "llm_time_to_first_token_seconds",
             Some("seconds"),
@@ -247,66 +223,23 @@ impl Metrics {
             help::TTLT,
             &self.llm_time_to_last_token_seconds,
         );
-        o.histogram(
-            "llm_question_length_chars",
-            Some("chars"),
-            help::QUESTION,
-            &self.llm_question_length_chars,
-        );
-        o.histogram(
-            "llm_answer_length_chars",
-            Some("chars"),
-            help::ANSWER,
-            &self.llm_answer_length_chars,
-        );
-        o.route_counter(
-            self,
-            "rejected_requests_total",
-            help::REJECTED,
-            &self.rejected_requests_total,
-        );
-        o.route_counter(
-            self,
-            "requests_per_ip_total",
-            help::PER_IP,
-            &self.requests_per_ip_total,
-        );
+        o.histogram("llm_question_length_chars", Some("chars"), help::QUESTION, &self.llm_question_length_chars);
+        o.histogram("llm_answer_length_chars", Some("chars"), help::ANSWER, &self.llm_answer_length_chars);
+        o.route_counter(self, "rejected_requests_total", help::REJECTED, &self.rejected_requests_total);
+        o.route_counter(self, "requests_per_ip_total", help::PER_IP, &self.requests_per_ip_total);
     }
 
     fn render_process(&self, o: &mut Out<'_>, s: &ProcessStats) {
         // Which optional series are shown, so that two readings missing different series can
         // never share a cache key.
-        let shown = [
-            s.resident_memory_bytes.is_some(),
-            s.cpu_seconds.is_some(),
-            s.open_fds.is_some(),
-        ];
-        o.values
-            .push(shown.iter().fold(0, |bits, &b| bits << 1 | b as u64));
-        o.gauge_f64(
-            "process_start_time_seconds",
-            Kind::Gauge,
-            Some("seconds"),
-            help::START,
-            s.start_time_seconds,
-        );
+        let shown = [s.resident_memory_bytes.is_some(), s.cpu_seconds.is_some(), s.open_fds.is_some()];
+        o.values.push(shown.iter().fold(0, |bits, &b| bits << 1 | b as u64));
+        o.gauge_f64("process_start_time_seconds", Kind::Gauge, Some("seconds"), help::START, s.start_time_seconds);
         if let Some(rss) = s.resident_memory_bytes {
-            o.gauge_f64(
-                "process_resident_memory_bytes",
-                Kind::Gauge,
-                Some("bytes"),
-                help::RSS,
-                rss as f64,
-            );
+            o.gauge_f64("process_resident_memory_bytes", Kind::Gauge, Some("bytes"), help::RSS, rss as f64);
         }
         if let Some(cpu) = s.cpu_seconds {
-            o.gauge_f64(
-                "process_cpu_seconds_total",
-                Kind::Counter,
-                Some("seconds"),
-                help::CPU,
-                cpu,
-            );
+            o.gauge_f64("process_cpu_seconds_total", Kind::Counter, Some("seconds"), help::CPU, cpu);
         }
         if let Some(fds) = s.open_fds {
             o.gauge_f64("process_open_fds", Kind::Gauge, None, help::FDS, fds as f64);
@@ -318,36 +251,16 @@ impl Metrics {
     }
 
     fn render_generation(&self, o: &mut Out<'_>) {
-        o.counter(
-            "llm_prompt_tokens_total",
-            help::PROMPT_TOKENS,
-            &self.llm_prompt_tokens_total,
-        );
-        o.counter(
-            "llm_generation_tokens_total",
-            help::GEN_TOKENS,
-            &self.llm_generation_tokens_total,
-        );
+        o.counter("llm_prompt_tokens_total", help::PROMPT_TOKENS, &self.llm_prompt_tokens_total);
+        o.counter("llm_generation_tokens_total", help::GEN_TOKENS, &self.llm_generation_tokens_total);
         o.counter(
             "llm_generation_tokens_delivered_total",
             help::GEN_TOKENS_DELIVERED,
             &self.llm_generation_tokens_delivered_total,
         );
-        o.gauge(
-            "llm_requests_running",
-            help::RUNNING,
-            &self.llm_requests_running,
-        );
-        o.gauge(
-            "llm_requests_waiting",
-            help::WAITING,
-            &self.llm_requests_waiting,
-        );
-        o.counter(
-            "llm_spec_decode_num_drafts_total",
-            help::DRAFTS,
-            &self.llm_spec_decode_num_drafts_total,
-        );
+        o.gauge("llm_requests_running", help::RUNNING, &self.llm_requests_running);
+        o.gauge("llm_requests_waiting", help::WAITING, &self.llm_requests_waiting);
+        o.counter("llm_spec_decode_num_drafts_total", help::DRAFTS, &self.llm_spec_decode_num_drafts_total);
         o.counter(
             "llm_spec_decode_num_draft_tokens_total",
             help::DRAFT_TOKENS,
@@ -369,28 +282,15 @@ impl Metrics {
             o.u64(pos.get(p));
             o.nl();
         }
-        o.histogram(
-            "llm_decode_tokens_per_second",
-            None,
-            help::DECODE_TOK_S,
-            &self.llm_decode_tokens_per_second,
-        );
+        o.histogram("llm_decode_tokens_per_second", None, help::DECODE_TOK_S, &self.llm_decode_tokens_per_second);
         o.histogram(
             "llm_inter_token_latency_seconds",
             Some("seconds"),
             help::ITL,
             &self.llm_inter_token_latency_seconds,
         );
-        o.counter(
-            "mtplx_metrics_stream_dropped_total",
-            help::DROPPED,
-            &self.requests.dropped,
-        );
-        o.gauge(
-            "mtplx_metrics_stream_subscribers",
-            help::SUBSCRIBERS,
-            &self.requests.subscribers,
-        );
+        o.counter("mtplx_metrics_stream_dropped_total", help::DROPPED, &self.requests.dropped);
+        o.gauge("mtplx_metrics_stream_subscribers", help::SUBSCRIBERS, &self.requests.subscribers);
     }
 }
 

@@ -34,13 +34,8 @@ fn slot(format: Format) -> Option<usize> {
 impl RenderCache {
     /// The cached text, when it was rendered from `values`.
     pub fn lookup(&self, format: Format, values: &[u64]) -> Option<Arc<[u8]>> {
-        let cached = self.slots[slot(format)?]
-            .lock()
-            .unwrap_or_else(|e| e.into_inner());
-        cached
-            .as_ref()
-            .filter(|e| e.values == values)
-            .map(|e| e.text.clone())
+        let cached = self.slots[slot(format)?].lock().unwrap_or_else(|e| e.into_inner());
+        cached.as_ref().filter(|e| e.values == values).map(|e| e.text.clone())
     }
 
     /// Keeps `text`, rendered from `values`, for the next lookups.
@@ -59,15 +54,9 @@ mod tests {
     #[test]
     fn a_hit_needs_the_same_values_and_format() {
         let c = RenderCache::default();
-        assert!(
-            c.lookup(Format::Prometheus, &[1, 2]).is_none(),
-            "empty cache hit"
-        );
+        assert!(c.lookup(Format::Prometheus, &[1, 2]).is_none(), "empty cache hit");
         c.store(Format::Prometheus, vec![1, 2], Arc::from(&b"text 1 2"[..]));
-        assert_eq!(
-            c.lookup(Format::Prometheus, &[1, 2]).as_deref(),
-            Some(&b"text 1 2"[..])
-        );
+        assert_eq!(c.lookup(Format::Prometheus, &[1, 2]).as_deref(), Some(&b"text 1 2"[..]));
         assert!(c.lookup(Format::Prometheus, &[1, 3]).is_none());
         assert!(c.lookup(Format::Prometheus, &[1, 2, 0]).is_none());
         assert!(c.lookup(Format::OpenMetrics, &[1, 2]).is_none());
@@ -86,11 +75,7 @@ mod tests {
                 }
                 let mut fresh = Vec::new();
                 m.render_with(format, &mut fresh, &before);
-                assert!(
-                    cached == fresh,
-                    "{what}: {format:?} text is stale:\n{}",
-                    String::from_utf8_lossy(&cached)
-                );
+                assert!(cached == fresh, "{what}: {format:?} text is stale:\n{}", String::from_utf8_lossy(&cached));
                 break;
             }
         }
@@ -114,8 +99,7 @@ mod tests {
         assert_fresh(&m, "gauge back down");
         m.llm_time_to_first_token_seconds.observe(0.004);
         assert_fresh(&m, "histogram");
-        m.llm_spec_decode_num_accepted_tokens_per_pos_total
-            .add(2, 1);
+        m.llm_spec_decode_num_accepted_tokens_per_pos_total.add(2, 1);
         assert_fresh(&m, "new position");
         m.record_rate_limited(chat);
         assert_fresh(&m, "route counter");

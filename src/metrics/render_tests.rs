@@ -17,8 +17,7 @@ fn populated() -> Metrics {
     for v in [0.0005, 0.003, 0.2, 42.0, 1e9] {
         m.llm_time_to_first_token_seconds.observe(v);
     }
-    m.llm_spec_decode_num_accepted_tokens_per_pos_total
-        .add(1, 3);
+    m.llm_spec_decode_num_accepted_tokens_per_pos_total.add(1, 3);
     m
 }
 
@@ -44,13 +43,9 @@ fn help_and_type_once_per_family_and_before_samples() {
         let mut seen: HashMap<String, (usize, usize)> = HashMap::new();
         for l in t.lines() {
             if let Some(rest) = l.strip_prefix("# HELP ") {
-                seen.entry(rest.split(' ').next().unwrap().into())
-                    .or_default()
-                    .0 += 1;
+                seen.entry(rest.split(' ').next().unwrap().into()).or_default().0 += 1;
             } else if let Some(rest) = l.strip_prefix("# TYPE ") {
-                seen.entry(rest.split(' ').next().unwrap().into())
-                    .or_default()
-                    .1 += 1;
+                seen.entry(rest.split(' ').next().unwrap().into()).or_default().1 += 1;
             }
         }
         assert_eq!(seen.len(), 27, "{f:?}: one family per series");
@@ -67,53 +62,29 @@ fn histogram_buckets_cumulative_increasing_and_inf_is_count() {
         .filter_map(|l| l.strip_prefix("llm_time_to_first_token_seconds_bucket{le=\""))
         .map(|l| {
             let (le, v) = l.split_once("\"} ").unwrap();
-            (
-                if le == "+Inf" {
-                    f64::INFINITY
-                } else {
-                    le.parse().unwrap()
-                },
-                v.parse().unwrap(),
-            )
+            (if le == "+Inf" { f64::INFINITY } else { le.parse().unwrap() }, v.parse().unwrap())
         })
         .collect();
-    assert_eq!(
-        buckets.len(),
-        crate::metrics::series::LATENCY_BUCKETS.len() + 1
-    );
-    assert!(buckets
-        .windows(2)
-        .all(|w| w[0].0 < w[1].0 && w[0].1 <= w[1].1));
+    assert_eq!(buckets.len(), crate::metrics::series::LATENCY_BUCKETS.len() + 1);
+    assert!(buckets.windows(2).all(|w| w[0].0 < w[1].0 && w[0].1 <= w[1].1));
     assert_eq!(buckets.last().unwrap(), &(f64::INFINITY, 5));
     assert!(t.contains("llm_time_to_first_token_seconds_count 5\n"));
     assert!(t.contains("llm_time_to_first_token_seconds_bucket{le=\"0.001\"} 1\n"));
     assert!(t.contains("llm_time_to_first_token_seconds_bucket{le=\"0.005\"} 2\n"));
     // 1e9 s is clamped to the hdr maximum (an hour).
-    assert!(
-        t.contains("llm_time_to_first_token_seconds_sum 3642.2035\n"),
-        "{t}"
-    );
+    assert!(t.contains("llm_time_to_first_token_seconds_sum 3642.2035\n"), "{t}");
 }
 
 #[test]
 fn samples_escape_labels_and_skip_metrics_route() {
     let t = text(&populated(), Format::Prometheus);
-    assert!(t.contains(
-        "http_requests_total{method=\"POST\",route=\"/v1/chat/completions\",status=\"200\"} 2\n"
-    ));
-    assert!(t.contains(
-        "http_requests_total{method=\"GET\",route=\"/weird\\\"path\\\\x\\ny\",status=\"404\"} 1\n"
-    ));
-    assert!(
-        !t.contains("route=\"/metrics\",status"),
-        "/metrics is not counted in http_requests_total"
-    );
+    assert!(t.contains("http_requests_total{method=\"POST\",route=\"/v1/chat/completions\",status=\"200\"} 2\n"));
+    assert!(t.contains("http_requests_total{method=\"GET\",route=\"/weird\\\"path\\\\x\\ny\",status=\"404\"} 1\n"));
+    assert!(!t.contains("route=\"/metrics\",status"), "/metrics is not counted in http_requests_total");
     assert!(t.contains("http_request_errors_total{route=\"/v1/chat/completions\"} 1\n"));
     assert!(t.contains("rejected_requests_total{route=\"/v1/chat/completions\"} 1\n"));
     assert!(t.contains("requests_per_ip_total{route=\"/v1/chat/completions\"} 0\n"));
-    assert!(t.contains(
-        "mtplx_build_info{version=\"0.1.0\",backend=\"cpu\",model=\"smol\\\"lm\\\\2\\nq4\"} 1\n"
-    ));
+    assert!(t.contains("mtplx_build_info{version=\"0.1.0\",backend=\"cpu\",model=\"smol\\\"lm\\\\2\\nq4\"} 1\n"));
     assert!(t.contains("process_start_time_seconds 1.5e+09\n"));
     assert!(t.contains("process_cpu_seconds_total 0.25\n"));
     assert!(t.contains("llm_spec_decode_num_accepted_tokens_per_pos_total{position=\"0\"} 0\n"));
@@ -129,7 +100,9 @@ fn openmetrics_names_counter_families_without_total_and_ends_with_eof() {
     assert!(t.contains("# TYPE process_cpu_seconds counter\n# UNIT process_cpu_seconds seconds\n"));
     assert!(t.contains("# TYPE mtplx_build info\n"));
     assert!(t.contains("\nhttp_requests_total{method=\"POST\""));
-    assert!(t.contains("# TYPE llm_time_to_first_token_seconds histogram\n# UNIT llm_time_to_first_token_seconds seconds\n"));
+    assert!(t.contains(
+        "# TYPE llm_time_to_first_token_seconds histogram\n# UNIT llm_time_to_first_token_seconds seconds\n"
+    ));
     assert!(t.ends_with("mtplx_metrics_stream_subscribers 0\n# EOF\n"));
     assert_eq!(t.matches("# EOF").count(), 1);
 }
@@ -141,10 +114,7 @@ fn json_format_is_the_envelope() {
     let v: serde_json::Value = serde_json::from_str(&t).unwrap();
     assert!(v["latest"].is_null());
     assert_eq!(v["history"], serde_json::json!([]));
-    assert_eq!(
-        v["quantiles"]["llm_time_to_first_token_seconds"]["count"],
-        5
-    );
+    assert_eq!(v["quantiles"]["llm_time_to_first_token_seconds"]["count"], 5);
 }
 
 #[test]
@@ -156,10 +126,7 @@ fn stream_subscribers_and_delivered_tokens_are_exposed() {
     let t = text(&m, Format::Prometheus);
     assert!(t.contains("\nmtplx_metrics_stream_subscribers 1\n"), "{t}");
     assert!(t.contains("\nllm_generation_tokens_total 6\n"), "{t}");
-    assert!(
-        t.contains("\nllm_generation_tokens_delivered_total 5\n"),
-        "{t}"
-    );
+    assert!(t.contains("\nllm_generation_tokens_delivered_total 5\n"), "{t}");
     drop(sub);
     let t = text(&m, Format::Prometheus);
     assert!(t.contains("\nmtplx_metrics_stream_subscribers 0\n"), "{t}");

@@ -11,9 +11,7 @@ use std::sync::{Arc, Mutex};
 
 use super::prometheus::StreamFormat;
 use super::registry::{Counter, Gauge};
-use super::request_record::{
-    sse_frame, RequestRecord, KEEP_ALIVE, KEEP_ALIVE_INTERVAL, NDJSON_KEEP_ALIVE,
-};
+use super::request_record::{sse_frame, RequestRecord, KEEP_ALIVE, KEEP_ALIVE_INTERVAL, NDJSON_KEEP_ALIVE};
 
 /// Entries a subscriber may have waiting before its oldest is dropped.
 pub const SUBSCRIBER_QUEUE: usize = 256;
@@ -76,11 +74,7 @@ impl RequestLog {
         RequestLog {
             capacity,
             queue: queue.max(1),
-            inner: Mutex::new(Inner {
-                ring: VecDeque::with_capacity(capacity),
-                next_seq: 1,
-                subscribers: Vec::new(),
-            }),
+            inner: Mutex::new(Inner { ring: VecDeque::with_capacity(capacity), next_seq: 1, subscribers: Vec::new() }),
             dropped: Counter::default(),
             subscribers: Arc::default(),
         }
@@ -95,29 +89,22 @@ impl RequestLog {
         let mut g = self.lock();
         record.seq = g.next_seq;
         g.next_seq += 1;
-        let json = serde_json::to_vec(&record)
-            .unwrap_or_default()
-            .into_boxed_slice();
-        let entry = Arc::new(Entry {
-            seq: record.seq,
-            record,
-            json,
-        });
+        let json = serde_json::to_vec(&record).unwrap_or_default().into_boxed_slice();
+        let entry = Arc::new(Entry { seq: record.seq, record, json });
         if self.capacity > 0 {
             if g.ring.len() == self.capacity {
                 g.ring.pop_front();
             }
             g.ring.push_back(entry.clone());
         }
-        g.subscribers
-            .retain(|tx| match tx.force_send(entry.clone()) {
-                Ok(Some(_)) => {
-                    self.dropped.inc();
-                    true
-                }
-                Ok(None) => true,
-                Err(_) => false,
-            });
+        g.subscribers.retain(|tx| match tx.force_send(entry.clone()) {
+            Ok(Some(_)) => {
+                self.dropped.inc();
+                true
+            }
+            Ok(None) => true,
+            Err(_) => false,
+        });
         entry
     }
 
@@ -138,14 +125,7 @@ impl RequestLog {
     pub fn envelope_json(&self, limit: Option<usize>, extra: Option<&[u8]>) -> Vec<u8> {
         let hist = self.history(None);
         let n = limit.unwrap_or(usize::MAX).min(hist.len());
-        let mut out = Vec::with_capacity(
-            64 + hist
-                .iter()
-                .rev()
-                .take(n)
-                .map(|e| e.json.len() + 1)
-                .sum::<usize>(),
-        );
+        let mut out = Vec::with_capacity(64 + hist.iter().rev().take(n).map(|e| e.json.len() + 1).sum::<usize>());
         out.extend_from_slice(b"{\"latest\":");
         match hist.last() {
             Some(e) => out.extend_from_slice(&e.json),
@@ -183,10 +163,7 @@ impl RequestLog {
         }
         g.subscribers.push(tx);
         self.subscribers.inc();
-        Subscription {
-            rx,
-            open: self.subscribers.clone(),
-        }
+        Subscription { rx, open: self.subscribers.clone() }
     }
 
     /// End every live subscription (graceful shutdown): their streams finish after what they
@@ -294,23 +271,13 @@ mod tests {
         assert_eq!(seqs(&log.history(None)), [3, 4, 5]);
         assert_eq!(seqs(&log.history(Some(2))), [4, 5]);
         assert_eq!(log.latest().unwrap().record.seq, 5);
-        let env: serde_json::Value =
-            serde_json::from_slice(&log.envelope_json(Some(2), None)).unwrap();
+        let env: serde_json::Value = serde_json::from_slice(&log.envelope_json(Some(2), None)).unwrap();
         assert_eq!(env["latest"]["seq"], 5);
-        let h: Vec<u64> = env["history"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|r| r["seq"].as_u64().unwrap())
-            .collect();
+        let h: Vec<u64> = env["history"].as_array().unwrap().iter().map(|r| r["seq"].as_u64().unwrap()).collect();
         assert_eq!(h, [4, 5]);
         let empty: serde_json::Value =
-            serde_json::from_slice(&RequestLog::new(4).envelope_json(None, Some(b"\"x\":1")))
-                .unwrap();
-        assert_eq!(
-            empty,
-            serde_json::json!({"latest": null, "history": [], "x": 1})
-        );
+            serde_json::from_slice(&RequestLog::new(4).envelope_json(None, Some(b"\"x\":1"))).unwrap();
+        assert_eq!(empty, serde_json::json!({"latest": null, "history": [], "x": 1}));
     }
 
     #[test]
@@ -358,11 +325,7 @@ mod tests {
         let b = log.subscribe(Some(0));
         assert_eq!(log.subscribers.get(), 2);
         drop(a);
-        assert_eq!(
-            log.subscribers.get(),
-            1,
-            "a dropped subscription is gone at once"
-        );
+        assert_eq!(log.subscribers.get(), 1, "a dropped subscription is gone at once");
         // Closed by the log (shutdown): it counts until its stream, which owns it, ends.
         log.close_subscribers();
         assert_eq!(log.subscribers.get(), 1);
@@ -376,11 +339,7 @@ mod tests {
         let log = RequestLog::new(8);
         let sub = log.subscribe(None);
         let (tx, rx) = async_channel::unbounded();
-        let task = smol::spawn(sub.pump_every(
-            StreamFormat::Sse,
-            tx,
-            std::time::Duration::from_millis(20),
-        ));
+        let task = smol::spawn(sub.pump_every(StreamFormat::Sse, tx, std::time::Duration::from_millis(20)));
         smol::block_on(async {
             assert_eq!(rx.recv().await.unwrap(), KEEP_ALIVE);
             log.push(sample_record(0));

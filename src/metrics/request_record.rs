@@ -24,10 +24,7 @@ pub enum FinishStatus {
 impl FinishStatus {
     /// Whether the answer was delivered whole (counted in `llm_answer_length_chars`).
     pub fn is_success(self) -> bool {
-        matches!(
-            self,
-            FinishStatus::Done | FinishStatus::Length | FinishStatus::Stop
-        )
+        matches!(self, FinishStatus::Done | FinishStatus::Length | FinishStatus::Stop)
     }
 }
 
@@ -137,13 +134,7 @@ pub fn rfc3339(t: SystemTime) -> String {
     let secs = d.as_secs();
     let (days, rem) = (secs / 86_400, secs % 86_400);
     let (y, m, dd) = civil_from_days(days as i64);
-    format!(
-        "{y:04}-{m:02}-{dd:02}T{:02}:{:02}:{:02}.{:06}Z",
-        rem / 3600,
-        rem % 3600 / 60,
-        rem % 60,
-        d.subsec_micros()
-    )
+    format!("{y:04}-{m:02}-{dd:02}T{:02}:{:02}:{:02}.{:06}Z", rem / 3600, rem % 3600 / 60, rem % 60, d.subsec_micros())
 }
 
 /// Days since 1970-01-01 to (year, month, day), proleptic Gregorian (H. Hinnant's algorithm).

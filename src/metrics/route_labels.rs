@@ -92,23 +92,15 @@ impl RouteTable {
     }
 
     fn intern(&self, name: &str, template: bool) -> RouteId {
-        if let Some(&id) = self
-            .by_name
-            .read()
-            .unwrap_or_else(|e| e.into_inner())
-            .get(name)
-        {
+        if let Some(&id) = self.by_name.read().unwrap_or_else(|e| e.into_inner()).get(name) {
             return id;
         }
         let mut map = self.by_name.write().unwrap_or_else(|e| e.into_inner());
         if let Some(&id) = map.get(name) {
             return id;
         }
-        let (counter, cap) = if template {
-            (&self.templates, MAX_TEMPLATE_ROUTES)
-        } else {
-            (&self.raw, MAX_RAW_ROUTES)
-        };
+        let (counter, cap) =
+            if template { (&self.templates, MAX_TEMPLATE_ROUTES) } else { (&self.raw, MAX_RAW_ROUTES) };
         if counter.load(Ordering::Relaxed) >= cap {
             return RouteId::OTHER;
         }
@@ -116,21 +108,12 @@ impl RouteTable {
         self.insert_locked(&mut map, name, template)
     }
 
-    fn insert_locked(
-        &self,
-        map: &mut AHashMap<Box<str>, RouteId>,
-        name: &str,
-        template: bool,
-    ) -> RouteId {
+    fn insert_locked(&self, map: &mut AHashMap<Box<str>, RouteId>, name: &str, template: bool) -> RouteId {
         let idx = self.len.load(Ordering::Relaxed);
         let id = RouteId(idx as u16);
         let mut escaped = String::with_capacity(name.len());
         crate::metrics::prometheus::escape_label_value(name, &mut escaped);
-        let _ = self.slots[idx].set(Slot {
-            name: name.into(),
-            escaped: escaped.into(),
-            template,
-        });
+        let _ = self.slots[idx].set(Slot { name: name.into(), escaped: escaped.into(), template });
         map.insert(name.into(), id);
         // Release: a reader that sees the new length also sees the slot.
         self.len.store(idx + 1, Ordering::Release);
@@ -147,28 +130,16 @@ impl RouteTable {
     }
 
     pub fn name(&self, id: RouteId) -> &str {
-        self.slots
-            .get(id.index())
-            .and_then(|s| s.get())
-            .map(|s| &*s.name)
-            .unwrap_or(OTHER_ROUTE)
+        self.slots.get(id.index()).and_then(|s| s.get()).map(|s| &*s.name).unwrap_or(OTHER_ROUTE)
     }
 
     pub(crate) fn escaped(&self, id: RouteId) -> &str {
-        self.slots
-            .get(id.index())
-            .and_then(|s| s.get())
-            .map(|s| &*s.escaped)
-            .unwrap_or(OTHER_ROUTE)
+        self.slots.get(id.index()).and_then(|s| s.get()).map(|s| &*s.escaped).unwrap_or(OTHER_ROUTE)
     }
 
     /// Whether the route came from the router (templates are rendered even at zero).
     pub fn is_template(&self, id: RouteId) -> bool {
-        self.slots
-            .get(id.index())
-            .and_then(|s| s.get())
-            .map(|s| s.template)
-            .unwrap_or(false)
+        self.slots.get(id.index()).and_then(|s| s.get()).map(|s| s.template).unwrap_or(false)
     }
 }
 
@@ -203,10 +174,7 @@ mod tests {
     fn a_raw_path_spelled_other_is_the_other_slot_and_long_paths_fold() {
         let t = RouteTable::new();
         assert_eq!(t.raw("other"), RouteId::OTHER);
-        assert_eq!(
-            t.raw(&"a".repeat(MAX_ROUTE_LABEL_BYTES + 1)),
-            RouteId::OTHER
-        );
+        assert_eq!(t.raw(&"a".repeat(MAX_ROUTE_LABEL_BYTES + 1)), RouteId::OTHER);
         assert_eq!(t.len(), 1);
     }
 

@@ -12,41 +12,30 @@ use super::route_labels::{RouteId, RouteTable};
 
 /// TTFT / TTLT bounds: 1 ms steps below 10 ms, then up to 10 minutes.
 pub const LATENCY_BUCKETS: &[f64] = &[
-    0.001, 0.0025, 0.005, 0.0075, 0.01, 0.025, 0.05, 0.075, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0,
-    7.5, 10.0, 20.0, 30.0, 60.0, 120.0, 300.0, 600.0,
+    0.001, 0.0025, 0.005, 0.0075, 0.01, 0.025, 0.05, 0.075, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0, 20.0, 30.0,
+    60.0, 120.0, 300.0, 600.0,
 ];
 /// Inter-token latency bounds: a decode step is 1-200 ms on a CPU.
 pub const INTER_TOKEN_BUCKETS: &[f64] = &[
-    0.001, 0.0025, 0.005, 0.0075, 0.01, 0.015, 0.02, 0.03, 0.04, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3,
-    0.5, 0.75, 1.0, 2.5, 5.0, 10.0,
+    0.001, 0.0025, 0.005, 0.0075, 0.01, 0.015, 0.02, 0.03, 0.04, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.5, 0.75, 1.0, 2.5,
+    5.0, 10.0,
 ];
 /// Message length bounds (characters): powers of two up to the 4 MiB body limit.
 pub const LENGTH_BUCKETS: &[f64] = &[
-    16.0, 32.0, 64.0, 128.0, 256.0, 512.0, 1024.0, 2048.0, 4096.0, 8192.0, 16384.0, 32768.0,
-    65536.0, 131072.0, 262144.0, 524288.0, 1048576.0, 4194304.0,
+    16.0, 32.0, 64.0, 128.0, 256.0, 512.0, 1024.0, 2048.0, 4096.0, 8192.0, 16384.0, 32768.0, 65536.0, 131072.0,
+    262144.0, 524288.0, 1048576.0, 4194304.0,
 ];
 /// Decode speed bounds (tokens/s).
 pub const TOKENS_PER_SECOND_BUCKETS: &[f64] = &[
-    1.0, 2.5, 5.0, 10.0, 15.0, 20.0, 25.0, 30.0, 40.0, 50.0, 75.0, 100.0, 150.0, 200.0, 300.0,
-    500.0, 750.0, 1000.0, 2000.0,
+    1.0, 2.5, 5.0, 10.0, 15.0, 20.0, 25.0, 30.0, 40.0, 50.0, 75.0, 100.0, 150.0, 200.0, 300.0, 500.0, 750.0, 1000.0,
+    2000.0,
 ];
 
 /// Seconds at 1 µs resolution, tracked up to an hour.
-const SECONDS: fn(&'static [f64]) -> HistogramSpec = |bounds| HistogramSpec {
-    bounds,
-    scale: 1e6,
-    hdr_max: 3_600_000_000,
-};
-const CHARS: HistogramSpec = HistogramSpec {
-    bounds: LENGTH_BUCKETS,
-    scale: 1.0,
-    hdr_max: 1 << 26,
-};
-const TOK_S: HistogramSpec = HistogramSpec {
-    bounds: TOKENS_PER_SECOND_BUCKETS,
-    scale: 1000.0,
-    hdr_max: 100_000_000,
-};
+const SECONDS: fn(&'static [f64]) -> HistogramSpec =
+    |bounds| HistogramSpec { bounds, scale: 1e6, hdr_max: 3_600_000_000 };
+const CHARS: HistogramSpec = HistogramSpec { bounds: LENGTH_BUCKETS, scale: 1.0, hdr_max: 1 << 26 };
+const TOK_S: HistogramSpec = HistogramSpec { bounds: TOKENS_PER_SECOND_BUCKETS, scale: 1000.0, hdr_max: 100_000_000 };
 
 /// The route whose own requests `http_requests_total` leaves out (`docs/metrics.md`: a scrape
 /// does not count itself).
@@ -63,11 +52,7 @@ pub struct BuildInfo {
 impl BuildInfo {
     /// This crate's version with the given backend and model.
     pub fn current(backend: &str, model: &str) -> BuildInfo {
-        BuildInfo {
-            version: env!("CARGO_PKG_VERSION").into(),
-            backend: backend.into(),
-            model: model.into(),
-        }
+        BuildInfo { version: env!("CARGO_PKG_VERSION").into(), backend: backend.into(), model: model.into() }
     }
 
     fn label_block(&self) -> String {
@@ -188,8 +173,7 @@ impl Metrics {
     /// 5xx, `http_request_errors_total`. Call once per response, including rejected requests.
     pub fn record_http(&self, method: &str, route: RouteId, status: u16) {
         if route != self.metrics_route {
-            self.http_requests_total
-                .inc(route, method_index(method), status);
+            self.http_requests_total.inc(route, method_index(method), status);
         }
         if status >= 500 {
             self.http_request_errors_total.inc(route);

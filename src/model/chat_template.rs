@@ -80,9 +80,7 @@ pub struct ChatTemplate {
 
 impl std::fmt::Debug for ChatTemplate {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("ChatTemplate")
-            .field("is_fallback", &self.is_fallback)
-            .finish_non_exhaustive()
+        f.debug_struct("ChatTemplate").field("is_fallback", &self.is_fallback).finish_non_exhaustive()
     }
 }
 
@@ -95,11 +93,7 @@ impl ChatTemplate {
     }
 
     /// `source`, or ChatML when `None` or blank; checked on a probe conversation.
-    pub fn for_model(
-        source: Option<&str>,
-        bos_token: &str,
-        eos_token: &str,
-    ) -> Result<Self, TemplateError> {
+    pub fn for_model(source: Option<&str>, bos_token: &str, eos_token: &str) -> Result<Self, TemplateError> {
         match source {
             Some(s) if !s.trim().is_empty() => Self::new(s, bos_token, eos_token),
             _ => {
@@ -124,12 +118,8 @@ impl ChatTemplate {
         env.add_function("raise_exception", raise_exception);
         env.add_template_owned(TEMPLATE_NAME, source.to_owned())
             .map_err(|e| TemplateError::Syntax { detail: describe(&e) })?;
-        let t = ChatTemplate {
-            env,
-            bos_token: bos_token.to_owned(),
-            eos_token: eos_token.to_owned(),
-            is_fallback: false,
-        };
+        let t =
+            ChatTemplate { env, bos_token: bos_token.to_owned(), eos_token: eos_token.to_owned(), is_fallback: false };
         t.probe()?;
         Ok(t)
     }
@@ -141,11 +131,7 @@ impl ChatTemplate {
 
     /// The prompt for `messages`; with `add_generation_prompt`, ending where the assistant's
     /// reply begins.
-    pub fn render(
-        &self,
-        messages: &[ChatMessage],
-        add_generation_prompt: bool,
-    ) -> Result<String, TemplateError> {
+    pub fn render(&self, messages: &[ChatMessage], add_generation_prompt: bool) -> Result<String, TemplateError> {
         self.render_with_kwargs(messages, add_generation_prompt, &serde_json::Map::new())
     }
 
@@ -158,10 +144,7 @@ impl ChatTemplate {
         add_generation_prompt: bool,
         kwargs: &serde_json::Map<String, serde_json::Value>,
     ) -> Result<String, TemplateError> {
-        let tmpl = self
-            .env
-            .get_template(TEMPLATE_NAME)
-            .map_err(|e| TemplateError::Render { detail: describe(&e) })?;
+        let tmpl = self.env.get_template(TEMPLATE_NAME).map_err(|e| TemplateError::Render { detail: describe(&e) })?;
         tmpl.render(context! {
             messages => Value::from_serialize(messages),
             add_generation_prompt => add_generation_prompt,
@@ -196,8 +179,7 @@ impl ChatTemplate {
             let text = self.render_with_kwargs(messages, add_generation_prompt, kwargs)?;
             return Ok(ChatPrompt { text, literal: Vec::new() });
         }
-        let escaped: Vec<ChatMessage> =
-            escaped.into_iter().map(|(r, c)| ChatMessage::new(r, c)).collect();
+        let escaped: Vec<ChatMessage> = escaped.into_iter().map(|(r, c)| ChatMessage::new(r, c)).collect();
         let rendered = self.render_with_kwargs(&escaped, add_generation_prompt, kwargs)?;
         Ok(escapes.restore(&rendered))
     }
@@ -213,13 +195,10 @@ impl ChatTemplate {
         ];
         let rendered = match self.render(&all, true) {
             Ok(s) => Ok((s, &all[..])),
-            Err(TemplateError::Raised { .. }) => {
-                self.render(&all[1..], true).map(|s| (s, &all[1..]))
-            }
+            Err(TemplateError::Raised { .. }) => self.render(&all[1..], true).map(|s| (s, &all[1..])),
             Err(e) => Err(e),
         };
-        let (text, probed) =
-            rendered.map_err(|e| TemplateError::Probe { problem: e.to_string() })?;
+        let (text, probed) = rendered.map_err(|e| TemplateError::Probe { problem: e.to_string() })?;
         for m in probed {
             if !text.contains(&m.content) {
                 return Err(TemplateError::Probe {
@@ -317,12 +296,8 @@ mod tests {
         let e = ChatTemplate::new("{{ raise_exception('never') }}", "", "").unwrap_err();
         assert!(matches!(&e, TemplateError::Probe { problem } if problem.contains("never")), "{e}");
 
-        let e =
-            ChatTemplate::new("{{ messages[0].content | no_such_filter }}", "", "").unwrap_err();
-        assert!(
-            matches!(&e, TemplateError::Probe { problem } if problem.contains("no_such_filter")),
-            "{e}"
-        );
+        let e = ChatTemplate::new("{{ messages[0].content | no_such_filter }}", "", "").unwrap_err();
+        assert!(matches!(&e, TemplateError::Probe { problem } if problem.contains("no_such_filter")), "{e}");
 
         let e = ChatTemplate::new("{{ messages[1].content }}", "", "").unwrap_err();
         assert!(matches!(&e, TemplateError::Probe { problem } if problem.contains("omits")), "{e}");

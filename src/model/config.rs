@@ -133,7 +133,11 @@ impl HParams {
         };
         if let Some(v) = opt("attention.value_length", MAX_WIDTH)? {
             if v != head_dim {
-                return Err(bad(file, &format!("{a}.attention.value_length"), format!("{v} differs from the key length {head_dim}")));
+                return Err(bad(
+                    file,
+                    &format!("{a}.attention.value_length"),
+                    format!("{v} differs from the key length {head_dim}"),
+                ));
             }
         }
         if let Some(r) = opt("rope.dimension_count", MAX_WIDTH)? {
@@ -153,10 +157,17 @@ impl HParams {
             None => match meta.get("tokenizer.ggml.tokens").and_then(|t| t.as_array()) {
                 Some(t) => count(file, "tokenizer.ggml.tokens", Some(t.len() as u64), true, MAX_VOCAB)?,
                 None => {
-                    let emb = tensors
-                        .get("token_embd.weight")
-                        .ok_or_else(|| ModelError::MissingTensor { file: file.to_path_buf(), tensor: "token_embd.weight".into() })?;
-                    count(file, "token_embd.weight rows", Some(emb.shape.last().copied().unwrap_or(0) as u64), true, MAX_VOCAB)?
+                    let emb = tensors.get("token_embd.weight").ok_or_else(|| ModelError::MissingTensor {
+                        file: file.to_path_buf(),
+                        tensor: "token_embd.weight".into(),
+                    })?;
+                    count(
+                        file,
+                        "token_embd.weight rows",
+                        Some(emb.shape.last().copied().unwrap_or(0) as u64),
+                        true,
+                        MAX_VOCAB,
+                    )?
                 }
             },
         };
@@ -196,10 +207,13 @@ impl HParams {
             .get("model_type")
             .and_then(|v| v.as_str())
             .ok_or_else(|| ModelError::MissingKey { file: file.to_path_buf(), key: "model_type".into() })?;
-        let arch = Arch::parse(model_type)
-            .ok_or_else(|| ModelError::UnknownArchitecture { file: file.to_path_buf(), arch: model_type.to_string() })?;
-        let get =
-            |key: &str, max: u64| count(file, key, cfg.get(key).and_then(|v| v.as_u64()), cfg.get(key).is_some_and(|v| !v.is_null()), max);
+        let arch = Arch::parse(model_type).ok_or_else(|| ModelError::UnknownArchitecture {
+            file: file.to_path_buf(),
+            arch: model_type.to_string(),
+        })?;
+        let get = |key: &str, max: u64| {
+            count(file, key, cfg.get(key).and_then(|v| v.as_u64()), cfg.get(key).is_some_and(|v| !v.is_null()), max)
+        };
         let has = |key: &str| cfg.get(key).is_some_and(|v| !v.is_null());
         let flag = |key: &str, default: bool| -> Result<bool, ModelError> {
             match cfg.get(key) {
@@ -209,8 +223,12 @@ impl HParams {
         };
         let float = |key: &str, default: Option<f64>| -> Result<f32, ModelError> {
             match cfg.get(key).filter(|v| !v.is_null()) {
-                Some(v) => positive_f32(file, key, v.as_f64().ok_or_else(|| bad(file, key, format!("{v} is not a number")))?),
-                None => default.map(|d| d as f32).ok_or_else(|| ModelError::MissingKey { file: file.to_path_buf(), key: key.to_string() }),
+                Some(v) => {
+                    positive_f32(file, key, v.as_f64().ok_or_else(|| bad(file, key, format!("{v} is not a number")))?)
+                }
+                None => default
+                    .map(|d| d as f32)
+                    .ok_or_else(|| ModelError::MissingKey { file: file.to_path_buf(), key: key.to_string() }),
             }
         };
         let n_layers = get("num_hidden_layers", MAX_LAYERS)?;
@@ -260,13 +278,25 @@ impl HParams {
     /// Cross-field checks every source must pass.
     fn check(self, file: &Path) -> Result<HParams, ModelError> {
         if self.head_dim == 0 || !self.head_dim.is_multiple_of(2) {
-            return Err(bad(file, "head_dim", format!("{} is not a positive even number (RoPE rotates pairs)", self.head_dim)));
+            return Err(bad(
+                file,
+                "head_dim",
+                format!("{} is not a positive even number (RoPE rotates pairs)", self.head_dim),
+            ));
         }
         if !self.n_heads.is_multiple_of(self.n_kv_heads) {
-            return Err(bad(file, "n_kv_heads", format!("{} does not divide the {} attention heads", self.n_kv_heads, self.n_heads)));
+            return Err(bad(
+                file,
+                "n_kv_heads",
+                format!("{} does not divide the {} attention heads", self.n_kv_heads, self.n_heads),
+            ));
         }
         if self.n_heads as u64 * self.head_dim as u64 > MAX_WIDTH {
-            return Err(bad(file, "head_dim", format!("{} heads of {} exceed the width limit {MAX_WIDTH}", self.n_heads, self.head_dim)));
+            return Err(bad(
+                file,
+                "head_dim",
+                format!("{} heads of {} exceed the width limit {MAX_WIDTH}", self.n_heads, self.head_dim),
+            ));
         }
         Ok(self)
     }

@@ -16,17 +16,31 @@ pub const DEMO_BYTES: u64 = 98_362_432;
 #[derive(Debug)]
 pub enum DemoError {
     NoCacheDir,
-    Io { path: PathBuf, err: std::io::Error },
+    Io {
+        path: PathBuf,
+        err: std::io::Error,
+    },
     /// `python3`, which runs pip, cannot be started.
-    NoPython { detail: String },
+    NoPython {
+        detail: String,
+    },
     /// `python3` has no pip module.
     NoPip,
     /// pip found no copy of the package: the machine is offline, or the index it asks is
     /// unreachable or does not hold the package.
-    IndexUnreachable { index: String, detail: String },
+    IndexUnreachable {
+        index: String,
+        detail: String,
+    },
     /// pip failed otherwise; the message names the command to run by hand.
-    Pip { detail: String },
-    Checksum { path: PathBuf, expected: &'static str, found: String },
+    Pip {
+        detail: String,
+    },
+    Checksum {
+        path: PathBuf,
+        expected: &'static str,
+        found: String,
+    },
 }
 
 impl std::fmt::Display for DemoError {
@@ -160,7 +174,8 @@ fn pip_failure(stderr: &str, what: &str, index: Option<String>) -> DemoError {
     if stderr.contains("No module named pip") {
         DemoError::NoPip
     } else if UNREACHABLE.iter().any(|m| stderr.contains(m)) {
-        let index = index.unwrap_or_else(|| "pip is configured with (https://pypi.org/simple unless pip.conf names another)".into());
+        let index = index
+            .unwrap_or_else(|| "pip is configured with (https://pypi.org/simple unless pip.conf names another)".into());
         DemoError::IndexUnreachable { index, detail: last }
     } else {
         DemoError::Pip { detail: format!("{what}: {last}") }

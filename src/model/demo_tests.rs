@@ -11,7 +11,9 @@ fn an_unreachable_index_is_named_with_both_ways_out() {
     let e = pip_failure(OFFLINE, "pip exited with 1", Some("http://mirror.example/simple".into()));
     let msg = e.to_string();
     assert!(matches!(e, DemoError::IndexUnreachable { .. }), "{msg}");
-    for part in ["http://mirror.example/simple", "offline", "--model PATH", "PIP_INDEX_URL=", "No matching distribution"] {
+    for part in
+        ["http://mirror.example/simple", "offline", "--model PATH", "PIP_INDEX_URL=", "No matching distribution"]
+    {
         assert!(msg.contains(part), "{part:?} missing from: {msg}");
     }
     assert!(!msg.contains("Install pip"), "{msg}");

@@ -97,17 +97,34 @@ impl fmt::Display for ModelError {
         match self {
             Io { file, source } => write!(f, "{}: cannot read: {source}", file.display()),
             Truncated { file, offset, expected } => {
-                write!(f, "{}: truncated or corrupt file: expected {expected} at offset {offset}, but the file ends first", file.display())
+                write!(
+                    f,
+                    "{}: truncated or corrupt file: expected {expected} at offset {offset}, but the file ends first",
+                    file.display()
+                )
             }
             Corrupt { file, offset, problem } => {
                 write!(f, "{}: corrupt file at offset {offset}: {problem}", file.display())
             }
             BadMagic { file, found } => {
-                write!(f, "{}: not a GGUF file: magic bytes {:?} (expected \"GGUF\")", file.display(), String::from_utf8_lossy(found))
+                write!(
+                    f,
+                    "{}: not a GGUF file: magic bytes {:?} (expected \"GGUF\")",
+                    file.display(),
+                    String::from_utf8_lossy(found)
+                )
             }
             UnsupportedVersion { file, version } => {
-                let hint = if version.swap_bytes() <= 3 { " (a big-endian GGUF file? only little-endian is supported)" } else { "" };
-                write!(f, "{}: unsupported GGUF version {version}; versions 2 and 3 are supported{hint}", file.display())
+                let hint = if version.swap_bytes() <= 3 {
+                    " (a big-endian GGUF file? only little-endian is supported)"
+                } else {
+                    ""
+                };
+                write!(
+                    f,
+                    "{}: unsupported GGUF version {version}; versions 2 and 3 are supported{hint}",
+                    file.display()
+                )
             }
             TooLarge { file, offset, what, value, limit } => {
                 write!(f, "{}: {what} at offset {offset} is {value}, more than the limit of {limit}", file.display())
@@ -122,11 +139,15 @@ impl fmt::Display for ModelError {
                     file.display()
                 )
             }
-            MissingTensor { file, tensor } => write!(f, "{}: missing tensor {tensor:?}", file.display()),
+            MissingTensor { file, tensor } => {
+                write!(f, "{}: missing tensor {tensor:?}", file.display())
+            }
             WrongShape { file, tensor, expected, found } => {
                 write!(f, "{}: tensor {tensor:?} has shape {found:?}, expected {expected:?}", file.display())
             }
-            DuplicateTensor { file, tensor } => write!(f, "{}: tensor {tensor:?} appears twice", file.display()),
+            DuplicateTensor { file, tensor } => {
+                write!(f, "{}: tensor {tensor:?} appears twice", file.display())
+            }
             DataOutOfBounds { file, tensor, start, end, file_len } => {
                 write!(
                     f,
@@ -134,8 +155,12 @@ impl fmt::Display for ModelError {
                     file.display()
                 )
             }
-            MissingKey { file, key } => write!(f, "{}: missing hyper-parameter {key:?}", file.display()),
-            BadValue { file, key, problem } => write!(f, "{}: bad value for {key:?}: {problem}", file.display()),
+            MissingKey { file, key } => {
+                write!(f, "{}: missing hyper-parameter {key:?}", file.display())
+            }
+            BadValue { file, key, problem } => {
+                write!(f, "{}: bad value for {key:?}: {problem}", file.display())
+            }
             BadJson { file, problem } => write!(f, "{}: bad JSON: {problem}", file.display()),
             NotAModel { file, problem } => write!(f, "{}: not a model: {problem}", file.display()),
         }

@@ -137,7 +137,8 @@ impl<'a> Reader<'a> {
             return Err(self.truncated(format!("{} ({len} bytes)", what())));
         }
         let bytes = self.take(len as usize, what)?;
-        String::from_utf8(bytes.to_vec()).map_err(|e| self.corrupt(at + 8, format!("{} is not valid UTF-8 ({e})", what())))
+        String::from_utf8(bytes.to_vec())
+            .map_err(|e| self.corrupt(at + 8, format!("{} is not valid UTF-8 ({e})", what())))
     }
 
     fn too_large(&self, at: usize, what: String, value: u64, limit: u64) -> ModelError {
@@ -147,7 +148,12 @@ impl<'a> Reader<'a> {
     fn check_budget(&self, n: u64, at: usize) -> Result<(), ModelError> {
         if n > self.budget {
             let wanted = (MAX_METADATA_VALUES - self.budget).saturating_add(n);
-            return Err(self.too_large(at, "number of metadata values in the file".into(), wanted, MAX_METADATA_VALUES));
+            return Err(self.too_large(
+                at,
+                "number of metadata values in the file".into(),
+                wanted,
+                MAX_METADATA_VALUES,
+            ));
         }
         Ok(())
     }
@@ -176,7 +182,11 @@ impl<'a> Reader<'a> {
             T_BOOL => match self.array::<1>(&what)?[0] {
                 0 => MetaValue::Bool(false),
                 1 => MetaValue::Bool(true),
-                b => return Err(self.corrupt(at, format!("boolean value of metadata key {key:?} is {b}, expected 0 or 1"))),
+                b => {
+                    return Err(
+                        self.corrupt(at, format!("boolean value of metadata key {key:?} is {b}, expected 0 or 1"))
+                    )
+                }
             },
             T_STRING => MetaValue::String(self.string(u64::MAX, &what)?),
             T_ARRAY => {
@@ -199,7 +209,10 @@ impl<'a> Reader<'a> {
                 if count > fits {
                     return Err(self.too_large(
                         count_at,
-                        format!("length of array {key:?} (elements of at least {min} bytes in the {} bytes left)", self.remaining()),
+                        format!(
+                            "length of array {key:?} (elements of at least {min} bytes in the {} bytes left)",
+                            self.remaining()
+                        ),
                         count,
                         fits,
                     ));
@@ -274,7 +287,12 @@ pub fn parse_header(bytes: &[u8], file: &Path) -> Result<GgufHeader, ModelError>
         let dims_at = r.pos;
         let n_dims = r.u32(&|| format!("dimension count of tensor {name:?}"))?;
         if n_dims > MAX_DIMS {
-            return Err(r.too_large(dims_at, format!("dimension count of tensor {name:?}"), n_dims as u64, MAX_DIMS as u64));
+            return Err(r.too_large(
+                dims_at,
+                format!("dimension count of tensor {name:?}"),
+                n_dims as u64,
+                MAX_DIMS as u64,
+            ));
         }
         let mut dims = Vec::with_capacity(n_dims as usize);
         for d in 0..n_dims {
@@ -286,11 +304,16 @@ pub fn parse_header(bytes: &[u8], file: &Path) -> Result<GgufHeader, ModelError>
         raw.push((name, dims, dims_at, type_id, offset, offset_at));
     }
 
-    let data_offset = align_up(r.pos, alignment).ok_or_else(|| r.corrupt(r.pos, "data section offset overflows".into()))?;
+    let data_offset =
+        align_up(r.pos, alignment).ok_or_else(|| r.corrupt(r.pos, "data section offset overflows".into()))?;
     let mut tensors = Vec::with_capacity(raw.len());
     for (name, dims, dims_at, type_id, offset, offset_at) in raw {
         let Some(dtype) = DType::from_ggml_id(type_id) else {
-            return Err(ModelError::UnsupportedTensorType { file: file.to_path_buf(), tensor: name, type_id: format!("id {type_id}") });
+            return Err(ModelError::UnsupportedTensorType {
+                file: file.to_path_buf(),
+                tensor: name,
+                type_id: format!("id {type_id}"),
+            });
         };
         // The product of the non-zero dimensions must fit: then no partial product, in any
         // order (Tensor::numel multiplies outermost first), can overflow, even with a zero.
@@ -315,9 +338,10 @@ pub fn parse_header(bytes: &[u8], file: &Path) -> Result<GgufHeader, ModelError>
             .checked_mul(dtype.block_bytes())
             .ok_or_else(|| r.corrupt(dims_at, format!("size of tensor {name:?} overflows")))?;
         if !offset.is_multiple_of(alignment as u64) {
-            return Err(
-                r.corrupt(offset_at, format!("data offset {offset} of tensor {name:?} is not a multiple of the alignment {alignment}"))
-            );
+            return Err(r.corrupt(
+                offset_at,
+                format!("data offset {offset} of tensor {name:?} is not a multiple of the alignment {alignment}"),
+            ));
         }
         let start = (data_offset as u64).checked_add(offset);
         let end = start.and_then(|s| s.checked_add(len as u64));

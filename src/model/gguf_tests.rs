@@ -31,7 +31,10 @@ fn sample() -> GgufWriter {
         .meta("strs", MetaValue::Array(vec![MetaValue::String("a".into()), MetaValue::String("".into())]))
         .meta(
             "nested",
-            MetaValue::Array(vec![MetaValue::Array(vec![MetaValue::I32(1), MetaValue::I32(2)]), MetaValue::Array(vec![MetaValue::I32(3)])]),
+            MetaValue::Array(vec![
+                MetaValue::Array(vec![MetaValue::I32(1), MetaValue::I32(2)]),
+                MetaValue::Array(vec![MetaValue::I32(3)]),
+            ]),
         );
     w.tensor_f32("a", &[2, 3], &[1.0, 2.0, 3.0, 4.0, 5.0, 6.0]);
     w.tensor("q", DType::Q8_0, &[2, 32], vec![7u8; 2 * 34]);
@@ -142,7 +145,10 @@ fn every_truncation_of_a_small_file_is_an_error() {
     for cut in 0..bytes.len() {
         let e = err_of(bytes[..cut].to_vec());
         assert!(
-            matches!(e, ModelError::Truncated { .. } | ModelError::TooLarge { .. } | ModelError::DataOutOfBounds { .. }),
+            matches!(
+                e,
+                ModelError::Truncated { .. } | ModelError::TooLarge { .. } | ModelError::DataOutOfBounds { .. }
+            ),
             "cut {cut}: {e}"
         );
     }
@@ -226,7 +232,10 @@ fn unknown_tensor_type_names_the_tensor_and_id() {
     b[at..at + 4].copy_from_slice(&99u32.to_le_bytes());
     let e = err_of(b);
     let msg = e.to_string();
-    assert!(matches!(e, ModelError::UnsupportedTensorType { .. }) && msg.contains("weird.weight") && msg.contains("99"), "{msg}");
+    assert!(
+        matches!(e, ModelError::UnsupportedTensorType { .. }) && msg.contains("weird.weight") && msg.contains("99"),
+        "{msg}"
+    );
 }
 
 #[test]
@@ -277,7 +286,8 @@ fn bad_dimensions_and_alignment() {
     assert!(f
         .tensors
         .iter()
-        .all(|t| (t.bytes().as_ptr() as usize - f.tensors.iter().next().unwrap().bytes().as_ptr() as usize).is_multiple_of(64)));
+        .all(|t| (t.bytes().as_ptr() as usize - f.tensors.iter().next().unwrap().bytes().as_ptr() as usize)
+            .is_multiple_of(64)));
 }
 
 #[test]

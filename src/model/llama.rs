@@ -158,7 +158,17 @@ impl Model for Llama {
         }
         let mut guard = self.scratch.lock().unwrap_or_else(|e| e.into_inner());
         let s = &mut *guard;
-        for (buf, width) in [(&mut s.x, hidden), (&mut s.h, hidden), (&mut s.o, hidden), (&mut s.q, qd), (&mut s.att, qd), (&mut s.k, kvd), (&mut s.v, kvd), (&mut s.gate, ffn), (&mut s.up, ffn)] {
+        for (buf, width) in [
+            (&mut s.x, hidden),
+            (&mut s.h, hidden),
+            (&mut s.o, hidden),
+            (&mut s.q, qd),
+            (&mut s.att, qd),
+            (&mut s.k, kvd),
+            (&mut s.v, kvd),
+            (&mut s.gate, ffn),
+            (&mut s.up, ffn),
+        ] {
             buf.resize(t * width, 0.0);
         }
         s.positions.clear();
@@ -177,7 +187,12 @@ impl Model for Llama {
             s.h.copy_from_slice(&s.x);
             be.rms_norm(&mut s.h, &layer.attn_norm, hp.rms_eps);
             // One activation quantization and one pool dispatch for Q, K and V together.
-            be.matmul_many(&[weight(&layer.wq), weight(&layer.wk), weight(&layer.wv)], &s.h, t, &mut [&mut s.q, &mut s.k, &mut s.v]);
+            be.matmul_many(
+                &[weight(&layer.wq), weight(&layer.wk), weight(&layer.wv)],
+                &s.h,
+                t,
+                &mut [&mut s.q, &mut s.k, &mut s.v],
+            );
             add_bias(&mut s.q, &layer.bq);
             add_bias(&mut s.k, &layer.bk);
             add_bias(&mut s.v, &layer.bv);
@@ -204,7 +219,14 @@ impl Model for Llama {
                 b.cache.v[l].extend_from_slice(v);
                 let b = &*b;
                 // The cache's length advances after the last layer, so it is still the start.
-                seqs.push(AttnSeq { q, keys: &b.cache.k[l], values: &b.cache.v[l], start_pos: b.cache.len(), n_q: n, out });
+                seqs.push(AttnSeq {
+                    q,
+                    keys: &b.cache.k[l],
+                    values: &b.cache.v[l],
+                    start_pos: b.cache.len(),
+                    n_q: n,
+                    out,
+                });
             }
             be.attention_batch(&mut seqs, heads, scale);
             drop(seqs);

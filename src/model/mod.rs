@@ -33,10 +33,10 @@ pub mod weights;
 pub use chat_template::{ChatMessage, ChatTemplate, TemplateError};
 pub use config::{Arch, HParams, RopeLayout};
 pub use error::ModelError;
-pub use model_files::{Format, ModelFiles, TokenizerSource};
 pub use gguf::GgufFile;
 pub use kv::KvCache;
 pub use metadata::{MetaValue, Metadata};
+pub use model_files::{Format, ModelFiles, TokenizerSource};
 pub use tensor::Tensor;
 pub use tensor_set::TensorSet;
 pub use tokenizer::{ChatPrompt, Tokenizer, TokenizerError};
@@ -91,10 +91,7 @@ impl std::fmt::Display for ForwardError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             ForwardError::ContextFull { needed, capacity } => {
-                write!(
-                    f,
-                    "sequence needs {needed} positions but its cache holds at most {capacity}"
-                )
+                write!(f, "sequence needs {needed} positions but its cache holds at most {capacity}")
             }
             ForwardError::BadToken { token, vocab_size } => {
                 write!(f, "token id {token} is outside the vocabulary (size {vocab_size})")

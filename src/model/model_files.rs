@@ -94,7 +94,10 @@ impl ModelFiles {
     fn open_hf(dir: &Path) -> Result<ModelFiles, ModelError> {
         let config_path = dir.join("config.json");
         if !config_path.is_file() {
-            return Err(ModelError::NotAModel { file: dir.to_path_buf(), problem: "a directory without config.json".into() });
+            return Err(ModelError::NotAModel {
+                file: dir.to_path_buf(),
+                problem: "a directory without config.json".into(),
+            });
         }
         let config = read_json(&config_path)?;
         let hparams = HParams::from_hf_config(&config, &config_path)?;
@@ -103,7 +106,8 @@ impl ModelFiles {
 
         let tokenizer_json = dir.join("tokenizer.json");
         let tokenizer_config_path = dir.join("tokenizer_config.json");
-        let tokenizer_config = if tokenizer_config_path.is_file() { Some(read_json(&tokenizer_config_path)?) } else { None };
+        let tokenizer_config =
+            if tokenizer_config_path.is_file() { Some(read_json(&tokenizer_config_path)?) } else { None };
         let tokenizer = tokenizer_json.is_file().then(|| TokenizerSource::HfJson {
             tokenizer_json,
             tokenizer_config: tokenizer_config.is_some().then(|| tokenizer_config_path.clone()),
@@ -169,7 +173,11 @@ fn file_name(p: &Path) -> String {
 
 /// `chat_template.jinja` (newer transformers save it apart), else `chat_template` in
 /// tokenizer_config.json: a string, or a list of named templates of which we take "default".
-fn hf_chat_template(dir: &Path, tokenizer_config: Option<&serde_json::Value>, config_path: &Path) -> Result<Option<String>, ModelError> {
+fn hf_chat_template(
+    dir: &Path,
+    tokenizer_config: Option<&serde_json::Value>,
+    config_path: &Path,
+) -> Result<Option<String>, ModelError> {
     let jinja = dir.join("chat_template.jinja");
     if jinja.is_file() {
         return std::fs::read_to_string(&jinja).map(Some).map_err(|e| ModelError::io(jinja, e));

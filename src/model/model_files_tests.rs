@@ -13,7 +13,10 @@ fn demo_gguf_opens_with_tokenizer_and_template() {
     assert!(t.contains("<|im_start|>") && t.contains("add_generation_prompt"), "{t}");
     assert_eq!((m.bos_token, m.eos_tokens.clone()), (Some(1), vec![2]));
     let info = m.info();
-    assert_eq!((info.arch.as_str(), info.n_layers, info.hidden, info.n_heads, info.n_kv_heads), ("llama", 30, 576, 9, 3));
+    assert_eq!(
+        (info.arch.as_str(), info.n_layers, info.hidden, info.n_heads, info.n_kv_heads),
+        ("llama", 30, 576, 9, 3)
+    );
     assert_eq!((info.vocab_size, info.head_dim, info.context_length), (49152, 64, 8192));
     assert_eq!(m.weights.layers.len(), 30);
     assert_eq!(m.tensors.len(), 272);
@@ -31,7 +34,8 @@ fn hf_directory_with_tokenizer_template_and_generation_config() {
     let dir = hf_dir("files-hf");
     std::fs::write(dir.join("tokenizer.json"), "{}").unwrap();
     std::fs::write(dir.join("tokenizer_config.json"), json!({"chat_template": "{{ messages }}"}).to_string()).unwrap();
-    std::fs::write(dir.join("generation_config.json"), json!({"bos_token_id": 5, "eos_token_id": [7, 8]}).to_string()).unwrap();
+    std::fs::write(dir.join("generation_config.json"), json!({"bos_token_id": 5, "eos_token_id": [7, 8]}).to_string())
+        .unwrap();
     let m = ModelFiles::open(&dir).unwrap();
     assert_eq!(m.format, Format::HuggingFace);
     assert_eq!((m.hparams.arch, m.weights.rope_layout), (Arch::Qwen3, RopeLayout::NeoX));

@@ -38,9 +38,15 @@ pub fn add_tensors(storage: &Arc<Storage>, file: &Path, set: &mut TensorSet) -> 
     // read_metadata checked that the offsets tile the data section exactly up to the file's end.
     let data_start = 8 + header_len;
     for name in meta.offset_keys() {
-        let Some(info) = meta.info(&name) else { continue };
+        let Some(info) = meta.info(&name) else {
+            continue;
+        };
         let Some(dtype) = dtype_of(info.dtype) else {
-            return Err(ModelError::UnsupportedTensorType { file: file.to_path_buf(), tensor: name, type_id: format!("{:?}", info.dtype) });
+            return Err(ModelError::UnsupportedTensorType {
+                file: file.to_path_buf(),
+                tensor: name,
+                type_id: format!("{:?}", info.dtype),
+            });
         };
         // The crate multiplies the shape in one order; Tensor::numel must not overflow in its
         // own, so the product of the non-zero dimensions has to fit as well.
@@ -114,15 +120,16 @@ impl SafetensorsDir {
         let mut files = Vec::new();
         if index.is_file() {
             let json = read_json(&index)?;
-            let map = json
-                .get("weight_map")
-                .and_then(|m| m.as_object())
-                .ok_or_else(|| ModelError::BadJson { file: index.clone(), problem: "no \"weight_map\" object".into() })?;
+            let map = json.get("weight_map").and_then(|m| m.as_object()).ok_or_else(|| ModelError::BadJson {
+                file: index.clone(),
+                problem: "no \"weight_map\" object".into(),
+            })?;
             let mut shards = BTreeSet::new();
             for (name, shard) in map {
-                let shard = shard
-                    .as_str()
-                    .ok_or_else(|| ModelError::BadJson { file: index.clone(), problem: format!("shard of {name:?} is not a string") })?;
+                let shard = shard.as_str().ok_or_else(|| ModelError::BadJson {
+                    file: index.clone(),
+                    problem: format!("shard of {name:?} is not a string"),
+                })?;
                 // Shards live beside the index: a path that leaves the directory is refused.
                 let p = Path::new(shard);
                 if p.components().count() != 1 || p.file_name().is_none() {

@@ -1,5 +1,7 @@
 use super::*;
-use crate::model::test_models::{hf_tensor_list, qwen3_config, temp_dir, tensor_bytes, write_hf_dir, write_safetensors};
+use crate::model::test_models::{
+    hf_tensor_list, qwen3_config, temp_dir, tensor_bytes, write_hf_dir, write_safetensors,
+};
 
 #[test]
 fn single_file_loads_zero_copy_with_hf_names() {
@@ -39,7 +41,9 @@ fn sharded_directory_with_index() {
     std::fs::write(&index_path, serde_json::to_vec(&index).unwrap()).unwrap();
     let e = SafetensorsDir::open(&dir).err().unwrap();
     assert!(
-        matches!(e, ModelError::MissingTensor { .. }) && e.to_string().contains("model.extra.weight") && e.to_string().contains("00002"),
+        matches!(e, ModelError::MissingTensor { .. })
+            && e.to_string().contains("model.extra.weight")
+            && e.to_string().contains("00002"),
         "{e}"
     );
 
@@ -61,7 +65,9 @@ fn unsupported_dtype_names_the_tensor() {
     write_safetensors(&dir.join(SINGLE_FILE), &t);
     let e = SafetensorsDir::open(&dir).err().unwrap();
     assert!(
-        matches!(e, ModelError::UnsupportedTensorType { .. }) && e.to_string().contains("model.weird") && e.to_string().contains("I64"),
+        matches!(e, ModelError::UnsupportedTensorType { .. })
+            && e.to_string().contains("model.weird")
+            && e.to_string().contains("I64"),
         "{e}"
     );
     std::fs::remove_dir_all(&dir).unwrap();
@@ -70,7 +76,10 @@ fn unsupported_dtype_names_the_tensor() {
 #[test]
 fn corrupt_and_truncated_files_are_errors() {
     let dir = temp_dir("st-corrupt");
-    let t = vec![("a".to_string(), Dtype::F32, vec![2, 2], vec![1u8; 16]), ("b".to_string(), Dtype::F16, vec![3], vec![2u8; 6])];
+    let t = vec![
+        ("a".to_string(), Dtype::F32, vec![2, 2], vec![1u8; 16]),
+        ("b".to_string(), Dtype::F16, vec![3], vec![2u8; 6]),
+    ];
     let path = dir.join(SINGLE_FILE);
     write_safetensors(&path, &t);
     let good = std::fs::read(&path).unwrap();
@@ -97,6 +106,7 @@ fn zero_sized_shapes_that_overflow_are_refused() {
     let header = br#"{"t":{"dtype":"F32","shape":[0,4294967296,4294967296],"data_offsets":[0,0]}}"#;
     let mut bytes = (header.len() as u64).to_le_bytes().to_vec();
     bytes.extend_from_slice(header);
-    let e = add_tensors(&Arc::new(Storage::Owned(bytes)), Path::new("z.safetensors"), &mut TensorSet::new()).err().unwrap();
+    let e =
+        add_tensors(&Arc::new(Storage::Owned(bytes)), Path::new("z.safetensors"), &mut TensorSet::new()).err().unwrap();
     assert!(matches!(e, ModelError::Corrupt { .. }) && e.to_string().contains("overflows"), "{e}");
 }

@@ -34,7 +34,14 @@ pub struct Tensor {
 impl Tensor {
     /// A view of `len` bytes at `offset` of `storage`; the caller has checked the bounds and that
     /// `len` matches `dtype` and `shape`.
-    pub fn new(name: String, dtype: DType, shape: Vec<usize>, storage: Arc<Storage>, offset: usize, len: usize) -> Tensor {
+    pub fn new(
+        name: String,
+        dtype: DType,
+        shape: Vec<usize>,
+        storage: Arc<Storage>,
+        offset: usize,
+        len: usize,
+    ) -> Tensor {
         debug_assert!(offset + len <= storage.bytes().len());
         Tensor { name, dtype, shape, storage, offset, len }
     }

@@ -40,8 +40,14 @@ pub fn qwen3_config() -> serde_json::Value {
 /// than derived from the weights module, so that a wrong name mapping there fails the tests.
 pub fn hf_tensor_list(cfg: &serde_json::Value, qkv_bias: bool) -> Vec<(String, Vec<usize>)> {
     let g = |k: &str| cfg[k].as_u64().unwrap() as usize;
-    let (h, heads, kv, hd, ffn, vocab) =
-        (g("hidden_size"), g("num_attention_heads"), g("num_key_value_heads"), g("head_dim"), g("intermediate_size"), g("vocab_size"));
+    let (h, heads, kv, hd, ffn, vocab) = (
+        g("hidden_size"),
+        g("num_attention_heads"),
+        g("num_key_value_heads"),
+        g("head_dim"),
+        g("intermediate_size"),
+        g("vocab_size"),
+    );
     let mut out = vec![("model.embed_tokens.weight".to_string(), vec![vocab, h])];
     for l in 0..g("num_hidden_layers") {
         let p = format!("model.layers.{l}");
@@ -87,8 +93,10 @@ pub fn tensor_bytes(dtype: safetensors::Dtype, tag: usize, numel: usize) -> Vec<
 
 /// Writes one safetensors file from `(name, dtype, shape, bytes)`.
 pub fn write_safetensors(path: &std::path::Path, tensors: &[(String, safetensors::Dtype, Vec<usize>, Vec<u8>)]) {
-    let views: Vec<(String, safetensors::tensor::TensorView<'_>)> =
-        tensors.iter().map(|(n, d, s, b)| (n.clone(), safetensors::tensor::TensorView::new(*d, s.clone(), b).unwrap())).collect();
+    let views: Vec<(String, safetensors::tensor::TensorView<'_>)> = tensors
+        .iter()
+        .map(|(n, d, s, b)| (n.clone(), safetensors::tensor::TensorView::new(*d, s.clone(), b).unwrap()))
+        .collect();
     std::fs::write(path, safetensors::serialize(views, None).unwrap()).unwrap();
 }
 

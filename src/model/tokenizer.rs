@@ -107,10 +107,7 @@ impl Tokenizer {
         Self::from_json_files(&dir.join("tokenizer.json"), config.as_deref())
     }
 
-    pub fn from_json_files(
-        tokenizer_json: &Path,
-        tokenizer_config: Option<&Path>,
-    ) -> Result<Self, TokenizerError> {
+    pub fn from_json_files(tokenizer_json: &Path, tokenizer_config: Option<&Path>) -> Result<Self, TokenizerError> {
         let json = read_limited(tokenizer_json)?;
         let config = tokenizer_config.map(read_limited).transpose()?;
         Self::from_json_bytes(&json, config.as_deref())
@@ -118,15 +115,11 @@ impl Tokenizer {
 
     /// From the bytes of a `tokenizer.json` and, optionally, of its `tokenizer_config.json`.
     pub fn from_json_bytes(json: &[u8], config: Option<&[u8]>) -> Result<Self, TokenizerError> {
-        let inner = HfTokenizer::from_bytes(json).map_err(|e| TokenizerError::BadJson {
-            what: "tokenizer.json".into(),
-            detail: e.to_string(),
-        })?;
+        let inner = HfTokenizer::from_bytes(json)
+            .map_err(|e| TokenizerError::BadJson { what: "tokenizer.json".into(), detail: e.to_string() })?;
         let config: serde_json::Value = match config {
-            Some(bytes) => serde_json::from_slice(bytes).map_err(|e| TokenizerError::BadJson {
-                what: "tokenizer_config.json".into(),
-                detail: e.to_string(),
-            })?,
+            Some(bytes) => serde_json::from_slice(bytes)
+                .map_err(|e| TokenizerError::BadJson { what: "tokenizer_config.json".into(), detail: e.to_string() })?,
             None => serde_json::Value::Null,
         };
         let token_of = |key: &str| -> Option<u32> {
@@ -151,8 +144,7 @@ impl Tokenizer {
         let mut tok = Tokenizer::assemble(inner, bos, eos, chat_template);
         // The config's flags are honoured only where the post-processor does not already add
         // the token (transformers rewrites the post-processor to the same effect).
-        let probe =
-            tok.inner.encode_fast("", true).map(|e| e.get_ids().to_vec()).unwrap_or_default();
+        let probe = tok.inner.encode_fast("", true).map(|e| e.get_ids().to_vec()).unwrap_or_default();
         tok.add_bos = flag("add_bos_token") && bos.is_some() && probe.first() != bos.as_ref();
         tok.add_eos = flag("add_eos_token") && eos.is_some() && probe.last() != eos.as_ref();
         Ok(tok)
@@ -171,8 +163,7 @@ impl Tokenizer {
         let vocab = inner.get_vocab(true);
         let vocab_size = vocab.values().copied().max().map_or(0, |m| m as usize + 1);
         let added = inner.get_added_tokens_decoder();
-        let mut special_ids: Vec<u32> =
-            added.iter().filter(|(_, t)| t.special).map(|(&id, _)| id).collect();
+        let mut special_ids: Vec<u32> = added.iter().filter(|(_, t)| t.special).map(|(&id, _)| id).collect();
         special_ids.sort_unstable();
         let mut eos_tokens: Vec<u32> = eos.into_iter().collect();
         for text in END_OF_TURN_TOKENS {
@@ -270,8 +261,7 @@ impl Tokenizer {
         let is_special = |id| self.is_special(id);
         let mut out = Vec::new();
         for r in self.pieces(text) {
-            let spans =
-                super::tokenizer_chat::special_spans(&self.inner, is_special, &text[r.clone()]);
+            let spans = super::tokenizer_chat::special_spans(&self.inner, is_special, &text[r.clone()]);
             out.extend(spans.into_iter().map(|s| s.start + r.start..s.end + r.start));
         }
         out
@@ -282,11 +272,7 @@ impl Tokenizer {
     /// the messages (`prompt.literal`) are text, unless `parse_special_in_content` asks for the
     /// old behaviour, where they too become control tokens. A prompt whose messages spell no
     /// special token encodes exactly as `encode(&prompt.text, false)`.
-    pub fn encode_chat(
-        &self,
-        prompt: &ChatPrompt,
-        parse_special_in_content: bool,
-    ) -> Result<Vec<u32>, TokenizerError> {
+    pub fn encode_chat(&self, prompt: &ChatPrompt, parse_special_in_content: bool) -> Result<Vec<u32>, TokenizerError> {
         if parse_special_in_content || prompt.literal.is_empty() {
             return self.encode(&prompt.text, false);
         }
@@ -295,9 +281,7 @@ impl Tokenizer {
         let mut pieces = self.pieces(&prompt.text);
         // Cuts never fall inside a special-token string; should one, encode the text whole
         // rather than lose a literal range.
-        let inside = |l: &std::ops::Range<usize>| {
-            pieces.iter().any(|r| r.start <= l.start && l.end <= r.end)
-        };
+        let inside = |l: &std::ops::Range<usize>| pieces.iter().any(|r| r.start <= l.start && l.end <= r.end);
         if !prompt.literal.iter().all(inside) {
             pieces = std::iter::once(0..prompt.text.len()).collect();
         }
@@ -309,13 +293,8 @@ impl Tokenizer {
                 .filter(|l| l.start >= r.start && l.end <= r.end)
                 .map(|l| l.start - r.start..l.end - r.start)
                 .collect();
-            let piece = super::tokenizer_chat::encode_with_literals(
-                &self.inner,
-                &self.plain,
-                is_special,
-                text,
-                &literal,
-            )?;
+            let piece =
+                super::tokenizer_chat::encode_with_literals(&self.inner, &self.plain, is_special, text, &literal)?;
             ids.extend(piece);
         }
         Ok(ids)
@@ -443,11 +422,7 @@ fn read_limited(path: &Path) -> Result<Vec<u8>, TokenizerError> {
     let io = |error| TokenizerError::Io { path: path.to_owned(), error };
     let size = std::fs::metadata(path).map_err(io)?.len();
     if size > MAX_TOKENIZER_FILE_BYTES {
-        return Err(TokenizerError::FileTooLarge {
-            path: path.to_owned(),
-            size,
-            max: MAX_TOKENIZER_FILE_BYTES,
-        });
+        return Err(TokenizerError::FileTooLarge { path: path.to_owned(), size, max: MAX_TOKENIZER_FILE_BYTES });
     }
     std::fs::read(path).map_err(io)
 }

@@ -44,10 +44,8 @@ impl TokenBytes {
         let mut added: Vec<(u32, String)> =
             inner.get_added_tokens_decoder().into_iter().map(|(id, t)| (id, t.content)).collect();
         added.sort_unstable();
-        let mut t =
-            TokenBytes { spelling, added, max_token_bytes: 0, max_input_bytes_per_token: None };
-        t.max_token_bytes =
-            (0..vocab_size as u32).map(|id| t.bytes(inner, id).len()).max().unwrap_or(0);
+        let mut t = TokenBytes { spelling, added, max_token_bytes: 0, max_input_bytes_per_token: None };
+        t.max_token_bytes = (0..vocab_size as u32).map(|id| t.bytes(inner, id).len()).max().unwrap_or(0);
         t.max_input_bytes_per_token = input_bytes_bound(inner, spelling, t.max_token_bytes);
         t
     }
@@ -165,11 +163,7 @@ fn spelling_of(inner: &HfTokenizer) -> Spelling {
 /// - the model is BPE, and an unknown token stands for one character: unknown tokens are never
 ///   produced when every byte has a token (byte-level, or byte fallback with all 256), and
 ///   otherwise must not be fused (`fuse_unk` joins any run of unknown characters into one).
-fn input_bytes_bound(
-    inner: &HfTokenizer,
-    spelling: Spelling,
-    max_token_bytes: usize,
-) -> Option<usize> {
+fn input_bytes_bound(inner: &HfTokenizer, spelling: Spelling, max_token_bytes: usize) -> Option<usize> {
     let mut shrink = 1;
     for n in parts_of(inner.get_normalizer())? {
         match type_of(&n) {
@@ -184,8 +178,7 @@ fn input_bytes_bound(
         }
     }
     for p in parts_of(inner.get_pre_tokenizer())? {
-        let keeps =
-            |p: &serde_json::Value| p.get("behavior").and_then(|b| b.as_str()) != Some("Removed");
+        let keeps = |p: &serde_json::Value| p.get("behavior").and_then(|b| b.as_str()) != Some("Removed");
         match type_of(&p) {
             "ByteLevel" | "Digits" | "Metaspace" => {}
             "Split" | "Punctuation" if keeps(&p) => {}
@@ -198,8 +191,7 @@ fn input_bytes_bound(
     let ModelWrapper::BPE(bpe) = inner.get_model() else {
         return None;
     };
-    let has_all =
-        |spell: &dyn Fn(u8) -> String| (0..=255u8).all(|b| bpe.token_to_id(&spell(b)).is_some());
+    let has_all = |spell: &dyn Fn(u8) -> String| (0..=255u8).all(|b| bpe.token_to_id(&spell(b)).is_some());
     let every_byte_has_a_token = match spelling {
         Spelling::ByteLevel => has_all(&|b| byte_level_char(b).to_string()),
         _ => bpe.byte_fallback && has_all(&|b| format!("<0x{b:02X}>")),

@@ -8,9 +8,7 @@
 
 use std::ops::Range;
 
-use tokenizers::{
-    AddedVocabulary, Model, OffsetReferential, OffsetType, PreTokenizer, Tokenizer as HfTokenizer,
-};
+use tokenizers::{AddedVocabulary, Model, OffsetReferential, OffsetType, PreTokenizer, Tokenizer as HfTokenizer};
 
 use super::tokenizer_error::TokenizerError;
 
@@ -63,17 +61,11 @@ impl PlainEncoder {
 }
 
 /// Where the inner tokenizer would read a special token in `text` (byte ranges, in order).
-pub(super) fn special_spans(
-    inner: &HfTokenizer,
-    is_special: impl Fn(u32) -> bool,
-    text: &str,
-) -> Vec<Range<usize>> {
+pub(super) fn special_spans(inner: &HfTokenizer, is_special: impl Fn(u32) -> bool, text: &str) -> Vec<Range<usize>> {
     let pre = inner.get_added_vocabulary().extract_and_normalize(inner.get_normalizer(), text);
     pre.get_splits(OffsetReferential::Original, OffsetType::Byte)
         .into_iter()
-        .filter(|(_, _, tokens)| {
-            tokens.as_ref().is_some_and(|t| t.iter().any(|t| is_special(t.id)))
-        })
+        .filter(|(_, _, tokens)| tokens.as_ref().is_some_and(|t| t.iter().any(|t| is_special(t.id))))
         .map(|(_, (a, b), _)| a..b)
         .collect()
 }
@@ -129,12 +121,7 @@ mod tests {
     fn all() -> Vec<(&'static str, Tokenizer)> {
         let demo = crate::model::GgufFile::open(demo_model_path()).unwrap();
         let demo = Tokenizer::from_gguf_metadata(&demo.metadata).unwrap();
-        vec![
-            ("llama2", hf("llama2")),
-            ("llama3", hf("llama3")),
-            ("qwen3", hf("qwen3")),
-            ("demo", demo),
-        ]
+        vec![("llama2", hf("llama2")), ("llama3", hf("llama3")), ("qwen3", hf("qwen3")), ("demo", demo)]
     }
 
     fn special_texts(t: &Tokenizer) -> Vec<String> {
@@ -157,17 +144,12 @@ mod tests {
             ];
             for text in &texts {
                 for add_special in [false, true] {
-                    let want: Vec<u32> =
-                        oracle.encode_fast(text.as_str(), add_special).unwrap().get_ids().to_vec();
+                    let want: Vec<u32> = oracle.encode_fast(text.as_str(), add_special).unwrap().get_ids().to_vec();
                     let mut want = want;
                     if add_special && t.add_bos {
                         want.insert(0, t.bos.unwrap());
                     }
-                    assert_eq!(
-                        t.encode_plain(text, add_special).unwrap(),
-                        want,
-                        "{name}: {text:?}"
-                    );
+                    assert_eq!(t.encode_plain(text, add_special).unwrap(), want, "{name}: {text:?}");
                 }
             }
         }

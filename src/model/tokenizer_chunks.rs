@@ -39,9 +39,9 @@ pub(super) struct Cutter {
 impl Cutter {
     pub(super) fn for_tokenizer(inner: &HfTokenizer, local_rules: &[&str]) -> Option<Cutter> {
         let added = inner.get_added_tokens_decoder();
-        let safe_added = added.values().all(|t| {
-            !(t.lstrip || t.rstrip || t.single_word || t.content.contains([' ', '\n', SPACE_MARK]))
-        });
+        let safe_added = added
+            .values()
+            .all(|t| !(t.lstrip || t.rstrip || t.single_word || t.content.contains([' ', '\n', SPACE_MARK])));
         if !safe_added {
             return None;
         }
@@ -49,16 +49,14 @@ impl Cutter {
         let normalizer = json(inner.get_normalizer().and_then(|n| serde_json::to_value(n).ok()));
         let pre = json(inner.get_pre_tokenizer().and_then(|p| serde_json::to_value(p).ok()));
         if pre.is_null() && is_sentencepiece_normalizer(&normalizer) {
-            let tokenizers::ModelWrapper::BPE(bpe) = inner.get_model() else { return None };
-            let mid_mark = bpe
-                .get_vocab()
-                .keys()
-                .any(|t| t.trim_start_matches(SPACE_MARK).contains(SPACE_MARK));
+            let tokenizers::ModelWrapper::BPE(bpe) = inner.get_model() else {
+                return None;
+            };
+            let mid_mark = bpe.get_vocab().keys().any(|t| t.trim_start_matches(SPACE_MARK).contains(SPACE_MARK));
             return (!mid_mark).then_some(Cutter { drop_space: true });
         }
         let nfc_or_none = normalizer.is_null() || type_of(&normalizer) == "NFC";
-        (nfc_or_none && local_pre_tokenizer(&pre, local_rules))
-            .then_some(Cutter { drop_space: false })
+        (nfc_or_none && local_pre_tokenizer(&pre, local_rules)).then_some(Cutter { drop_space: false })
     }
 
     /// `text` as consecutive pieces of at least `target` bytes (the last may be shorter), cut
@@ -70,11 +68,7 @@ impl Cutter {
         // that begins with one, after a line that ends in something other than white space.
         let cut_at = |p: usize| {
             (b[p] == b' ' && alnum(p - 1) && alnum(p + 1))
-                || (!self.drop_space
-                    && b[p - 1] == b'\n'
-                    && p >= 2
-                    && !b[p - 2].is_ascii_whitespace()
-                    && alnum(p))
+                || (!self.drop_space && b[p - 1] == b'\n' && p >= 2 && !b[p - 2].is_ascii_whitespace() && alnum(p))
         };
         let mut out = Vec::new();
         let mut start = 0;
@@ -112,7 +106,9 @@ fn type_of(v: &serde_json::Value) -> &str {
 /// `Prepend("▁")` then `Replace(" ", "▁")`, as SentencePiece BPE is written in tokenizer.json
 /// and as `tokenizer_spm.rs` builds it.
 fn is_sentencepiece_normalizer(n: &serde_json::Value) -> bool {
-    let Some(parts) = n.get("normalizers").and_then(|p| p.as_array()) else { return false };
+    let Some(parts) = n.get("normalizers").and_then(|p| p.as_array()) else {
+        return false;
+    };
     let mark = SPACE_MARK.to_string();
     matches!(parts.as_slice(), [prepend, replace]
         if type_of(prepend) == "Prepend"
@@ -136,9 +132,7 @@ fn local_pre_tokenizer(pre: &serde_json::Value, local_rules: &[&str]) -> bool {
         "Split" => {
             p.get("behavior").and_then(|b| b.as_str()) == Some("Isolated")
                 && p.get("invert").and_then(|i| i.as_bool()) == Some(false)
-                && p.pointer("/pattern/Regex")
-                    .and_then(|r| r.as_str())
-                    .is_some_and(|r| local_rules.contains(&r))
+                && p.pointer("/pattern/Regex").and_then(|r| r.as_str()).is_some_and(|r| local_rules.contains(&r))
         }
         _ => false,
     })

@@ -54,12 +54,9 @@ fn long_text(specials: &[String]) -> String {
 fn pieces_give_the_ids_of_the_whole_text() {
     let demo = crate::model::GgufFile::open(demo_model_path()).unwrap();
     let demo = Tokenizer::from_gguf_metadata(&demo.metadata).unwrap();
-    for (name, t) in
-        [("llama2", hf("llama2")), ("llama3", hf("llama3")), ("qwen3", hf("qwen3")), ("demo", demo)]
-    {
+    for (name, t) in [("llama2", hf("llama2")), ("llama3", hf("llama3")), ("qwen3", hf("qwen3")), ("demo", demo)] {
         assert!(t.cutter.is_some(), "{name}: cannot be cut");
-        let specials: Vec<String> =
-            t.special_ids.iter().filter_map(|&id| t.token_text(id)).collect();
+        let specials: Vec<String> = t.special_ids.iter().filter_map(|&id| t.token_text(id)).collect();
         let text = long_text(&specials);
         assert!(t.pieces(&text).len() > 3, "{name}: {} pieces", t.pieces(&text).len());
         for add_special in [false, true] {
@@ -71,8 +68,7 @@ fn pieces_give_the_ids_of_the_whole_text() {
             assert!(t.encode(&text, add_special).unwrap() == want, "{name}: encode differs");
             let mut oracle = t.inner.clone();
             oracle.set_encode_special_tokens(true);
-            let mut want =
-                oracle.encode_fast(text.as_str(), add_special).unwrap().get_ids().to_vec();
+            let mut want = oracle.encode_fast(text.as_str(), add_special).unwrap().get_ids().to_vec();
             if add_special && t.add_bos {
                 want.insert(0, t.bos.unwrap());
             }
@@ -80,11 +76,9 @@ fn pieces_give_the_ids_of_the_whole_text() {
         }
         // Literal ranges: the pieces against one whole-text pass.
         let literal = t.special_token_spans(&text);
-        let whole_spans =
-            super::super::tokenizer_chat::special_spans(&t.inner, |id| t.is_special(id), &text);
+        let whole_spans = super::super::tokenizer_chat::special_spans(&t.inner, |id| t.is_special(id), &text);
         assert_eq!(literal, whole_spans, "{name}");
-        let prompt =
-            ChatPrompt { literal: literal.iter().skip(1).step_by(2).cloned().collect(), text };
+        let prompt = ChatPrompt { literal: literal.iter().skip(1).step_by(2).cloned().collect(), text };
         let whole = super::super::tokenizer_chat::encode_with_literals(
             &t.inner,
             &t.plain,
@@ -108,8 +102,7 @@ fn tokenizers_with_unknown_rules_are_not_cut() {
     assert_ne!(other_rule, llama3);
     let t = Tokenizer::from_json_bytes(other_rule.as_bytes(), None).unwrap();
     assert!(t.cutter.is_none());
-    let lower =
-        llama3.replacen("\"normalizer\":null", "\"normalizer\":{\"type\":\"Lowercase\"}", 1);
+    let lower = llama3.replacen("\"normalizer\":null", "\"normalizer\":{\"type\":\"Lowercase\"}", 1);
     assert_ne!(lower, llama3);
     assert!(Tokenizer::from_json_bytes(lower.as_bytes(), None).unwrap().cutter.is_none());
 }

@@ -39,18 +39,12 @@ impl std::fmt::Display for TokenizerError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         use TokenizerError::*;
         match self {
-            NoTokenizer { path } => write!(
-                f,
-                "{} has no tokenizer (no tokenizer.ggml.* metadata, no tokenizer.json)",
-                path.display()
-            ),
+            NoTokenizer { path } => {
+                write!(f, "{} has no tokenizer (no tokenizer.ggml.* metadata, no tokenizer.json)", path.display())
+            }
             Io { path, error } => write!(f, "cannot read {}: {error}", path.display()),
             FileTooLarge { path, size, max } => {
-                write!(
-                    f,
-                    "{} is {size} bytes, more than the {max} a tokenizer file may be",
-                    path.display()
-                )
+                write!(f, "{} is {size} bytes, more than the {max} a tokenizer file may be", path.display())
             }
             BadJson { what, detail } => write!(f, "invalid {what}: {detail}"),
             MissingKey { key, expected } => {
@@ -81,10 +75,7 @@ impl std::fmt::Display for TokenizerError {
             }
             Build { detail } => write!(f, "cannot build the tokenizer: {detail}"),
             TextTooLong { len, max } => {
-                write!(
-                    f,
-                    "text of {len} bytes is longer than the {max} bytes the tokenizer accepts"
-                )
+                write!(f, "text of {len} bytes is longer than the {max} bytes the tokenizer accepts")
             }
             Encode { detail } => write!(f, "cannot encode the text: {detail}"),
         }

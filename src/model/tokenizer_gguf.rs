@@ -8,9 +8,7 @@ use tokenizers::decoders::byte_level::ByteLevel;
 use tokenizers::models::bpe::BPE;
 use tokenizers::pre_tokenizers::sequence::Sequence;
 use tokenizers::pre_tokenizers::split::{Split, SplitPattern};
-use tokenizers::{
-    AddedToken, PreTokenizerWrapper, SplitDelimiterBehavior, Tokenizer as HfTokenizer,
-};
+use tokenizers::{AddedToken, PreTokenizerWrapper, SplitDelimiterBehavior, Tokenizer as HfTokenizer};
 
 use super::metadata::Metadata;
 use super::tokenizer::Tokenizer;
@@ -30,7 +28,8 @@ const RE_GPT2: &str = r"'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{
 /// Llama 3's rule: numbers in groups of up to three, a letter run may take one leading symbol.
 const RE_LLAMA3: &str = r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+";
 /// Qwen 2/3's rule: as Llama 3's, but every digit alone.
-const RE_QWEN2: &str = r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+";
+const RE_QWEN2: &str =
+    r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+";
 /// StarCoder / SmolLM: every digit alone first (HF's `Digits(individual_digits)`), then GPT-2.
 const RE_DIGIT: &str = r"\p{N}";
 /// llama.cpp's fallback rules, around GPT-2's: punctuation runs, digit runs, three digits.
@@ -131,10 +130,9 @@ pub(super) fn build(meta: &Metadata) -> Result<Tokenizer, TokenizerError> {
     let model = meta
         .get_str("tokenizer.ggml.model")
         .ok_or(TokenizerError::MissingKey { key: "tokenizer.ggml.model", expected: "a string" })?;
-    let tokens = meta.get_strings("tokenizer.ggml.tokens").ok_or(TokenizerError::MissingKey {
-        key: "tokenizer.ggml.tokens",
-        expected: "an array of strings",
-    })?;
+    let tokens = meta
+        .get_strings("tokenizer.ggml.tokens")
+        .ok_or(TokenizerError::MissingKey { key: "tokenizer.ggml.tokens", expected: "an array of strings" })?;
     let n = tokens.len();
     if n == 0 || n > MAX_VOCAB {
         return Err(TokenizerError::BadVocabSize { len: n, max: MAX_VOCAB });
@@ -159,12 +157,8 @@ pub(super) fn build(meta: &Metadata) -> Result<Tokenizer, TokenizerError> {
     let mut user = Vec::new();
     for (i, t) in texts.iter().enumerate() {
         match types.as_ref().map(|ty| ty[i]) {
-            Some(TOKEN_TYPE_CONTROL | TOKEN_TYPE_UNKNOWN) => {
-                special.push(AddedToken::from(t.clone(), true))
-            }
-            Some(TOKEN_TYPE_USER_DEFINED) => {
-                user.push(AddedToken::from(t.clone(), false).normalized(false))
-            }
+            Some(TOKEN_TYPE_CONTROL | TOKEN_TYPE_UNKNOWN) => special.push(AddedToken::from(t.clone(), true)),
+            Some(TOKEN_TYPE_USER_DEFINED) => user.push(AddedToken::from(t.clone(), false).normalized(false)),
             _ => {}
         }
     }
@@ -206,19 +200,15 @@ pub(super) fn build(meta: &Metadata) -> Result<Tokenizer, TokenizerError> {
 
 /// Byte-level BPE (`tokenizer.ggml.model = gpt2`): merges from the file, the split rules that
 /// `tokenizer.ggml.pre` names. Returns the tokenizer and whether bos is added by default.
-fn byte_level_bpe(
-    meta: &Metadata,
-    texts: &[String],
-) -> Result<(HfTokenizer, bool), TokenizerError> {
+fn byte_level_bpe(meta: &Metadata, texts: &[String]) -> Result<(HfTokenizer, bool), TokenizerError> {
     let pre_name = meta.get_str("tokenizer.ggml.pre").unwrap_or("default");
     let rules = pre_rules(pre_name).ok_or_else(|| TokenizerError::UnknownPreTokenizer {
         name: pre_name.to_owned(),
         known: KNOWN_PRE_TOKENIZERS,
     })?;
-    let merges = meta.get_strings("tokenizer.ggml.merges").ok_or(TokenizerError::MissingKey {
-        key: "tokenizer.ggml.merges",
-        expected: "an array of strings",
-    })?;
+    let merges = meta
+        .get_strings("tokenizer.ggml.merges")
+        .ok_or(TokenizerError::MissingKey { key: "tokenizer.ggml.merges", expected: "an array of strings" })?;
     let mut vocab: AHashMap<String, u32> = AHashMap::with_capacity(texts.len());
     for (i, t) in texts.iter().enumerate() {
         vocab.insert(t.clone(), i as u32);
@@ -260,7 +250,9 @@ fn pre_tokenizer(rules: &PreRules) -> Result<Sequence, TokenizerError> {
 /// `tokenizer.ggml.token_type`, if present, as one integer per token.
 fn token_types(meta: &Metadata, n: usize) -> Result<Option<Vec<i64>>, TokenizerError> {
     const KEY: &str = "tokenizer.ggml.token_type";
-    let Some(v) = meta.get(KEY) else { return Ok(None) };
+    let Some(v) = meta.get(KEY) else {
+        return Ok(None);
+    };
     let bad = || TokenizerError::MissingKey { key: KEY, expected: "an array of integers" };
     let arr = v.as_array().ok_or_else(bad)?;
     if arr.len() != n {
@@ -452,8 +444,7 @@ mod tests {
     #[test]
     fn split_rules_match_the_original_pre_tokenizers() {
         use tokenizers::pre_tokenizers::digits::Digits;
-        let starcoder =
-            Sequence::new(vec![Digits::new(true).into(), ByteLevel::new(false, true, true).into()]);
+        let starcoder = Sequence::new(vec![Digits::new(true).into(), ByteLevel::new(false, true, true).into()]);
         let gpt2 = ByteLevel::new(false, true, true);
         let texts = [
             "Hello, world! 123 and 4.56",

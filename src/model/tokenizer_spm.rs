@@ -30,14 +30,9 @@ pub(super) fn sentencepiece_bpe(
     let bad_scores = || TokenizerError::MissingKey { key: SCORES, expected: "an array of floats" };
     let scores = meta.get(SCORES).and_then(MetaValue::as_array).ok_or_else(bad_scores)?;
     if scores.len() != texts.len() {
-        return Err(TokenizerError::LengthMismatch {
-            key: SCORES,
-            len: scores.len(),
-            expected: texts.len(),
-        });
+        return Err(TokenizerError::LengthMismatch { key: SCORES, len: scores.len(), expected: texts.len() });
     }
-    let scores: Vec<f64> =
-        scores.iter().map(MetaValue::as_f64).collect::<Option<_>>().ok_or_else(bad_scores)?;
+    let scores: Vec<f64> = scores.iter().map(MetaValue::as_f64).collect::<Option<_>>().ok_or_else(bad_scores)?;
 
     let mut vocab: AHashMap<String, u32> = AHashMap::with_capacity(texts.len());
     for (i, t) in texts.iter().enumerate() {
@@ -49,8 +44,7 @@ pub(super) fn sentencepiece_bpe(
         .and_then(|id| texts.get(id as usize))
         .cloned()
         .or_else(|| vocab.contains_key("<unk>").then(|| "<unk>".to_owned()));
-    let mut builder =
-        BPE::builder().vocab_and_merges(vocab, merges).byte_fallback(true).fuse_unk(true);
+    let mut builder = BPE::builder().vocab_and_merges(vocab, merges).byte_fallback(true).fuse_unk(true);
     if let Some(unk) = unk {
         builder = builder.unk_token(unk);
     }
@@ -62,11 +56,8 @@ pub(super) fn sentencepiece_bpe(
         _ => true,
     };
     let mut normalizers: Vec<NormalizerWrapper> = Vec::new();
-    let mut decoders: Vec<DecoderWrapper> = vec![
-        Replace::new(SPACE, " ").map_err(build)?.into(),
-        ByteFallback::new().into(),
-        Fuse::new().into(),
-    ];
+    let mut decoders: Vec<DecoderWrapper> =
+        vec![Replace::new(SPACE, " ").map_err(build)?.into(), ByteFallback::new().into(), Fuse::new().into()];
     if add_space_prefix {
         // A space before the text (and after each special token): words at the start look
         // like words inside it. The decoder drops it again.
@@ -101,9 +92,7 @@ fn merges_from_scores(
             }
         }
     }
-    found.sort_by(|a, b| {
-        b.0.total_cmp(&a.0).then(a.1.cmp(&b.1)).then(a.2.cmp(&b.2)).then(a.3.cmp(&b.3))
-    });
+    found.sort_by(|a, b| b.0.total_cmp(&a.0).then(a.1.cmp(&b.1)).then(a.2.cmp(&b.2)).then(a.3.cmp(&b.3)));
     found
         .into_iter()
         .map(|(_, i, _, _, k)| {
@@ -134,9 +123,7 @@ mod tests {
     ];
 
     fn meta(add_space_prefix: Option<bool>) -> Metadata {
-        let arr = |f: &dyn Fn(&(&str, f32, i32)) -> MetaValue| {
-            MetaValue::Array(VOCAB.iter().map(f).collect())
-        };
+        let arr = |f: &dyn Fn(&(&str, f32, i32)) -> MetaValue| MetaValue::Array(VOCAB.iter().map(f).collect());
         let mut entries = vec![
             ("tokenizer.ggml.model".to_owned(), MetaValue::String("llama".into())),
             ("tokenizer.ggml.tokens".to_owned(), arr(&|t| MetaValue::String(t.0.into()))),
@@ -189,8 +176,7 @@ mod tests {
         assert!(matches!(e, TokenizerError::MissingKey { key: "tokenizer.ggml.scores", .. }));
         let mut m = meta(None);
         m.entries.retain(|(k, _)| k != "tokenizer.ggml.scores");
-        m.entries
-            .push(("tokenizer.ggml.scores".into(), MetaValue::Array(vec![MetaValue::F32(0.0)])));
+        m.entries.push(("tokenizer.ggml.scores".into(), MetaValue::Array(vec![MetaValue::F32(0.0)])));
         let e = Tokenizer::from_gguf_metadata(&m).unwrap_err();
         assert!(matches!(e, TokenizerError::LengthMismatch { len: 1, .. }), "{e}");
     }

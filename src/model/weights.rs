@@ -164,8 +164,10 @@ struct Picker<'a> {
 
 impl Picker<'_> {
     fn get(&self, name: &str, shape: &[usize]) -> Result<Tensor, ModelError> {
-        let t =
-            self.tensors.get(name).ok_or_else(|| ModelError::MissingTensor { file: self.file.to_path_buf(), tensor: name.to_string() })?;
+        let t = self
+            .tensors
+            .get(name)
+            .ok_or_else(|| ModelError::MissingTensor { file: self.file.to_path_buf(), tensor: name.to_string() })?;
         if t.shape != shape {
             return Err(ModelError::WrongShape {
                 file: self.file.to_path_buf(),
@@ -188,7 +190,12 @@ impl Picker<'_> {
 
 impl ModelWeights {
     /// Picks and checks every weight `hp` calls for; `file` names the model in errors.
-    pub fn from_tensors(tensors: &TensorSet, naming: Naming, hp: &HParams, file: &Path) -> Result<ModelWeights, ModelError> {
+    pub fn from_tensors(
+        tensors: &TensorSet,
+        naming: Naming,
+        hp: &HParams,
+        file: &Path,
+    ) -> Result<ModelWeights, ModelError> {
         let p = Picker { tensors, file };
         let (h, q, kv, ffn) = (hp.hidden, hp.q_dim(), hp.kv_dim(), hp.ffn);
         let embed = p.get(naming.embed(), &[hp.vocab, h])?;

@@ -85,7 +85,10 @@ fn missing_and_misshapen_tensors_are_named() {
     write_hf_dir(&dir, &cfg, &list, 1);
     let st = SafetensorsDir::open(&dir).unwrap();
     let e = ModelWeights::from_tensors(&st.tensors, Naming::HuggingFace, &hp, &dir).unwrap_err();
-    assert!(matches!(e, ModelError::MissingTensor { .. }) && e.to_string().contains("model.layers.1.mlp.up_proj.weight"), "{e}");
+    assert!(
+        matches!(e, ModelError::MissingTensor { .. }) && e.to_string().contains("model.layers.1.mlp.up_proj.weight"),
+        "{e}"
+    );
 
     let dir2 = temp_dir("w-shape");
     let mut list = hf_tensor_list(&cfg, false);
@@ -99,7 +102,10 @@ fn missing_and_misshapen_tensors_are_named() {
     let e = ModelWeights::from_tensors(&st.tensors, Naming::HuggingFace, &hp, &dir2).unwrap_err();
     let msg = e.to_string();
     assert!(
-        matches!(e, ModelError::WrongShape { .. }) && msg.contains("k_proj") && msg.contains("[32, 64]") && msg.contains("[64, 64]"),
+        matches!(e, ModelError::WrongShape { .. })
+            && msg.contains("k_proj")
+            && msg.contains("[32, 64]")
+            && msg.contains("[64, 64]"),
         "{msg}"
     );
     std::fs::remove_dir_all(&dir).unwrap();
@@ -162,7 +168,8 @@ fn gguf_qwen3_names_and_errors() {
 /// hand from the format definition. Both must load end to end, so the fuzzers start deep.
 #[test]
 fn fuzz_seed_files_load_completely() {
-    let f = GgufFile::from_bytes("seed.gguf", include_bytes!("../../fuzz/corpus/gguf_header/seed-tiny-qwen3").to_vec()).unwrap();
+    let f = GgufFile::from_bytes("seed.gguf", include_bytes!("../../fuzz/corpus/gguf_header/seed-tiny-qwen3").to_vec())
+        .unwrap();
     let hp = HParams::from_gguf(&f.metadata, &f.tensors, &f.path).unwrap();
     assert_eq!((hp.arch, hp.hidden, hp.n_heads, hp.n_kv_heads, hp.head_dim, hp.vocab), (Arch::Qwen3, 8, 2, 1, 4, 4));
     let w = ModelWeights::from_tensors(&f.tensors, Naming::Gguf, &hp, &f.path).unwrap();

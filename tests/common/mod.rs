@@ -29,9 +29,7 @@ pub fn demo_model() -> PathBuf {
 /// `openai`, `requests`): in the cache directory, beside the demo model, so that a stock
 /// Debian Python (PEP 668: no `pip install` outside a venv) works and every checkout shares it.
 pub fn test_venv() -> PathBuf {
-    mtplx_lite::model::demo::cache_dir()
-        .unwrap_or_else(|e| panic!("{e}"))
-        .join("test-venv")
+    mtplx_lite::model::demo::cache_dir().unwrap_or_else(|e| panic!("{e}")).join("test-venv")
 }
 
 /// A command running the Python of the test venv (`MTPLX_TEST_PYTHON` overrides it). Every test
@@ -87,12 +85,7 @@ impl Watched {
     pub fn new(mut child: Child, what: &str) -> Watched {
         let stdout = collect(child.stdout.take());
         let stderr = collect(child.stderr.take());
-        Watched {
-            child,
-            what: what.into(),
-            stdout,
-            stderr,
-        }
+        Watched { child, what: what.into(), stdout, stderr }
     }
 
     pub fn id(&self) -> u32 {
@@ -131,11 +124,7 @@ impl Watched {
                 String::from_utf8_lossy(&stderr)
             );
         };
-        Output {
-            status,
-            stdout,
-            stderr,
-        }
+        Output { status, stdout, stderr }
     }
 }
 
@@ -157,11 +146,7 @@ pub fn raise_open_files_limit(needed: u64) {
         return;
     }
     let raised = Command::new("prlimit")
-        .args([
-            "--pid",
-            &std::process::id().to_string(),
-            &format!("--nofile={}:", needed.min(hard)),
-        ])
+        .args(["--pid", &std::process::id().to_string(), &format!("--nofile={}:", needed.min(hard))])
         .status();
     let (soft, hard) = open_files_limit();
     assert!(
@@ -202,10 +187,7 @@ impl Server {
 
     pub fn start_with_env(args: &[&str], env: &[(&str, &str)]) -> Server {
         let mut cmd = Command::new(env!("CARGO_BIN_EXE_mtplx-lite"));
-        cmd.args(["--listen", "127.0.0.1:0"])
-            .args(args)
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped());
+        cmd.args(["--listen", "127.0.0.1:0"]).args(args).stdout(Stdio::piped()).stderr(Stdio::piped());
         for (k, v) in env {
             cmd.env(k, v);
         }
@@ -230,9 +212,7 @@ impl Server {
         });
         match rx.recv_timeout(START_DEADLINE) {
             Ok(addr) => {
-                let addr = addr
-                    .parse()
-                    .unwrap_or_else(|e| panic!("listening address {addr:?}: {e}"));
+                let addr = addr.parse().unwrap_or_else(|e| panic!("listening address {addr:?}: {e}"));
                 Server { child, addr, log }
             }
             Err(e) => {
@@ -263,9 +243,7 @@ impl Server {
     /// running after its shutdown grace and a margin).
     pub fn terminate(mut self) -> std::process::ExitStatus {
         const EXIT_DEADLINE: Duration = Duration::from_secs(60);
-        let _ = Command::new("kill")
-            .args(["-TERM", &self.child.id().to_string()])
-            .status();
+        let _ = Command::new("kill").args(["-TERM", &self.child.id().to_string()]).status();
         let deadline = Instant::now() + EXIT_DEADLINE;
         loop {
             if let Some(status) = self.child.try_wait().expect("wait for mtplx-lite") {
@@ -299,17 +277,13 @@ pub struct Resp {
 
 impl Resp {
     pub fn header(&self, name: &str) -> Option<&str> {
-        self.headers
-            .iter()
-            .find(|(n, _)| n.eq_ignore_ascii_case(name))
-            .map(|(_, v)| v.as_str())
+        self.headers.iter().find(|(n, _)| n.eq_ignore_ascii_case(name)).map(|(_, v)| v.as_str())
     }
     pub fn text(&self) -> String {
         String::from_utf8_lossy(&self.body).into_owned()
     }
     pub fn json(&self) -> serde_json::Value {
-        serde_json::from_slice(&self.body)
-            .unwrap_or_else(|e| panic!("not JSON ({e}): {}", self.text()))
+        serde_json::from_slice(&self.body).unwrap_or_else(|e| panic!("not JSON ({e}): {}", self.text()))
     }
 }
 
@@ -321,12 +295,8 @@ const READ_FAILED: &str = "reading the response (bounded by the socket's read ti
 pub fn read_response(r: &mut impl BufRead, head_request: bool) -> Resp {
     let mut line = String::new();
     r.read_line(&mut line).expect(READ_FAILED);
-    let status: u16 = line
-        .split_whitespace()
-        .nth(1)
-        .unwrap_or_else(|| panic!("bad status line {line:?}"))
-        .parse()
-        .unwrap();
+    let status: u16 =
+        line.split_whitespace().nth(1).unwrap_or_else(|| panic!("bad status line {line:?}")).parse().unwrap();
     let mut headers = Vec::new();
     loop {
         line.clear();
@@ -338,18 +308,11 @@ pub fn read_response(r: &mut impl BufRead, head_request: bool) -> Resp {
         let (n, v) = l.split_once(':').unwrap();
         headers.push((n.trim().to_string(), v.trim().to_string()));
     }
-    let mut resp = Resp {
-        status,
-        headers,
-        body: Vec::new(),
-    };
+    let mut resp = Resp { status, headers, body: Vec::new() };
     if head_request || status < 200 || status == 204 || status == 304 {
         return resp;
     }
-    if resp
-        .header("transfer-encoding")
-        .is_some_and(|v| v.eq_ignore_ascii_case("chunked"))
-    {
+    if resp.header("transfer-encoding").is_some_and(|v| v.eq_ignore_ascii_case("chunked")) {
         loop {
             line.clear();
             r.read_line(&mut line).expect(READ_FAILED);
@@ -374,13 +337,7 @@ pub fn read_response(r: &mut impl BufRead, head_request: bool) -> Resp {
 }
 
 /// One request on a fresh connection.
-pub fn request(
-    addr: SocketAddr,
-    method: &str,
-    path: &str,
-    headers: &[(&str, &str)],
-    body: &[u8],
-) -> Resp {
+pub fn request(addr: SocketAddr, method: &str, path: &str, headers: &[(&str, &str)], body: &[u8]) -> Resp {
     let mut s = TcpStream::connect(addr).unwrap();
     s.set_read_timeout(Some(Duration::from_secs(120))).unwrap();
     let mut req = format!("{method} {path} HTTP/1.1\r\nHost: test\r\nConnection: close\r\n");
@@ -401,13 +358,7 @@ pub fn get(addr: SocketAddr, path: &str) -> Resp {
 }
 
 pub fn post_json(addr: SocketAddr, path: &str, body: &serde_json::Value) -> Resp {
-    request(
-        addr,
-        "POST",
-        path,
-        &[("Content-Type", "application/json")],
-        body.to_string().as_bytes(),
-    )
+    request(addr, "POST", path, &[("Content-Type", "application/json")], body.to_string().as_bytes())
 }
 
 /// Reads a response head (status line and headers) and returns it as text.

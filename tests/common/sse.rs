@@ -23,51 +23,40 @@ impl Sse {
         let mut s = TcpStream::connect(addr).unwrap();
         s.set_read_timeout(Some(READ_DEADLINE)).unwrap();
         let body = body.to_string();
-        write!(s, "POST {path} HTTP/1.1\r\nHost: t\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}", body.len()).unwrap();
+        write!(
+            s,
+            "POST {path} HTTP/1.1\r\nHost: t\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+            body.len()
+        )
+        .unwrap();
         let mut r = BufReader::new(s);
         let mut line = String::new();
-        r.read_line(&mut line)
-            .expect("reading the stream (bounded by the socket's read timeout)");
+        r.read_line(&mut line).expect("reading the stream (bounded by the socket's read timeout)");
         let status = line.split_whitespace().nth(1).unwrap().parse().unwrap();
         let mut headers = Vec::new();
         loop {
             line.clear();
-            r.read_line(&mut line)
-                .expect("reading the stream (bounded by the socket's read timeout)");
+            r.read_line(&mut line).expect("reading the stream (bounded by the socket's read timeout)");
             if line.trim_end().is_empty() {
                 break;
             }
             let (n, v) = line.trim_end().split_once(':').unwrap();
             headers.push((n.trim().to_ascii_lowercase(), v.trim().to_string()));
         }
-        Sse {
-            r,
-            buf: Vec::new(),
-            status,
-            headers,
-            ended: false,
-        }
+        Sse { r, buf: Vec::new(), status, headers, ended: false }
     }
 
     pub fn header(&self, name: &str) -> Option<&str> {
-        self.headers
-            .iter()
-            .find(|(n, _)| n == name)
-            .map(|(_, v)| v.as_str())
+        self.headers.iter().find(|(n, _)| n == name).map(|(_, v)| v.as_str())
     }
 
     /// Reads one chunk of the chunked body into `buf`; false at the last chunk.
     pub fn fill(&mut self) -> bool {
         let mut line = String::new();
-        self.r
-            .read_line(&mut line)
-            .expect("reading the stream (bounded by the socket's read timeout)");
-        let size = usize::from_str_radix(line.trim(), 16)
-            .unwrap_or_else(|_| panic!("chunk size {line:?}"));
+        self.r.read_line(&mut line).expect("reading the stream (bounded by the socket's read timeout)");
+        let size = usize::from_str_radix(line.trim(), 16).unwrap_or_else(|_| panic!("chunk size {line:?}"));
         let mut chunk = vec![0; size + 2];
-        self.r
-            .read_exact(&mut chunk)
-            .expect("reading the stream (bounded by the socket's read timeout)");
+        self.r.read_exact(&mut chunk).expect("reading the stream (bounded by the socket's read timeout)");
         self.buf.extend_from_slice(&chunk[..size]);
         size > 0
     }
@@ -107,13 +96,9 @@ impl Sse {
                 continue;
             }
             // serde_json refuses invalid UTF-8: half a character would fail here.
-            out.push(
-                serde_json::from_slice(&d)
-                    .unwrap_or_else(|e| panic!("not UTF-8 JSON ({e}): {:?}", d)),
-            );
+            out.push(serde_json::from_slice(&d).unwrap_or_else(|e| panic!("not UTF-8 JSON ({e}): {:?}", d)));
         }
         assert!(done, "the stream ended without [DONE]");
         out
     }
 }
-

@@ -24,10 +24,7 @@ pub struct TestHandler {
 }
 
 impl Handler for TestHandler {
-    fn handle(
-        &self,
-        req: Request,
-    ) -> Pin<Box<dyn std::future::Future<Output = Response> + Send + '_>> {
+    fn handle(&self, req: Request) -> Pin<Box<dyn std::future::Future<Output = Response> + Send + '_>> {
         Box::pin(async move {
             match req.path.as_str() {
                 "/health" => Response::new(200, "application/json", &b"{\"status\":\"ok\"}"[..]),
@@ -41,10 +38,7 @@ impl Handler for TestHandler {
                 }
                 "/panic" => panic!("test handler panics on purpose"),
                 "/stream" => {
-                    let n: usize = req
-                        .query_param("n")
-                        .and_then(|n| n.parse().ok())
-                        .unwrap_or(3);
+                    let n: usize = req.query_param("n").and_then(|n| n.parse().ok()).unwrap_or(3);
                     let (tx, rx) = async_channel::unbounded();
                     for i in 0..n {
                         tx.try_send(format!("data: {i}\n\n").into_bytes()).unwrap();
@@ -56,8 +50,7 @@ impl Handler for TestHandler {
                     let gone = self.gone_tx.lock().unwrap().clone();
                     std::thread::spawn(move || {
                         let mut i = 0u64;
-                        while smol::block_on(tx.send(format!("data: {i}\n\n").into_bytes())).is_ok()
-                        {
+                        while smol::block_on(tx.send(format!("data: {i}\n\n").into_bytes())).is_ok() {
                             i += 1;
                             std::thread::sleep(Duration::from_millis(20));
                         }
@@ -86,18 +79,13 @@ impl Handler for TestHandler {
                     if let Some(tx) = self.started_tx.lock().unwrap().as_ref() {
                         let _ = tx.send(());
                     }
-                    let ms: u64 = req
-                        .query_param("ms")
-                        .and_then(|n| n.parse().ok())
-                        .unwrap_or(300);
+                    let ms: u64 = req.query_param("ms").and_then(|n| n.parse().ok()).unwrap_or(300);
                     smol::Timer::after(Duration::from_millis(ms)).await;
                     Response::new(200, "text/plain", &b"slow done"[..])
                 }
-                "/nocontent" => Response {
-                    status: 204,
-                    headers: vec![],
-                    body: mtplx_lite::http::Body::Full(Vec::new().into()),
-                },
+                "/nocontent" => {
+                    Response { status: 204, headers: vec![], body: mtplx_lite::http::Body::Full(Vec::new().into()) }
+                }
                 _ => Response::new(404, "text/plain", &b"not found"[..]),
             }
         })
@@ -109,10 +97,7 @@ impl Handler for TestHandler {
     }
 
     fn on_rejected(&self, r: &Rejected<'_>) {
-        self.rejected
-            .lock()
-            .unwrap()
-            .push((r.method.to_owned(), r.path.to_owned(), r.status));
+        self.rejected.lock().unwrap().push((r.method.to_owned(), r.path.to_owned(), r.status));
     }
 }
 
@@ -135,12 +120,7 @@ impl TestServer {
         let handler = Arc::new(handler);
         let (h, s) = (handler.clone() as Arc<dyn Handler>, shutdown.clone());
         let join = std::thread::spawn(move || serve(listener, h, cfg, s));
-        TestServer {
-            addr,
-            shutdown,
-            handler,
-            join: Some(join),
-        }
+        TestServer { addr, shutdown, handler, join: Some(join) }
     }
 
     pub fn connect(&self) -> TcpStream {
@@ -195,10 +175,7 @@ pub struct Resp {
 
 impl Resp {
     pub fn header(&self, name: &str) -> Option<&str> {
-        self.headers
-            .iter()
-            .find(|(n, _)| n.eq_ignore_ascii_case(name))
-            .map(|(_, v)| v.as_str())
+        self.headers.iter().find(|(n, _)| n.eq_ignore_ascii_case(name)).map(|(_, v)| v.as_str())
     }
 
     pub fn body_str(&self) -> String {
@@ -233,12 +210,7 @@ pub fn read_head(r: &mut impl BufRead) -> (u16, Vec<(String, String)>) {
 /// Reads one complete response; `head_request` means no body follows whatever the headers say.
 pub fn read_response(r: &mut impl BufRead, head_request: bool) -> Resp {
     let (status, headers) = read_head(r);
-    let mut resp = Resp {
-        status,
-        headers,
-        body: Vec::new(),
-        chunks: Vec::new(),
-    };
+    let mut resp = Resp { status, headers, body: Vec::new(), chunks: Vec::new() };
     if head_request || status == 204 || status == 304 {
         return resp;
     }
@@ -274,9 +246,7 @@ pub struct Client {
 
 impl Client {
     pub fn new(server: &TestServer) -> Client {
-        Client {
-            reader: BufReader::new(server.connect()),
-        }
+        Client { reader: BufReader::new(server.connect()) }
     }
 
     pub fn send(&mut self, bytes: &[u8]) {
@@ -314,8 +284,5 @@ pub fn error_body(raw: &str) -> serde_json::Value {
 }
 
 pub fn quick_cfg() -> HttpConfig {
-    HttpConfig {
-        shutdown_grace: Duration::from_secs(2),
-        ..HttpConfig::default()
-    }
+    HttpConfig { shutdown_grace: Duration::from_secs(2), ..HttpConfig::default() }
 }

@@ -1,6 +1,6 @@
 import requests
 
-BASE_URL = "http://localhost:8000"
+BASE_URL = "http://localhost:8100"
 
 resp = requests.get(f"{BASE_URL}/metrics")
 data = resp.json()

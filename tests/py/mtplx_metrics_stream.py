@@ -1,7 +1,7 @@
 import requests
 import json
 
-BASE_URL = "http://localhost:8000"
+BASE_URL = "http://localhost:8100"
 
 with requests.get(
     f"{BASE_URL}/v1/mtplx/metrics/stream",

@@ -59,12 +59,23 @@ impl AttnBlock<'_> {
     /// What the kernels rely on for `w` lanes.
     pub fn check(&self, w: usize) {
         assert!(
-            self.qt.len() >= self.hd * w && self.ot.len() >= self.hd * w && self.s.len() >= TILE_KEYS * w && self.lane_pos.len() >= w,
+            self.qt.len() >= self.hd * w
+                && self.ot.len() >= self.hd * w
+                && self.s.len() >= TILE_KEYS * w
+                && self.lane_pos.len() >= w,
             "attention: block buffers too short for {w} lanes"
         );
-        assert!(self.min_pos < self.n_keys && self.n_keys <= i32::MAX as usize, "attention: block of {} keys", self.n_keys);
+        assert!(
+            self.min_pos < self.n_keys && self.n_keys <= i32::MAX as usize,
+            "attention: block of {} keys",
+            self.n_keys
+        );
         let need = (self.n_keys - 1) * self.stride + self.hd;
-        assert!(self.keys.len() >= need && self.values.len() >= need, "attention: the cache holds fewer than {} positions", self.n_keys);
+        assert!(
+            self.keys.len() >= need && self.values.len() >= need,
+            "attention: the cache holds fewer than {} positions",
+            self.n_keys
+        );
     }
 }
 
@@ -195,13 +206,25 @@ pub(crate) fn attention_batch(pool: &Pool, isa: Isa, seqs: &mut [AttnSeq<'_>], h
         let (n_q, ctx) = (s.n_q, s.start_pos + s.n_q);
         assert_eq!(s.q.len(), n_q * qd, "attention: q has {} values, want {n_q} x {qd}", s.q.len());
         assert_eq!(s.out.len(), n_q * qd, "attention: out has {} values, want {n_q} x {qd}", s.out.len());
-        assert!(s.keys.len() >= ctx * kvd && s.values.len() >= ctx * kvd, "attention: the cache holds fewer than {ctx} positions");
+        assert!(
+            s.keys.len() >= ctx * kvd && s.values.len() >= ctx * kvd,
+            "attention: the cache holds fewer than {ctx} positions"
+        );
         let per_block = heads.n_kv_heads * chunks_per_kv;
         let mut rows = (BLOCK_LANES / hpb).min(n_q.max(1));
         while rows > 1 && per_block * n_q.div_ceil(rows) < MIN_BLOCKS_PER_THREAD * pool.threads() {
             rows = rows.div_ceil(2);
         }
-        parts.push(Part { q: s.q, keys: s.keys, values: s.values, start_pos: s.start_pos, n_q, out: OutPtr(s.out.as_mut_ptr()), first_task: tasks, rows });
+        parts.push(Part {
+            q: s.q,
+            keys: s.keys,
+            values: s.values,
+            start_pos: s.start_pos,
+            n_q,
+            out: OutPtr(s.out.as_mut_ptr()),
+            first_task: tasks,
+            rows,
+        });
         tasks += n_q.div_ceil(rows) * per_block;
         // Keys seen by all rows: n_q * start_pos + n_q * (n_q + 1) / 2.
         macs += (n_q * s.start_pos + n_q * (n_q + 1) / 2) * heads.n_heads * hd * 2;

@@ -9,7 +9,17 @@ const MAX_ERR: f32 = 2e-6;
 
 /// [`attention`] of one sequence into a new buffer.
 #[allow(clippy::too_many_arguments)]
-fn run(pool: &Pool, isa: Isa, q: &[f32], keys: &[f32], values: &[f32], heads: Heads, start_pos: usize, n_q: usize, scale: f32) -> Vec<f32> {
+fn run(
+    pool: &Pool,
+    isa: Isa,
+    q: &[f32],
+    keys: &[f32],
+    values: &[f32],
+    heads: Heads,
+    start_pos: usize,
+    n_q: usize,
+    scale: f32,
+) -> Vec<f32> {
     let mut out = vec![f32::NAN; n_q * heads.q_dim()];
     let seq = AttnSeq { q, keys, values, start_pos, n_q, out: &mut out };
     attention(pool, isa, seq, heads, scale);
@@ -18,7 +28,15 @@ fn run(pool: &Pool, isa: Isa, q: &[f32], keys: &[f32], values: &[f32], heads: He
 
 /// Attention written out plainly in f64, for query rows `rows` (row `t` at `start + t`):
 /// `(row, its q_dim outputs)`.
-fn reference(q: &[f32], k: &[f32], v: &[f32], hs: Heads, start: usize, rows: &[usize], scale: f32) -> Vec<(usize, Vec<f64>)> {
+fn reference(
+    q: &[f32],
+    k: &[f32],
+    v: &[f32],
+    hs: Heads,
+    start: usize,
+    rows: &[usize],
+    scale: f32,
+) -> Vec<(usize, Vec<f64>)> {
     let (qd, kvd, hd) = (hs.q_dim(), hs.kv_dim(), hs.head_dim);
     rows.iter()
         .map(|&t| {
@@ -26,7 +44,10 @@ fn reference(q: &[f32], k: &[f32], v: &[f32], hs: Heads, start: usize, rows: &[u
             for h in 0..hs.n_heads {
                 let kvh = h * hs.n_kv_heads / hs.n_heads;
                 let s: Vec<f64> = (0..=start + t)
-                    .map(|p| (0..hd).map(|d| q[t * qd + h * hd + d] as f64 * k[p * kvd + kvh * hd + d] as f64).sum::<f64>() * scale as f64)
+                    .map(|p| {
+                        (0..hd).map(|d| q[t * qd + h * hd + d] as f64 * k[p * kvd + kvh * hd + d] as f64).sum::<f64>()
+                            * scale as f64
+                    })
                     .collect();
                 let m = s.iter().cloned().fold(f64::MIN, f64::max);
                 let e: Vec<f64> = s.iter().map(|x| (x - m).exp()).collect();
@@ -60,7 +81,8 @@ fn tiled_attention_matches_the_reference_at_every_row_count_isa_and_start() {
             let (k, v) = (noise(ctx * hs.kv_dim(), seed + 1), noise(ctx * hs.kv_dim(), seed + 2));
             // Every row of the small cases; of 4,096, a sample through every block position
             // and the last rows (the f64 reference of all of them would take long).
-            let rows: Vec<usize> = if n_q <= 257 { (0..n_q).collect() } else { (0..n_q).step_by(97).chain(n_q - 9..n_q).collect() };
+            let rows: Vec<usize> =
+                if n_q <= 257 { (0..n_q).collect() } else { (0..n_q).step_by(97).chain(n_q - 9..n_q).collect() };
             let want = reference(&q, &k, &v, hs, start, &rows, 0.125);
             for threads in [1, 2] {
                 let pool = Pool::new(threads);
@@ -91,7 +113,10 @@ fn gqa_attention_matches_the_reference_at_odd_head_sizes_and_groups() {
                 let pool = Pool::new(threads);
                 for isa in isas_under_test() {
                     let err = max_err(&run(&pool, isa, &q, &k, &v, hs, start, n_q, 0.25), &want);
-                    let what = format!("{} head_dim {head_dim} heads {n_heads}/{n_kv_heads} rows {n_q} threads {threads}", isa.name());
+                    let what = format!(
+                        "{} head_dim {head_dim} heads {n_heads}/{n_kv_heads} rows {n_q} threads {threads}",
+                        isa.name()
+                    );
                     assert!(err <= MAX_ERR, "{what}: off by {err}");
                 }
             }
@@ -153,7 +178,8 @@ fn batched_attention_equals_one_call_per_sequence() {
     for isa in isas_under_test() {
         // Two threads, so that the batched call splits tasks across sequences.
         let pool = Pool::new(2);
-        let alone: Vec<Vec<f32>> = seqs.iter().map(|(start, n, q, k, v)| run(&pool, isa, q, k, v, hs, *start, *n, 0.25)).collect();
+        let alone: Vec<Vec<f32>> =
+            seqs.iter().map(|(start, n, q, k, v)| run(&pool, isa, q, k, v, hs, *start, *n, 0.25)).collect();
         let mut outs: Vec<Vec<f32>> = seqs.iter().map(|s| vec![f32::NAN; s.1 * qd]).collect();
         let mut batch: Vec<AttnSeq<'_>> = seqs
             .iter()

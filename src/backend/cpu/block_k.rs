@@ -22,10 +22,7 @@ pub fn scale_min_k4(j: usize, q: &[u8]) -> (u8, u8) {
     if j < 4 {
         (q[j] & 63, q[j + 4] & 63)
     } else {
-        (
-            (q[j + 4] & 0x0f) | ((q[j - 4] >> 6) << 4),
-            (q[j + 4] >> 4) | ((q[j] >> 6) << 4),
-        )
+        ((q[j + 4] & 0x0f) | ((q[j - 4] >> 6) << 4), (q[j + 4] >> 4) | ((q[j] >> 6) << 4))
     }
 }
 
@@ -39,11 +36,7 @@ impl Block for BlockQ4K {
         let dmin = f16_at(b, 2);
         let scales = &b[4..16];
         let qs = &b[16..144];
-        for (c, (q, y)) in qs
-            .chunks_exact(32)
-            .zip(out.chunks_exact_mut(64))
-            .enumerate()
-        {
+        for (c, (q, y)) in qs.chunks_exact(32).zip(out.chunks_exact_mut(64)).enumerate() {
             let (sc1, m1) = scale_min_k4(2 * c, scales);
             let (sc2, m2) = scale_min_k4(2 * c + 1, scales);
             let (d1, m1) = (d * sc1 as f32, dmin * m1 as f32);
@@ -67,11 +60,7 @@ impl Block for BlockQ5K {
         let scales = &b[4..16];
         let qh = &b[16..48];
         let qs = &b[48..176];
-        for (c, (q, y)) in qs
-            .chunks_exact(32)
-            .zip(out.chunks_exact_mut(64))
-            .enumerate()
-        {
+        for (c, (q, y)) in qs.chunks_exact(32).zip(out.chunks_exact_mut(64)).enumerate() {
             let (sc1, m1) = scale_min_k4(2 * c, scales);
             let (sc2, m2) = scale_min_k4(2 * c + 1, scales);
             let (d1, m1) = (d * sc1 as f32, dmin * m1 as f32);
@@ -121,9 +110,7 @@ mod tests {
     #[test]
     fn packed_scales_unpack_per_ggml() {
         // Sub-blocks 0..4 take the low 6 bits; 4..8 combine a nibble with the top 2 bits.
-        let q = [
-            0xc1, 0x02, 0x03, 0x04, 0x45, 0x06, 0x07, 0x08, 0x9a, 0x0b, 0x0c, 0x0d,
-        ];
+        let q = [0xc1, 0x02, 0x03, 0x04, 0x45, 0x06, 0x07, 0x08, 0x9a, 0x0b, 0x0c, 0x0d];
         assert_eq!(scale_min_k4(0, &q), (1, 5));
         assert_eq!(scale_min_k4(4, &q), (0x0a | (3 << 4), 0x09 | (1 << 4)));
         assert_eq!(scale_min_k4(5, &q), (0x0b, 0x00));

@@ -32,9 +32,7 @@ impl Block for BlockQ4_0 {
 impl Quantize for BlockQ4_0 {
     fn quantize(x: &[f32], out: &mut Vec<u8>) {
         // The value of largest magnitude, with its sign, maps to -8.
-        let max = x
-            .iter()
-            .fold(0f32, |m, &v| if v.abs() > m.abs() { v } else { m });
+        let max = x.iter().fold(0f32, |m, &v| if v.abs() > m.abs() { v } else { m });
         let d = max / -8.0;
         let id = if d != 0.0 { 1.0 / d } else { 0.0 };
         out.extend_from_slice(&f32_to_f16(d).to_le_bytes());
@@ -137,11 +135,7 @@ impl IntBlock for BlockQ8_0 {
     #[inline]
     fn block_dot(blk: &[u8], xb: &[i8], xd: f32, _xs: f32) -> f32 {
         let dw = f16_at(blk, 0);
-        let sum: i32 = blk[2..34]
-            .iter()
-            .zip(xb)
-            .map(|(&q, &v)| (q as i8) as i32 * v as i32)
-            .sum();
+        let sum: i32 = blk[2..34].iter().zip(xb).map(|(&q, &v)| (q as i8) as i32 * v as i32).sum();
         dw * xd * sum as f32
     }
 }

@@ -33,13 +33,7 @@ pub fn f32_to_f16(x: f32) -> u16 {
     let man = bits & 0x7f_ffff;
     if exp == 0xff {
         // Infinity stays infinity; NaN stays a (quiet) NaN.
-        return sign
-            | 0x7c00
-            | if man != 0 {
-                0x200 | (man >> 13) as u16
-            } else {
-                0
-            };
+        return sign | 0x7c00 | if man != 0 { 0x200 | (man >> 13) as u16 } else { 0 };
     }
     let e = exp - 127 + 15;
     if e >= 31 {
@@ -114,16 +108,8 @@ mod tests {
         assert_eq!(f16_to_f32(0x7bff), 65504.0);
         assert_eq!(f16_to_f32(0x0001), 2f32.powi(-24));
         assert_eq!(f16_to_f32(0x7c00), f32::INFINITY);
-        assert_eq!(
-            f32_to_f16(1.0 + 2f32.powi(-11)),
-            0x3c00,
-            "ties round to even"
-        );
-        assert_eq!(
-            f32_to_f16(1.0 + 3.0 * 2f32.powi(-11)),
-            0x3c02,
-            "ties round to even"
-        );
+        assert_eq!(f32_to_f16(1.0 + 2f32.powi(-11)), 0x3c00, "ties round to even");
+        assert_eq!(f32_to_f16(1.0 + 3.0 * 2f32.powi(-11)), 0x3c02, "ties round to even");
         assert_eq!(f32_to_f16(70000.0), 0x7c00, "overflow is infinity");
     }
 

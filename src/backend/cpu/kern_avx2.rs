@@ -23,12 +23,7 @@ tile_driver!("avx2,fma,f16c");
 /// rows `i0..i0 + NR` of `nb` blocks, quantized for this level (its grouped copy).
 #[target_feature(enable = "avx2,fma,f16c")]
 #[inline]
-unsafe fn tile<B: IntBlock, const NR: usize>(
-    w: *const u8,
-    nb: usize,
-    x: &QuantRows,
-    i0: usize,
-) -> [f32; NR] {
+unsafe fn tile<B: IntBlock, const NR: usize>(w: *const u8, nb: usize, x: &QuantRows, i0: usize) -> [f32; NR] {
     let bb = B::BYTES;
     let ones = _mm256_set1_epi16(1);
     let nib = _mm256_set1_epi8(0x0f);
@@ -96,10 +91,7 @@ unsafe fn tile<B: IntBlock, const NR: usize>(
                 ),
                 Weights::Nibbles => {
                     let q = _mm256_set_m128i(ld(k1, B::QS_AT), ld(k0, B::QS_AT));
-                    (
-                        _mm256_and_si256(q, nib),
-                        _mm256_and_si256(_mm256_srli_epi16(q, 4), nib),
-                    )
+                    (_mm256_and_si256(q, nib), _mm256_and_si256(_mm256_srli_epi16(q, 4), nib))
                 }
             };
             let (lo_abs, hi_abs) = (_mm256_sign_epi8(lo, lo), _mm256_sign_epi8(hi, hi));
@@ -122,10 +114,7 @@ unsafe fn tile<B: IntBlock, const NR: usize>(
                     _mm256_add_epi32(_mm256_madd_epi16(pl, ones), _mm256_madd_epi16(ph, ones))
                 } else {
                     // 4-bit weights: the two int16 sums stay within 4 * 15 * 127.
-                    let s = _mm256_add_epi16(
-                        _mm256_maddubs_epi16(lo, alo),
-                        _mm256_maddubs_epi16(hi, ahi),
-                    );
+                    let s = _mm256_add_epi16(_mm256_maddubs_epi16(lo, alo), _mm256_maddubs_epi16(hi, ahi));
                     _mm256_madd_epi16(s, ones)
                 };
                 let scale = _mm256_mul_ps(dh, xdh);
@@ -140,10 +129,5 @@ unsafe fn tile<B: IntBlock, const NR: usize>(
             }
         }
     }
-    std::array::from_fn(|j| {
-        hsum(_mm256_add_ps(
-            acc[j],
-            _mm256_insertf128_ps(_mm256_setzero_ps(), off[j], 0),
-        ))
-    })
+    std::array::from_fn(|j| hsum(_mm256_add_ps(acc[j], _mm256_insertf128_ps(_mm256_setzero_ps(), off[j], 0))))
 }

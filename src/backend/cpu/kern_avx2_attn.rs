@@ -32,10 +32,8 @@ fn exp_ps(x: __m256) -> __m256 {
         p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(c));
     }
     let y = _mm256_fmadd_ps(_mm256_mul_ps(p, r), r, _mm256_add_ps(r, _mm256_set1_ps(1.0)));
-    let pow2n = _mm256_castsi256_ps(_mm256_slli_epi32::<23>(_mm256_add_epi32(
-        _mm256_cvtps_epi32(n),
-        _mm256_set1_epi32(127),
-    )));
+    let pow2n =
+        _mm256_castsi256_ps(_mm256_slli_epi32::<23>(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127))));
     _mm256_andnot_ps(under, _mm256_mul_ps(y, pow2n))
 }
 
@@ -47,7 +45,13 @@ fn exp_ps(x: __m256) -> __m256 {
 /// as many lanes, and key rows `k..k + KB` (`hd` values at `stride` apart) are in `keys`.
 #[target_feature(enable = "avx2,fma,f16c")]
 #[inline]
-unsafe fn scores<const NV: usize, const KB: usize>(qt: *const f32, keys: *const f32, stride: usize, hd: usize, s: *mut f32) {
+unsafe fn scores<const NV: usize, const KB: usize>(
+    qt: *const f32,
+    keys: *const f32,
+    stride: usize,
+    hd: usize,
+    s: *mut f32,
+) {
     let w = NV * 8;
     let mut acc = [[_mm256_setzero_ps(); NV]; KB];
     let kp: [*const f32; KB] = std::array::from_fn(|j| keys.wrapping_add(j * stride));
@@ -89,8 +93,9 @@ unsafe fn weighted<const NV: usize, const CB: usize>(
 ) {
     let w = NV * 8;
     // SAFETY: rows `0..CB` of `ot` (caller's contract).
-    let mut acc: [[__m256; NV]; CB] =
-        std::array::from_fn(|c| std::array::from_fn(|v| unsafe { _mm256_mul_ps(_mm256_loadu_ps(ot.add(c * w + 8 * v)), alpha[v]) }));
+    let mut acc: [[__m256; NV]; CB] = std::array::from_fn(|c| {
+        std::array::from_fn(|v| unsafe { _mm256_mul_ps(_mm256_loadu_ps(ot.add(c * w + 8 * v)), alpha[v]) })
+    });
     for k in 0..kt {
         // SAFETY: `k < kt`: row `k` of `p` and columns `0..CB` of value row `k` (contract).
         unsafe {

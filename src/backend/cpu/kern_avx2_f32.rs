@@ -29,27 +29,16 @@ pub unsafe fn dot_f32(a: &[f32], b: &[f32]) -> f32 {
         while k + 32 <= n {
             for (u, accu) in acc.iter_mut().enumerate() {
                 let o = k + 8 * u;
-                *accu = _mm256_fmadd_ps(
-                    _mm256_loadu_ps(pa.add(o)),
-                    _mm256_loadu_ps(pb.add(o)),
-                    *accu,
-                );
+                *accu = _mm256_fmadd_ps(_mm256_loadu_ps(pa.add(o)), _mm256_loadu_ps(pb.add(o)), *accu);
             }
             k += 32;
         }
         while k + 8 <= n {
-            acc[0] = _mm256_fmadd_ps(
-                _mm256_loadu_ps(pa.add(k)),
-                _mm256_loadu_ps(pb.add(k)),
-                acc[0],
-            );
+            acc[0] = _mm256_fmadd_ps(_mm256_loadu_ps(pa.add(k)), _mm256_loadu_ps(pb.add(k)), acc[0]);
             k += 8;
         }
     }
-    let mut s = hsum(_mm256_add_ps(
-        _mm256_add_ps(acc[0], acc[1]),
-        _mm256_add_ps(acc[2], acc[3]),
-    ));
+    let mut s = hsum(_mm256_add_ps(_mm256_add_ps(acc[0], acc[1]), _mm256_add_ps(acc[2], acc[3])));
     while k < n {
         // SAFETY: `k < n`, inside both slices.
         s += unsafe { *pa.add(k) * *pb.add(k) };
@@ -94,12 +83,7 @@ pub unsafe fn quantize_block(x: &[f32], q: &mut [i8]) -> (f32, i32) {
     let p = x.as_ptr();
     // SAFETY: `x` holds at least 32 values (asserted).
     let v = unsafe {
-        [
-            _mm256_loadu_ps(p),
-            _mm256_loadu_ps(p.add(8)),
-            _mm256_loadu_ps(p.add(16)),
-            _mm256_loadu_ps(p.add(24)),
-        ]
+        [_mm256_loadu_ps(p), _mm256_loadu_ps(p.add(8)), _mm256_loadu_ps(p.add(16)), _mm256_loadu_ps(p.add(24))]
     };
     let abs = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fff_ffff));
     let m = _mm256_max_ps(
@@ -117,17 +101,11 @@ pub unsafe fn quantize_block(x: &[f32], q: &mut [i8]) -> (f32, i32) {
         t[k] = _mm256_cvtps_epi32(_mm256_mul_ps(v[k], id));
     }
     let sum = _mm256_add_epi32(_mm256_add_epi32(t[0], t[1]), _mm256_add_epi32(t[2], t[3]));
-    let sum = _mm_add_epi32(
-        _mm256_castsi256_si128(sum),
-        _mm256_extracti128_si256(sum, 1),
-    );
+    let sum = _mm_add_epi32(_mm256_castsi256_si128(sum), _mm256_extracti128_si256(sum, 1));
     let sum = _mm_add_epi32(sum, _mm_shuffle_epi32(sum, 0b01_00_11_10));
     let sum = _mm_cvtsi128_si32(_mm_add_epi32(sum, _mm_shuffle_epi32(sum, 0b10_11_00_01)));
     // The packs interleave 128-bit lanes; the permute puts the 32 bytes back in order.
-    let p16 = _mm256_packs_epi16(
-        _mm256_packs_epi32(t[0], t[1]),
-        _mm256_packs_epi32(t[2], t[3]),
-    );
+    let p16 = _mm256_packs_epi16(_mm256_packs_epi32(t[0], t[1]), _mm256_packs_epi32(t[2], t[3]));
     let ordered = _mm256_permutevar8x32_epi32(p16, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
     // SAFETY: `q` holds at least 32 values (asserted).
     unsafe { _mm256_storeu_si256(q.as_mut_ptr() as *mut __m256i, ordered) };

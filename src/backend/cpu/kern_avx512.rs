@@ -68,10 +68,7 @@ unsafe fn group<B: IntBlock>(blk: *const u8, t: usize) -> (__m512i, __m512i, __m
             Weights::Nibbles => {
                 let q = lanes(blk, bb, B::QS_AT, t);
                 let m = _mm512_set1_epi8(0x0f);
-                (
-                    _mm512_and_si512(q, m),
-                    _mm512_and_si512(_mm512_srli_epi16(q, 4), m),
-                )
+                (_mm512_and_si512(q, m), _mm512_and_si512(_mm512_srli_epi16(q, 4), m))
             }
         }
     };
@@ -120,12 +117,7 @@ unsafe fn group<B: IntBlock>(blk: *const u8, t: usize) -> (__m512i, __m512i, __m
 /// rows `i0..i0 + NR` of `nb` blocks, quantized for this level (its grouped copy).
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
 #[inline]
-unsafe fn tile<B: IntBlock, const NR: usize>(
-    w: *const u8,
-    nb: usize,
-    x: &QuantRows,
-    i0: usize,
-) -> [f32; NR] {
+unsafe fn tile<B: IntBlock, const NR: usize>(w: *const u8, nb: usize, x: &QuantRows, i0: usize) -> [f32; NR] {
     let bb = B::BYTES;
     let mut acc = [_mm512_setzero_ps(); NR];
     let mut off = [_mm_setzero_ps(); NR];
@@ -185,15 +177,9 @@ unsafe fn tile<B: IntBlock, const NR: usize>(
         }
     };
     let half = |v: __m512| {
-        _mm256_add_ps(
-            _mm512_castps512_ps256(v),
-            _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1)),
-        )
+        _mm256_add_ps(_mm512_castps512_ps256(v), _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1)))
     };
-    let t = _mm256_hadd_ps(
-        _mm256_hadd_ps(half(row(0)), half(row(1))),
-        _mm256_hadd_ps(half(row(2)), half(row(3))),
-    );
+    let t = _mm256_hadd_ps(_mm256_hadd_ps(half(row(0)), half(row(1))), _mm256_hadd_ps(half(row(2)), half(row(3))));
     let sums = _mm_add_ps(_mm256_castps256_ps128(t), _mm256_extractf128_ps(t, 1));
     let mut all = [0f32; 4];
     // SAFETY: `all` has room for the four lanes.

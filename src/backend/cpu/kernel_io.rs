@@ -26,12 +26,7 @@ unsafe impl Sync for OutRows<'_> {}
 impl<'a> OutRows<'a> {
     /// `out` as `n` rows of `out.len() / n` entries.
     pub fn new(out: &'a mut [f32], n: usize) -> OutRows<'a> {
-        OutRows {
-            ptr: out.as_mut_ptr(),
-            stride: out.len() / n,
-            len: out.len(),
-            _out: PhantomData,
-        }
+        OutRows { ptr: out.as_mut_ptr(), stride: out.len() / n, len: out.len(), _out: PhantomData }
     }
 
     /// # Safety

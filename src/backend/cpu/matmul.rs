@@ -67,41 +67,15 @@ pub(crate) fn matmul_many(
     outs: &mut [&mut [f32]],
     xq: &mut QuantRows,
 ) {
-    assert_eq!(
-        ws.len(),
-        outs.len(),
-        "matmul: {} matrices but {} outputs",
-        ws.len(),
-        outs.len()
-    );
+    assert_eq!(ws.len(), outs.len(), "matmul: {} matrices but {} outputs", ws.len(), outs.len());
     let Some(cols) = ws.first().map(|w| w.cols) else {
         return;
     };
     for (w, out) in ws.iter().zip(outs.iter()) {
-        assert_eq!(
-            w.cols, cols,
-            "matmul: fused matrices differ in columns ({} vs {cols})",
-            w.cols
-        );
-        assert_eq!(
-            x.len(),
-            n * w.cols,
-            "matmul: x has {} values, want {n} x {}",
-            x.len(),
-            w.cols
-        );
-        assert_eq!(
-            out.len(),
-            n * w.rows,
-            "matmul: out has {} values, want {n} x {}",
-            out.len(),
-            w.rows
-        );
-        assert_eq!(
-            w.bytes.len(),
-            w.rows * w.row_bytes(),
-            "matmul: weight bytes do not match its shape"
-        );
+        assert_eq!(w.cols, cols, "matmul: fused matrices differ in columns ({} vs {cols})", w.cols);
+        assert_eq!(x.len(), n * w.cols, "matmul: x has {} values, want {n} x {}", x.len(), w.cols);
+        assert_eq!(out.len(), n * w.rows, "matmul: out has {} values, want {n} x {}", out.len(), w.rows);
+        assert_eq!(w.bytes.len(), w.rows * w.row_bytes(), "matmul: weight bytes do not match its shape");
     }
     if n == 0 {
         return;
@@ -131,10 +105,7 @@ pub(crate) fn matmul_many(
     let target = CHUNKS_PER_THREAD * pool.threads();
     let mut tasks: Vec<(usize, Range<usize>)> = Vec::with_capacity(target + ws.len());
     for (m, w) in ws.iter().enumerate() {
-        let pieces = (w.rows * target)
-            .div_ceil(total_rows)
-            .min(w.rows / MIN_ROWS_PER_CHUNK)
-            .max(1);
+        let pieces = (w.rows * target).div_ceil(total_rows).min(w.rows / MIN_ROWS_PER_CHUNK).max(1);
         tasks.extend((0..pieces).map(|p| (m, pool::chunk(w.rows, p, pieces))));
     }
     pool.run(tasks.len(), &|t| work(tasks[t].0, tasks[t].1.clone()));
@@ -154,14 +125,10 @@ fn matmul_q(
         #[cfg(target_arch = "x86_64")]
         // SAFETY: `Isa::Avx512` is only produced after detecting AVX-512 F/BW/VL/VNNI, AVX2,
         // FMA and F16C; rows, acts and out were checked against the shapes by `matmul`.
-        Isa::Avx512 => unsafe {
-            super::kern_avx512::matmul_q(int_dot.kind, w.bytes, rb, rows, x, acts, out)
-        },
+        Isa::Avx512 => unsafe { super::kern_avx512::matmul_q(int_dot.kind, w.bytes, rb, rows, x, acts, out) },
         #[cfg(target_arch = "x86_64")]
         // SAFETY: `Isa::Avx2` is only produced after detecting AVX2, FMA and F16C; shapes as above.
-        Isa::Avx2 => unsafe {
-            super::kern_avx2::matmul_q(int_dot.kind, w.bytes, rb, rows, x, acts, out)
-        },
+        Isa::Avx2 => unsafe { super::kern_avx2::matmul_q(int_dot.kind, w.bytes, rb, rows, x, acts, out) },
         _ => {
             let dot = int_dot.scalar;
             for r in rows {
@@ -177,14 +144,7 @@ fn matmul_q(
 
 /// Float weights and the K-quants: dequantize a weight row once, dot it with every activation
 /// row of the chunk.
-fn matmul_float(
-    isa: Isa,
-    w: WeightRef<'_>,
-    rows: Range<usize>,
-    x: &[f32],
-    acts: Range<usize>,
-    out: &OutRows<'_>,
-) {
+fn matmul_float(isa: Isa, w: WeightRef<'_>, rows: Range<usize>, x: &[f32], acts: Range<usize>, out: &OutRows<'_>) {
     let cols = w.cols;
     ROW.with_borrow_mut(|buf| {
         buf.resize(cols, 0.0);
@@ -193,9 +153,7 @@ fn matmul_float(
             match (isa, w.dtype) {
                 #[cfg(target_arch = "x86_64")]
                 // SAFETY: AVX2/F16C were detected for both x86 SIMD levels; `wr` is `cols` f16s.
-                (Isa::Avx2 | Isa::Avx512, DType::F16) => unsafe {
-                    super::kern_avx2_f32::f16_row(wr, buf)
-                },
+                (Isa::Avx2 | Isa::Avx512, DType::F16) => unsafe { super::kern_avx2_f32::f16_row(wr, buf) },
                 _ => dequantize_row(w.dtype, wr, buf),
             }
             for i in acts.clone() {
@@ -231,11 +189,7 @@ mod tests {
         for r in 0..w.rows {
             dequantize_row(w.dtype, w.row(r), &mut row);
             for i in 0..n {
-                let s: f64 = row
-                    .iter()
-                    .zip(&x[i * w.cols..])
-                    .map(|(&a, &b)| a as f64 * b as f64)
-                    .sum();
+                let s: f64 = row.iter().zip(&x[i * w.cols..]).map(|(&a, &b)| a as f64 * b as f64).sum();
                 out[i * w.rows + r] = s as f32;
             }
         }
@@ -254,10 +208,7 @@ mod tests {
         assert_eq!(a.len(), b.len());
         let scale = b.iter().fold(0f32, |m, v| m.max(v.abs())).max(1e-3);
         for (k, (x, y)) in a.iter().zip(b).enumerate() {
-            assert!(
-                (x - y).abs() <= tol * scale,
-                "{what}: entry {k}: {x} vs {y} (scale {scale})"
-            );
+            assert!((x - y).abs() <= tol * scale, "{what}: entry {k}: {x} vs {y} (scale {scale})");
         }
     }
 
@@ -266,12 +217,7 @@ mod tests {
         let pool = Pool::new(2);
         // The AVX-512 kernel takes blocks of 32 four at a time: 288, 320 and 352 columns leave
         // 1, 2 and 3 blocks over, 512 none (and is two K super-blocks).
-        let shapes = [
-            (288, &ALL[..6]),
-            (320, &ALL[..6]),
-            (352, &ALL[..6]),
-            (512, &ALL[..]),
-        ];
+        let shapes = [(288, &ALL[..6]), (320, &ALL[..6]), (352, &ALL[..6]), (512, &ALL[..])];
         for (cols, types) in shapes {
             for &dtype in types {
                 let rows = 37;
@@ -282,12 +228,7 @@ mod tests {
                     let want = run(&pool, Isa::Scalar, w, &x, n);
                     for isa in isas_under_test() {
                         let got = run(&pool, isa, w, &x, n);
-                        assert_close(
-                            &got,
-                            &want,
-                            1e-5,
-                            &format!("{dtype} {} n={n} cols={cols}", isa.name()),
-                        );
+                        assert_close(&got, &want, 1e-5, &format!("{dtype} {} n={n} cols={cols}", isa.name()));
                     }
                 }
             }
@@ -304,18 +245,9 @@ mod tests {
             let w = WeightRef::new(dtype, &wb, rows, cols).unwrap();
             let x = noise(n * cols, 5);
             let want = reference(w, &x, n);
-            let tol = if matches!(dtype, DType::Q4_0 | DType::Q4_1 | DType::Q8_0) {
-                2e-2
-            } else {
-                1e-5
-            };
+            let tol = if matches!(dtype, DType::Q4_0 | DType::Q4_1 | DType::Q8_0) { 2e-2 } else { 1e-5 };
             for isa in isas_under_test() {
-                assert_close(
-                    &run(&pool, isa, w, &x, n),
-                    &want,
-                    tol,
-                    &format!("{dtype} {}", isa.name()),
-                );
+                assert_close(&run(&pool, isa, w, &x, n), &want, tol, &format!("{dtype} {}", isa.name()));
             }
         }
     }
@@ -331,20 +263,10 @@ mod tests {
             let x = noise(n * cols, 12);
             for isa in isas_under_test() {
                 let batched = run(&p2, isa, w, &x, n);
-                assert_eq!(
-                    batched,
-                    run(&p1, isa, w, &x, n),
-                    "{dtype} {}: 1 vs 2 threads",
-                    isa.name()
-                );
+                assert_eq!(batched, run(&p1, isa, w, &x, n), "{dtype} {}: 1 vs 2 threads", isa.name());
                 for i in [0, 3, n - 1] {
                     let single = run(&p1, isa, w, &x[i * cols..(i + 1) * cols], 1);
-                    assert_eq!(
-                        &batched[i * rows..(i + 1) * rows],
-                        &single[..],
-                        "{dtype} {} row {i}",
-                        isa.name()
-                    );
+                    assert_eq!(&batched[i * rows..(i + 1) * rows], &single[..], "{dtype} {} row {i}", isa.name());
                 }
             }
         }
@@ -354,36 +276,18 @@ mod tests {
     fn fused_matrices_equal_separate_calls() {
         let pool = Pool::new(2);
         let cols = 768;
-        let shapes = [
-            (DType::Q4_1, 576),
-            (DType::Q8_0, 192),
-            (DType::F16, 64),
-            (DType::Q4K, 200),
-        ];
-        let bytes: Vec<Vec<u8>> = shapes
-            .iter()
-            .map(|&(t, r)| weight(t, r, cols, r as u64))
-            .collect();
-        let ws: Vec<WeightRef<'_>> = shapes
-            .iter()
-            .zip(&bytes)
-            .map(|(&(t, r), b)| WeightRef::new(t, b, r, cols).unwrap())
-            .collect();
+        let shapes = [(DType::Q4_1, 576), (DType::Q8_0, 192), (DType::F16, 64), (DType::Q4K, 200)];
+        let bytes: Vec<Vec<u8>> = shapes.iter().map(|&(t, r)| weight(t, r, cols, r as u64)).collect();
+        let ws: Vec<WeightRef<'_>> =
+            shapes.iter().zip(&bytes).map(|(&(t, r), b)| WeightRef::new(t, b, r, cols).unwrap()).collect();
         for n in [1, 5] {
             let x = noise(n * cols, 8);
             for isa in isas_under_test() {
-                let mut outs: Vec<Vec<f32>> =
-                    ws.iter().map(|w| vec![f32::NAN; n * w.rows]).collect();
+                let mut outs: Vec<Vec<f32>> = ws.iter().map(|w| vec![f32::NAN; n * w.rows]).collect();
                 let mut refs: Vec<&mut [f32]> = outs.iter_mut().map(|o| o.as_mut_slice()).collect();
                 matmul_many(&pool, isa, &ws, &x, n, &mut refs, &mut QuantRows::new());
                 for (w, o) in ws.iter().zip(&outs) {
-                    assert_eq!(
-                        o,
-                        &run(&pool, isa, *w, &x, n),
-                        "{} {} n={n}",
-                        w.dtype,
-                        isa.name()
-                    );
+                    assert_eq!(o, &run(&pool, isa, *w, &x, n), "{} {} n={n}", w.dtype, isa.name());
                 }
             }
         }

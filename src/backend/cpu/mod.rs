@@ -63,16 +63,8 @@ impl CpuBackend {
     /// # Panics
     /// When this CPU does not support `isa`.
     pub fn with_isa(threads: usize, isa: Isa) -> CpuBackend {
-        assert!(
-            Isa::available().contains(&isa),
-            "this CPU does not support {}",
-            isa.name()
-        );
-        CpuBackend {
-            pool: Pool::new(threads),
-            isa,
-            xq: Mutex::new(QuantRows::new()),
-        }
+        assert!(Isa::available().contains(&isa), "this CPU does not support {}", isa.name());
+        CpuBackend { pool: Pool::new(threads), isa, xq: Mutex::new(QuantRows::new()) }
     }
 
     pub fn threads(&self) -> usize {
@@ -101,14 +93,7 @@ impl Backend for CpuBackend {
         ops::rms_norm(x, weight, eps);
     }
 
-    fn rope(
-        &self,
-        x: &mut [f32],
-        n_heads: usize,
-        head_dim: usize,
-        positions: &[usize],
-        rope: Rope,
-    ) {
+    fn rope(&self, x: &mut [f32], n_heads: usize, head_dim: usize, positions: &[usize], rope: Rope) {
         ops::rope(x, n_heads, head_dim, positions, rope);
     }
 

@@ -7,11 +7,7 @@ use crate::backend::{Rope, RopeLayout};
 /// `rms_norm` followed by `mul` (sum of squares in f64, like ggml).
 pub fn rms_norm(x: &mut [f32], weight: &[f32], eps: f32) {
     let d = weight.len();
-    assert!(
-        d > 0 && x.len().is_multiple_of(d),
-        "rms_norm: {} values are not rows of {d}",
-        x.len()
-    );
+    assert!(d > 0 && x.len().is_multiple_of(d), "rms_norm: {} values are not rows of {d}", x.len());
     for row in x.chunks_exact_mut(d) {
         let sum: f64 = row.iter().map(|&v| (v as f64) * (v as f64)).sum();
         let mean = (sum / d as f64) as f32;
@@ -26,22 +22,14 @@ pub fn rms_norm(x: &mut [f32], weight: &[f32], eps: f32) {
 /// Angles are computed in f64 (position times inverse frequency), then rounded once.
 pub fn rope(x: &mut [f32], n_heads: usize, head_dim: usize, positions: &[usize], rope: Rope) {
     let row = n_heads * head_dim;
-    assert_eq!(
-        x.len(),
-        positions.len() * row,
-        "rope: {} values for {} rows of {row}",
-        x.len(),
-        positions.len()
-    );
+    assert_eq!(x.len(), positions.len() * row, "rope: {} values for {} rows of {row}", x.len(), positions.len());
     assert!(
         rope.dims <= head_dim && rope.dims.is_multiple_of(2),
         "rope: {} rotated dims in heads of {head_dim}",
         rope.dims
     );
     let half = rope.dims / 2;
-    let inv_freq: Vec<f64> = (0..half)
-        .map(|i| (rope.theta as f64).powf(-2.0 * i as f64 / rope.dims as f64))
-        .collect();
+    let inv_freq: Vec<f64> = (0..half).map(|i| (rope.theta as f64).powf(-2.0 * i as f64 / rope.dims as f64)).collect();
     let mut cs = vec![(0f32, 0f32); half];
     for (xr, &pos) in x.chunks_exact_mut(row).zip(positions) {
         for (c, &f) in cs.iter_mut().zip(&inv_freq) {
@@ -110,37 +98,21 @@ mod tests {
     }
 
     fn rope_cfg(layout: RopeLayout, theta: f32, dims: usize) -> Rope {
-        Rope {
-            layout,
-            theta,
-            dims,
-        }
+        Rope { layout, theta, dims }
     }
 
     #[test]
     fn rope_rotates_pairs_by_position_times_frequency() {
         // head_dim 4, theta 100: inverse frequencies 1 and 100^-1/2 = 0.1; position 2.
         let mut x = vec![1.0, 0.0, 1.0, 0.0];
-        rope(
-            &mut x,
-            1,
-            4,
-            &[2],
-            rope_cfg(RopeLayout::Interleaved, 100.0, 4),
-        );
+        rope(&mut x, 1, 4, &[2], rope_cfg(RopeLayout::Interleaved, 100.0, 4));
         let want = [2f32.cos(), 2f32.sin(), 0.2f32.cos(), 0.2f32.sin()];
-        assert!(
-            x.iter().zip(&want).all(|(a, b)| near(*a, *b, 1e-6)),
-            "{x:?}"
-        );
+        assert!(x.iter().zip(&want).all(|(a, b)| near(*a, *b, 1e-6)), "{x:?}");
         // NeoX pairs element i with i + 2.
         let mut y = vec![1.0, 1.0, 0.0, 0.0];
         rope(&mut y, 1, 4, &[2], rope_cfg(RopeLayout::NeoX, 100.0, 4));
         let want = [2f32.cos(), 0.2f32.cos(), 2f32.sin(), 0.2f32.sin()];
-        assert!(
-            y.iter().zip(&want).all(|(a, b)| near(*a, *b, 1e-6)),
-            "{y:?}"
-        );
+        assert!(y.iter().zip(&want).all(|(a, b)| near(*a, *b, 1e-6)), "{y:?}");
     }
 
     #[test]
@@ -154,10 +126,7 @@ mod tests {
                 q.iter().zip(&k).map(|(a, b)| a * b).sum::<f32>()
             };
             assert!(near(score(7, 3), score(104, 100), 1e-4), "{layout:?}");
-            assert!(
-                !near(score(7, 3), score(3, 7), 1e-4),
-                "{layout:?}: rotation direction matters"
-            );
+            assert!(!near(score(7, 3), score(3, 7), 1e-4), "{layout:?}: rotation direction matters");
         }
     }
 

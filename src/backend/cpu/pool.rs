@@ -56,11 +56,7 @@ pub struct Pool {
 impl Pool {
     /// A pool of `threads` workers in all (the caller counts as one); 0 means every core.
     pub fn new(threads: usize) -> Pool {
-        let threads = if threads == 0 {
-            std::thread::available_parallelism().map_or(1, |n| n.get())
-        } else {
-            threads
-        };
+        let threads = if threads == 0 { std::thread::available_parallelism().map_or(1, |n| n.get()) } else { threads };
         let shared = Arc::new(Shared {
             generation: AtomicU64::new(0),
             job: AtomicPtr::new(std::ptr::null_mut()),
@@ -83,11 +79,7 @@ impl Pool {
                     .expect("spawning a kernel worker thread")
             })
             .collect();
-        Pool {
-            shared,
-            workers,
-            dispatch: Mutex::new(()),
-        }
+        Pool { shared, workers, dispatch: Mutex::new(()) }
     }
 
     /// Threads in all, the calling thread included.
@@ -302,9 +294,7 @@ mod tests {
     #[test]
     fn a_panic_in_a_chunk_reaches_the_caller_and_the_pool_survives() {
         let pool = Pool::new(2);
-        let r = catch_unwind(AssertUnwindSafe(|| {
-            pool.run(64, &|c| assert!(c != 40, "boom"))
-        }));
+        let r = catch_unwind(AssertUnwindSafe(|| pool.run(64, &|c| assert!(c != 40, "boom"))));
         assert!(r.is_err());
         let count = AtomicUsize::new(0);
         pool.run(5, &|_| {

@@ -60,11 +60,7 @@ impl QuantRows {
     /// Quantizes `n` rows of `cols` values (`cols` a multiple of 32), reusing the buffers. Every
     /// instruction set gives bit-identical results.
     pub(crate) fn quantize(&mut self, isa: Isa, x: &[f32], n: usize, cols: usize) {
-        assert!(
-            cols.is_multiple_of(QK) && x.len() == n * cols,
-            "activations: {} values for {n} x {cols}",
-            x.len()
-        );
+        assert!(cols.is_multiple_of(QK) && x.len() == n * cols, "activations: {} values for {n} x {cols}", x.len());
         let nb = n * cols / QK;
         self.qs.resize(n * cols, 0);
         self.d.resize(nb, 0.0);
@@ -199,10 +195,7 @@ fn quantize_block(x: &[f32], q: &mut [i8]) -> (f32, i32) {
 /// The block's `(d, d * sum)` as ggml keeps them in its Q8_1 blocks: rounded to f16.
 #[inline]
 fn f16_scales(d: f32, sum: i32) -> (f32, f32) {
-    (
-        f16_to_f32(f32_to_f16(d)),
-        f16_to_f32(f32_to_f16(d * sum as f32)),
-    )
+    (f16_to_f32(f32_to_f16(d)), f16_to_f32(f32_to_f16(d * sum as f32)))
 }
 
 #[cfg(test)]
@@ -212,18 +205,13 @@ mod tests {
 
     #[test]
     fn blocks_round_trip_within_half_a_step() {
-        let x: Vec<f32> = (0..128)
-            .map(|i| ((i * 37 % 101) as f32 - 50.0) * 0.013)
-            .collect();
+        let x: Vec<f32> = (0..128).map(|i| ((i * 37 % 101) as f32 - 50.0) * 0.013).collect();
         let mut q = QuantRows::new();
         q.quantize(Isa::Scalar, &x, 2, 64);
         for i in 0..2 {
             for (b, (&d, &s)) in q.d(i).iter().zip(q.s(i)).enumerate() {
                 let qs = &q.qs(i)[b * QK..(b + 1) * QK];
-                assert!(
-                    qs.iter().any(|&v| v.abs() == 127),
-                    "the largest value maps to +-127"
-                );
+                assert!(qs.iter().any(|&v| v.abs() == 127), "the largest value maps to +-127");
                 let sum: i32 = qs.iter().map(|&v| v as i32).sum();
                 assert_eq!(d, f16_round(d), "d is kept at f16 precision");
                 assert!((s - d * sum as f32).abs() <= (d * sum as f32).abs() / 1024.0);
@@ -252,21 +240,15 @@ mod tests {
 
     #[test]
     fn every_isa_quantizes_identically() {
-        let x: Vec<f32> = (0..3 * 96)
-            .map(|i| ((i * 53 % 255) as f32 - 127.0) * 0.5 + if i % 7 == 0 { 0.25 } else { 0.0 })
-            .collect();
+        let x: Vec<f32> =
+            (0..3 * 96).map(|i| ((i * 53 % 255) as f32 - 127.0) * 0.5 + if i % 7 == 0 { 0.25 } else { 0.0 }).collect();
         let mut want = QuantRows::new();
         want.quantize(Isa::Scalar, &x, 3, 96);
         for isa in isas_under_test() {
             let mut got = QuantRows::new();
             got.quantize(isa, &x, 3, 96);
             for i in 0..3 {
-                assert_eq!(
-                    (got.qs(i), got.d(i), got.s(i)),
-                    (want.qs(i), want.d(i), want.s(i)),
-                    "{}",
-                    isa.name()
-                );
+                assert_eq!((got.qs(i), got.d(i), got.s(i)), (want.qs(i), want.d(i), want.s(i)), "{}", isa.name());
             }
         }
     }
@@ -275,9 +257,7 @@ mod tests {
     fn the_grouped_copy_holds_every_block_in_its_lane_and_pads_with_zeros() {
         // 6 blocks per row: one full group and one of 2 blocks plus 2 of padding.
         let (n, cols) = (2, 6 * QK);
-        let x: Vec<f32> = (0..n * cols)
-            .map(|i| ((i * 31 % 97) as f32 - 48.0) * 0.07)
-            .collect();
+        let x: Vec<f32> = (0..n * cols).map(|i| ((i * 31 % 97) as f32 - 48.0) * 0.07).collect();
         for isa in isas_under_test().into_iter().filter(|&i| i != Isa::Scalar) {
             let mut q = QuantRows::new();
             q.quantize(isa, &x, n, cols);
@@ -301,11 +281,8 @@ mod tests {
                     assert_eq!((lo, hi), (&block[..16], &block[16..]));
                     assert_eq!((d, s), (&[q.d(i)[b]; 4][..], q.s(i)[b]));
                     for (l, &c) in bias.unwrap_or_default().iter().enumerate() {
-                        let sum: i32 = [4 * l, 16 + 4 * l]
-                            .iter()
-                            .flat_map(|&o| &block[o..o + 4])
-                            .map(|&v| v as i32)
-                            .sum();
+                        let sum: i32 =
+                            [4 * l, 16 + 4 * l].iter().flat_map(|&o| &block[o..o + 4]).map(|&v| v as i32).sum();
                         assert_eq!(c, -128 * sum, "row {i} block {b} lane {l}");
                     }
                 }

@@ -25,10 +25,7 @@ pub fn isas_under_test() -> Vec<Isa> {
     static PRINT: Once = Once::new();
     PRINT.call_once(|| {
         let names: Vec<&str> = available.iter().map(|i| i.name()).collect();
-        let line = format!(
-            "kernel tests: SIMD levels run: {} ({REQUIRE_ISA_ENV}={required:?})\n",
-            names.join(", ")
-        );
+        let line = format!("kernel tests: SIMD levels run: {} ({REQUIRE_ISA_ENV}={required:?})\n", names.join(", "));
         let _ = std::io::stderr().lock().write_all(line.as_bytes());
     });
     if let Err(e) = check_required(&required, &available) {
@@ -60,14 +57,10 @@ fn check_required(required: &str, available: &[Isa]) -> Result<(), String> {
 
 /// Deterministic pseudo-random values in [-1, 1) (an LCG: tests must not depend on a crate).
 pub fn noise(n: usize, seed: u64) -> Vec<f32> {
-    let mut s = seed
-        .wrapping_mul(6364136223846793005)
-        .wrapping_add(1442695040888963407);
+    let mut s = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
     (0..n)
         .map(|_| {
-            s = s
-                .wrapping_mul(6364136223846793005)
-                .wrapping_add(1442695040888963407);
+            s = s.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
             ((s >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
         })
         .collect()
@@ -80,10 +73,8 @@ pub fn weight(dtype: DType, rows: usize, cols: usize, seed: u64) -> Vec<u8> {
     if let Some(b) = quantize_row(dtype, &vals) {
         return b;
     }
-    let bytes: Vec<u8> = noise(dtype.bytes_for(rows * cols).unwrap(), seed ^ 0xabc)
-        .iter()
-        .map(|v| ((v + 1.0) * 127.9) as u8)
-        .collect();
+    let bytes: Vec<u8> =
+        noise(dtype.bytes_for(rows * cols).unwrap(), seed ^ 0xabc).iter().map(|v| ((v + 1.0) * 127.9) as u8).collect();
     let mut bytes = bytes;
     let (bb, scale_offsets): (usize, &[usize]) = match dtype {
         DType::Q6K => (210, &[208]),
@@ -105,10 +96,7 @@ mod tests {
     fn a_required_level_the_cpu_lacks_fails_and_one_it_has_passes() {
         let no_avx512 = [Isa::Scalar, Isa::Avx2];
         let err = check_required("avx512vnni", &no_avx512).unwrap_err();
-        assert!(
-            err.contains("requires avx512vnni") && err.contains("ran only scalar, avx2"),
-            "{err}"
-        );
+        assert!(err.contains("requires avx512vnni") && err.contains("ran only scalar, avx2"), "{err}");
         assert!(check_required("avx2, avx512", &no_avx512).is_err());
         assert_eq!(check_required("avx2,scalar", &no_avx512), Ok(()));
         assert_eq!(check_required("", &no_avx512), Ok(()));

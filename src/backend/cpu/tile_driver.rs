@@ -73,14 +73,8 @@ macro_rules! tile_driver {
                 // SAFETY: see above.
                 unsafe {
                     match acts.end - i {
-                        3 => tile::<B, 3>(wr, nb, x, i)
-                            .iter()
-                            .enumerate()
-                            .for_each(|(j, &y)| out.write(i + j, r, y)),
-                        2 => tile::<B, 2>(wr, nb, x, i)
-                            .iter()
-                            .enumerate()
-                            .for_each(|(j, &y)| out.write(i + j, r, y)),
+                        3 => tile::<B, 3>(wr, nb, x, i).iter().enumerate().for_each(|(j, &y)| out.write(i + j, r, y)),
+                        2 => tile::<B, 2>(wr, nb, x, i).iter().enumerate().for_each(|(j, &y)| out.write(i + j, r, y)),
                         1 => out.write(i, r, tile::<B, 1>(wr, nb, x, i)[0]),
                         _ => {}
                     }

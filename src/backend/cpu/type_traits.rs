@@ -41,27 +41,16 @@ impl TypeTraits {
             B::LEN == B::DTYPE.block_len() && B::BYTES == B::DTYPE.block_bytes(),
             "a block marker disagrees with its DType on the block size"
         );
-        TypeTraits {
-            dtype: B::DTYPE,
-            dequantize: dequantize_blocks::<B>,
-            quantize: None,
-            int_dot: None,
-        }
+        TypeTraits { dtype: B::DTYPE, dequantize: dequantize_blocks::<B>, quantize: None, int_dot: None }
     }
 
     const fn quantized<B: Quantize>() -> TypeTraits {
-        TypeTraits {
-            quantize: Some(quantize_blocks::<B>),
-            ..TypeTraits::of::<B>()
-        }
+        TypeTraits { quantize: Some(quantize_blocks::<B>), ..TypeTraits::of::<B>() }
     }
 
     const fn int_dot<B: IntBlock + Quantize>() -> TypeTraits {
         TypeTraits {
-            int_dot: Some(IntDot {
-                kind: B::KIND,
-                scalar: kern_scalar::vec_dot::<B>,
-            }),
+            int_dot: Some(IntDot { kind: B::KIND, scalar: kern_scalar::vec_dot::<B> }),
             ..TypeTraits::quantized::<B>()
         }
     }
@@ -93,10 +82,7 @@ pub fn type_traits(dtype: DType) -> &'static TypeTraits {
 }
 
 fn dequantize_blocks<B: Block>(bytes: &[u8], out: &mut [f32]) {
-    for (b, o) in bytes
-        .chunks_exact(B::BYTES)
-        .zip(out.chunks_exact_mut(B::LEN))
-    {
+    for (b, o) in bytes.chunks_exact(B::BYTES).zip(out.chunks_exact_mut(B::LEN)) {
         B::dequantize(b, o);
     }
 }
@@ -114,13 +100,7 @@ fn quantize_blocks<B: Quantize>(x: &[f32], out: &mut Vec<u8>) {
 /// model loader) check shapes against the file once, so a mismatch here is a bug.
 pub fn dequantize_row(dtype: DType, bytes: &[u8], out: &mut [f32]) {
     let expected = dtype.bytes_for(out.len());
-    assert_eq!(
-        expected,
-        Some(bytes.len()),
-        "{dtype}: {} bytes for {} values",
-        bytes.len(),
-        out.len()
-    );
+    assert_eq!(expected, Some(bytes.len()), "{dtype}: {} bytes for {} values", bytes.len(), out.len());
     (type_traits(dtype).dequantize)(bytes, out)
 }
 

@@ -10,16 +10,9 @@ const ALL: [DType; 9] = DType::ALL;
 fn golden(dtype: DType) -> (Vec<u8>, Vec<u32>) {
     let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/data/dequant/");
     let raw = std::fs::read(format!("{dir}{}.bin", dtype.name())).expect("golden .bin");
-    let json: Value = serde_json::from_slice(
-        &std::fs::read(format!("{dir}{}.json", dtype.name())).expect("golden .json"),
-    )
-    .unwrap();
-    let bits = json["bits"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|v| v.as_u64().unwrap() as u32)
-        .collect();
+    let json: Value =
+        serde_json::from_slice(&std::fs::read(format!("{dir}{}.json", dtype.name())).expect("golden .json")).unwrap();
+    let bits = json["bits"].as_array().unwrap().iter().map(|v| v.as_u64().unwrap() as u32).collect();
     (raw, bits)
 }
 
@@ -30,12 +23,7 @@ fn dequantization_is_bit_exact_against_gguf_golden_vectors() {
         let mut out = vec![0f32; bits.len()];
         dequantize_row(dtype, &raw, &mut out);
         for (i, (o, &b)) in out.iter().zip(&bits).enumerate() {
-            assert_eq!(
-                o.to_bits(),
-                b,
-                "{dtype} value {i}: ours {o} vs gguf {}",
-                f32::from_bits(b)
-            );
+            assert_eq!(o.to_bits(), b, "{dtype} value {i}: ours {o} vs gguf {}", f32::from_bits(b));
         }
     }
 }
@@ -46,10 +34,7 @@ fn golden_files_cover_several_blocks_with_nonzero_values() {
         let (raw, bits) = golden(dtype);
         assert!(bits.len() >= 3 * dtype.block_len(), "{dtype}");
         assert_eq!(dtype.bytes_for(bits.len()), Some(raw.len()), "{dtype}");
-        assert!(
-            bits.iter().filter(|&&b| f32::from_bits(b) != 0.0).count() > bits.len() / 2,
-            "{dtype}"
-        );
+        assert!(bits.iter().filter(|&&b| f32::from_bits(b) != 0.0).count() > bits.len() / 2, "{dtype}");
     }
 }
 
@@ -66,12 +51,8 @@ fn quantized_rows_match_the_gguf_golden_bytes() {
     // quantizer, fed the gguf package's own dequantized values, must reproduce the bytes
     // for the types whose quantization is a fixed point of dequantize∘quantize.
     for dtype in [DType::F32, DType::F16, DType::BF16, DType::Q8_0] {
-        let raw = std::fs::read(format!(
-            "{}/tests/data/dequant/{}.bin",
-            env!("CARGO_MANIFEST_DIR"),
-            dtype.name()
-        ))
-        .unwrap();
+        let raw =
+            std::fs::read(format!("{}/tests/data/dequant/{}.bin", env!("CARGO_MANIFEST_DIR"), dtype.name())).unwrap();
         let n = raw.len() / dtype.block_bytes() * dtype.block_len();
         let mut vals = vec![0f32; n];
         dequantize_row(dtype, &raw, &mut vals);
@@ -87,9 +68,7 @@ fn quantized_rows_match_the_gguf_golden_bytes() {
 
 #[test]
 fn four_bit_round_trip_error_is_within_a_step() {
-    let x: Vec<f32> = (0..256)
-        .map(|i| ((i * 29 % 97) as f32 - 48.0) * 0.021)
-        .collect();
+    let x: Vec<f32> = (0..256).map(|i| ((i * 29 % 97) as f32 - 48.0) * 0.021).collect();
     for dtype in [DType::Q4_0, DType::Q4_1] {
         let q = quantize_row(dtype, &x).unwrap();
         let mut y = vec![0f32; x.len()];
