@@ -92,9 +92,11 @@ unsafe fn weighted<const NV: usize, const CB: usize>(
     ot: *mut f32,
 ) {
     let w = NV * 8;
-    // SAFETY: rows `0..CB` of `ot` (caller's contract).
     let mut acc: [[__m256; NV]; CB] = std::array::from_fn(|c| {
-        std::array::from_fn(|v| unsafe { _mm256_mul_ps(_mm256_loadu_ps(ot.add(c * w + 8 * v)), alpha[v]) })
+        std::array::from_fn(|v| {
+            // SAFETY: rows `0..CB` of `ot` (caller's contract).
+            unsafe { _mm256_mul_ps(_mm256_loadu_ps(ot.add(c * w + 8 * v)), alpha[v]) }
+        })
     });
     for k in 0..kt {
         // SAFETY: `k < kt`: row `k` of `p` and columns `0..CB` of value row `k` (contract).
