@@ -13,8 +13,9 @@
 //! given at least a quarter of it, so a stream of short requests cannot starve a long one.
 
 /// Tokens per step while some sequence decodes, when not configured (`--max-batch-tokens`).
-/// Chosen by measurement on the demo model (docs/performance.md): a step with 32 tokens costs
-/// a running stream about 3x its plain decode gap.
+/// A first choice, not yet tuned: on the demo model it keeps a 4,000-token prefill beside one
+/// stream at about 1.5x its time alone, and that stream's p99 gap at 16x its plain one
+/// (docs/performance.md).
 pub const DEFAULT_MAX_BATCH_TOKENS: usize = 32;
 /// Prompt tokens per step while no sequence decodes, when not configured (`--prefill-chunk`).
 pub const DEFAULT_PREFILL_CHUNK: usize = 256;
