@@ -13,9 +13,8 @@
 //! given at least a quarter of it, so a stream of short requests cannot starve a long one.
 
 /// Tokens per step while some sequence decodes, when not configured (`--max-batch-tokens`).
-/// A first choice, not yet tuned: on the demo model it keeps a 4,000-token prefill beside one
-/// stream at about 1.5x its time alone, and that stream's p99 gap at 16x its plain one
-/// (docs/performance.md).
+/// A first choice, not yet tuned: on the demo model a 4,230-token prompt beside one stream was
+/// answered in 24 s, and that stream's p99 gap grew to 16x its plain one (docs/performance.md).
 pub const DEFAULT_MAX_BATCH_TOKENS: usize = 32;
 /// Prompt tokens per step while no sequence decodes, when not configured (`--prefill-chunk`).
 pub const DEFAULT_PREFILL_CHUNK: usize = 256;
