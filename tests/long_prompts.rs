@@ -6,7 +6,7 @@
 mod common;
 
 use common::sse::Sse;
-use common::{demo_model, get, post_json, Server};
+use common::{demo_model, get, metric, post_json, Server};
 use serde_json::{json, Value};
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -43,9 +43,7 @@ fn long_text(tokens: usize) -> String {
 
 fn gauge(addr: SocketAddr, name: &str) -> f64 {
     let text = get(addr, "/metrics").text();
-    text.lines()
-        .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.trim().parse().ok())
-        .unwrap_or_else(|| panic!("no {name} in\n{text}"))
+    metric(&text, name).unwrap_or_else(|| panic!("no {name} in\n{text}"))
 }
 
 fn poll(what: &str, mut cond: impl FnMut() -> bool) {

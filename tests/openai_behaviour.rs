@@ -5,7 +5,7 @@
 mod common;
 
 use common::sse::Sse;
-use common::{demo_model, get, post_json, Server};
+use common::{demo_model, get, metric, post_json, Server};
 use serde_json::{json, Value};
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
@@ -23,11 +23,6 @@ fn start(extra: &[&str]) -> Server {
 
 fn chat_text(events: &[Value]) -> String {
     events.iter().filter_map(|e| e["choices"][0]["delta"]["content"].as_str()).collect()
-}
-
-fn metric(text: &str, name: &str) -> Option<f64> {
-    text.lines()
-        .find_map(|l| l.strip_prefix(name).and_then(|r| r.strip_prefix(' ')).and_then(|v| v.trim().parse().ok()))
 }
 
 /// The record of `request_id` in `/v1/mtplx/metrics`, once it is there.

@@ -372,3 +372,8 @@ pub fn read_head(r: &mut impl BufRead) -> String {
         head.push_str(&line);
     }
 }
+
+/// The value of an unlabelled sample `name` in Prometheus text.
+pub fn metric(text: &str, name: &str) -> Option<f64> {
+    text.lines().find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.trim().parse().ok())
+}
