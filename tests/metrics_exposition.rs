@@ -46,6 +46,7 @@ fn populated() -> Metrics {
             accepted_tokens: 3,
             verify_calls: 2,
             accepted_by_depth: vec![2, 1],
+            ..Default::default()
         };
         m.record_generation(o);
     }

@@ -73,6 +73,7 @@ fn generation(m: &Metrics, i: u64, drafted: u64) {
         accepted_tokens: drafted / 2,
         verify_calls: drafted,
         accepted_by_depth: vec![drafted / 2],
+        ..Default::default()
     };
     m.record_generation(o);
 }

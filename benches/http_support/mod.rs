@@ -65,6 +65,7 @@ pub fn seeded_app() -> (App, Vec<u8>) {
             accepted_tokens: tokens * 2 / 3,
             verify_calls: tokens / 2,
             accepted_by_depth: vec![tokens / 2, tokens / 6],
+            ..Default::default()
         };
         m.record_generation(o);
     }

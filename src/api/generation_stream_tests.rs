@@ -35,6 +35,7 @@ fn params() -> GenParams {
         logprobs: None,
         stream: true,
         include_usage: false,
+        draft: Default::default(),
     }
 }
 

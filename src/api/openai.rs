@@ -128,6 +128,7 @@ async fn start(
         stop_tokens: llm.tokenizer.eos_tokens().to_vec(),
         logprobs: params.logprobs,
         submitted,
+        draft: params.draft,
         ..JobSpec::new(tokens, params.sampling.clone(), max_tokens)
     };
     let (job, rx) = spec.build();

@@ -2,7 +2,8 @@
 //! `param` and, for numbers, the allowed range in the message.
 
 use super::error::ApiError;
-use crate::engine::SamplingParams;
+use crate::engine::draft::MAX_DRAFT_DEPTH;
+use crate::engine::{DraftMode, DraftRequest, SamplingParams};
 use serde_json::{Map, Value};
 
 /// OpenAI accepts at most 4 stop sequences.
@@ -52,6 +53,8 @@ pub struct GenParams {
     pub logprobs: Option<usize>,
     pub stream: bool,
     pub include_usage: bool,
+    /// `"mtplx": {"draft": "none"|"ngram"|"auto", "depth": 1..8}`: this request's drafting.
+    pub draft: DraftRequest,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -241,7 +244,34 @@ fn gen_params(m: &Map<String, Value>, max_tokens_fields: &[&str]) -> Result<GenP
         frequency_penalty: number(m, "frequency_penalty", -2.0, 2.0, 0.0)?,
         seed,
     };
-    Ok(GenParams { max_tokens, sampling, stop: stop(m)?, logprobs: None, stream, include_usage })
+    let draft = draft_request(m)?;
+    Ok(GenParams { max_tokens, sampling, stop: stop(m)?, logprobs: None, stream, include_usage, draft })
+}
+
+/// The `mtplx` extension object: drafting off, another drafter, or a lower depth.
+fn draft_request(m: &Map<String, Value>) -> Result<DraftRequest, ApiError> {
+    let o = match field(m, "mtplx") {
+        None => return Ok(DraftRequest::default()),
+        Some(Value::Object(o)) => o,
+        Some(v) => return Err(ApiError::invalid("mtplx", format!("'mtplx' must be an object, not {}", type_name(v)))),
+    };
+    let mode = match field(o, "draft") {
+        None => None,
+        Some(Value::String(s)) => {
+            Some(DraftMode::parse(s).map_err(|e| ApiError::invalid("mtplx.draft", format!("'mtplx.draft': {e}")))?)
+        }
+        Some(v) => {
+            return Err(ApiError::invalid(
+                "mtplx.draft",
+                format!("'mtplx.draft' must be a string, not {}", type_name(v)),
+            ))
+        }
+    };
+    let max_depth = integer(o, "depth", 1, MAX_DRAFT_DEPTH as u64).map_err(|mut e| {
+        e.param = Some("mtplx.depth".into());
+        e
+    })?;
+    Ok(DraftRequest { mode, max_depth: max_depth.map(|d| d as usize) })
 }
 
 fn message(i: usize, v: &Value) -> Result<ChatMessage, ApiError> {

@@ -2,7 +2,7 @@
 //! ended) joined with what the engine measured (queue, prefill, prefix cache, KV state).
 
 use crate::engine::GenStats;
-use crate::metrics::{DecodeSpan, FinishStatus, GenerationClock, GenerationOutcome, KvRecord, PrefixCommit};
+use crate::metrics::{DecodeSpan, FinishStatus, GenerationClock, GenerationOutcome, KvRecord, PrefixCommit, SpecStats};
 
 /// What the API layer knows of a generation when it ends.
 pub struct Ended {
@@ -38,6 +38,20 @@ pub fn outcome(
         o.clock.admitted_at(clock.start_instant() + s.queue_time);
         o.prefill = Some(s.prefill_time);
         o.prefill_chunks = s.prefill_chunks as u64;
+        let sp = &s.spec;
+        o.spec = SpecStats {
+            mtp_depth: sp.drafted.checked_div(sp.verify_calls).unwrap_or(0) as u32,
+            drafted_tokens: sp.drafted as u64,
+            accepted_tokens: sp.accepted as u64,
+            verify_calls: sp.verify_calls as u64,
+            accepted_by_depth: sp.accepted_by_depth.clone(),
+            drafter: sp.drafter.to_string(),
+            drafted_by_depth: sp.drafted_by_depth.clone(),
+            bonus_tokens: sp.bonus as u64,
+            correction_tokens: sp.correction as u64,
+            draft_time: sp.draft_time,
+            verify_time: sp.verify_time,
+        };
         o.decode = Some(DecodeSpan { tokens: s.completion_tokens as u64, time: s.decode_time });
         o.completion_tokens = o.completion_tokens.max(if e.stopped { 0 } else { s.completion_tokens as u64 });
         o.prefix = PrefixCommit { cached_tokens: s.cached_tokens as u64, prefilled_tokens: s.prefilled_tokens as u64 };

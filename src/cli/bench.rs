@@ -140,8 +140,11 @@ pub fn generate(
         prompt.to_string()
     };
     let tokens = loaded.tokenizer.encode(&text, !chat && loaded.tokenizer.adds_bos()).map_err(|e| e.to_string())?;
-    let ecfg =
-        EngineConfig { budget: cfg.budget, ..EngineConfig::for_model(&*loaded.model, 1, cfg.ctx, cfg.kv_cache_bytes) };
+    let ecfg = EngineConfig {
+        budget: cfg.budget,
+        draft: cfg.draft,
+        ..EngineConfig::for_model(&*loaded.model, 1, cfg.ctx, cfg.kv_cache_bytes)
+    };
     let max_tokens = max_tokens.min(ecfg.ctx.saturating_sub(tokens.len()));
     let engine = Engine::start(loaded.model.clone(), loaded.tokenizer.clone(), ecfg);
     let params = SamplingParams { temperature, seed, ..SamplingParams::greedy() };

@@ -9,6 +9,7 @@ use argh::FromArgs;
 use mtplx_lite::api::state::{ApiConfig, Cidr, MetricsDefault};
 use mtplx_lite::engine::step_budget::{DEFAULT_MAX_BATCH_TOKENS, DEFAULT_PREFILL_CHUNK};
 use mtplx_lite::engine::StepBudget;
+use mtplx_lite::engine::{Depth, DraftConfig, DraftMode};
 use mtplx_lite::http::{HttpConfig, DEFAULT_MAX_BODY_BYTES, DEFAULT_MAX_CONNECTIONS, DEFAULT_SHUTDOWN_GRACE};
 use std::net::{SocketAddr, ToSocketAddrs};
 use std::path::PathBuf;
@@ -99,6 +100,13 @@ pub struct Cli {
     /// prompt tokens one step prefills while no stream decodes (default 256)
     #[argh(option, default = "DEFAULT_PREFILL_CHUNK")]
     pub prefill_chunk: usize,
+    /// speculative decoding's drafter: none, ngram or auto (default auto: n-gram drafts with
+    /// the depth chosen by measured cost; see docs/speculative.md)
+    #[argh(option, default = "String::from(\"auto\")")]
+    pub draft: String,
+    /// draft tokens per step: 1 to 8, or auto (default auto)
+    #[argh(option, default = "String::from(\"auto\")")]
+    pub depth: String,
     #[argh(subcommand)]
     pub command: Option<Command>,
 }
@@ -154,6 +162,7 @@ pub struct ModelOpts {
     pub ctx: Option<usize>,
     pub kv_cache_bytes: Option<usize>,
     pub budget: StepBudget,
+    pub draft: DraftConfig,
 }
 
 impl ModelOpts {
@@ -256,6 +265,10 @@ impl Settings {
             ctx: cli.ctx,
             kv_cache_bytes: cli.kv_cache_bytes,
             budget,
+            draft: DraftConfig {
+                mode: DraftMode::parse(&cli.draft).map_err(|e| format!("--draft: {e}"))?,
+                depth: Depth::parse(&cli.depth).map_err(|e| format!("--depth: {e}"))?,
+            },
         };
         Ok(Settings { listen, http, api, model, metrics_history: cli.metrics_history.max(1) })
     }

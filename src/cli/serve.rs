@@ -27,6 +27,7 @@ pub fn run(s: Settings) -> Result<(), String> {
     let info = loaded.model.info().clone();
     let engine_cfg = EngineConfig {
         budget: s.model.budget,
+        draft: s.model.draft,
         ..EngineConfig::for_model(&*loaded.model, s.model.queue_depth, s.model.ctx, s.model.kv_cache_bytes)
     };
     let ctx = engine_cfg.ctx;

@@ -1,5 +1,6 @@
 //! What the API layer hands the decode thread (a [`Job`]) and what it gets back ([`Event`]s).
 
+use super::draft::DraftRequest;
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -68,6 +69,8 @@ pub struct Job {
     pub reply: async_channel::Sender<Event>,
     /// When the request arrived (the start of its clock: TTFT and queue time count from here).
     pub submitted: Instant,
+    /// The request's own drafting choices, within the server's.
+    pub draft: DraftRequest,
 }
 
 impl Job {
@@ -87,11 +90,20 @@ pub struct JobSpec {
     /// `None`: no logprobs; `Some(n)`: each token's logprob and its `n` best alternatives.
     pub logprobs: Option<usize>,
     pub submitted: Instant,
+    pub draft: DraftRequest,
 }
 
 impl JobSpec {
     pub fn new(prompt: Vec<u32>, params: SamplingParams, max_tokens: usize) -> JobSpec {
-        JobSpec { prompt, params, max_tokens, stop_tokens: Vec::new(), logprobs: None, submitted: Instant::now() }
+        JobSpec {
+            prompt,
+            params,
+            max_tokens,
+            stop_tokens: Vec::new(),
+            logprobs: None,
+            submitted: Instant::now(),
+            draft: DraftRequest::default(),
+        }
     }
 
     /// The job and the receiver of its events.
@@ -107,6 +119,7 @@ impl JobSpec {
             cancel: Arc::new(AtomicBool::new(false)),
             reply: tx,
             submitted: self.submitted,
+            draft: self.draft,
         };
         (job, rx)
     }
@@ -190,6 +203,29 @@ impl KvSnapshot {
     }
 }
 
+/// What a request's speculation did.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct SpecCounts {
+    /// The drafter's name (`ngram`), or empty when the request decoded plainly.
+    pub drafter: &'static str,
+    pub drafted: usize,
+    pub accepted: usize,
+    /// Verify passes: steps whose pass checked a draft of this request.
+    pub verify_calls: usize,
+    /// Draft tokens verified per position in the draft (0 is the first drafted token).
+    pub drafted_by_depth: Vec<u64>,
+    /// Draft tokens accepted per position.
+    pub accepted_by_depth: Vec<u64>,
+    /// Tokens sampled from the last row of a fully accepted draft.
+    pub bonus: usize,
+    /// Tokens drawn from the residual distribution after a rejection.
+    pub correction: usize,
+    /// Time spent drafting.
+    pub draft_time: Duration,
+    /// Time of the forward passes that verified this request's drafts (shared with the batch).
+    pub verify_time: Duration,
+}
+
 /// Per-request numbers for the metrics record.
 #[derive(Clone, Debug, Default)]
 pub struct GenStats {
@@ -214,10 +250,9 @@ pub struct GenStats {
     pub total_time: Duration,
     /// Most sequences that shared a forward pass with this one.
     pub max_batch: usize,
-    /// Speculative decoding: tokens drafted, accepted, verification passes (0 until it exists).
-    pub drafted_tokens: usize,
-    pub accepted_tokens: usize,
-    pub verify_calls: usize,
+    /// Speculative decoding's account (all zero when nothing was drafted); boxed, so that a
+    /// token event stays small.
+    pub spec: Box<SpecCounts>,
     /// The cache manager after this request ended.
     pub kv_after: KvSnapshot,
 }

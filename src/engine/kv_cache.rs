@@ -225,6 +225,13 @@ impl KvCacheManager {
         debug_assert_eq!(s.tokens.len(), s.cache.len());
     }
 
+    /// Forgets the sequence's positions from `len` on: the draft tokens verification rejected.
+    pub fn truncate(&mut self, id: SeqId, len: usize) {
+        let s = self.slot_mut(id);
+        s.tokens.truncate(len);
+        s.cache.truncate(len);
+    }
+
     /// Ends a sequence: kept idle for prefix reuse (`keep`), or freed at once (cancelled,
     /// failed, or its cache no longer matches its tokens).
     pub fn finish(&mut self, id: SeqId, keep: bool) {

@@ -9,18 +9,23 @@
 #![forbid(unsafe_code)]
 
 pub mod detok;
+pub mod draft;
 pub mod job;
 pub mod kv_cache;
 pub mod sampler;
 pub mod scheduler;
 #[cfg(test)]
 mod scheduler_tests;
+pub mod speculate;
+#[cfg(test)]
+mod speculate_tests;
 pub mod step_budget;
 #[cfg(test)]
 pub(crate) mod toy_model;
 
 pub use detok::{StreamDecoder, TokenDecoder};
-pub use job::{Event, FinishReason, GenStats, Job, JobSpec, KvSnapshot, SamplingParams, MAX_TOP_LOGPROBS};
+pub use draft::{Depth, DraftConfig, DraftMode, DraftRequest};
+pub use job::{Event, FinishReason, GenStats, Job, JobSpec, KvSnapshot, SamplingParams, SpecCounts, MAX_TOP_LOGPROBS};
 pub use step_budget::StepBudget;
 
 use crate::model::Model;
@@ -45,6 +50,8 @@ pub struct EngineConfig {
     pub kv_cache_bytes: usize,
     /// Tokens per scheduler step.
     pub budget: StepBudget,
+    /// Speculative decoding: which drafter, how deep (`--draft`, `--depth`).
+    pub draft: DraftConfig,
 }
 
 impl EngineConfig {
@@ -63,7 +70,7 @@ impl EngineConfig {
         let kv_cache_bytes = kv_cache_bytes.unwrap_or_else(|| DEFAULT_KV_CACHE_BYTES.max(ctx * per_position));
         // A sequence can never grow past what the whole budget holds, so that is its context.
         let ctx = ctx.min(kv_cache_bytes / per_position).max(1);
-        EngineConfig { queue_depth, ctx, kv_cache_bytes, budget: StepBudget::default() }
+        EngineConfig { queue_depth, ctx, kv_cache_bytes, budget: StepBudget::default(), draft: DraftConfig::default() }
     }
 }
 
@@ -108,7 +115,7 @@ impl Engine {
         let shared = Arc::new(Shared::default());
         let per_position = model.new_cache(0).bytes_per_position();
         let caches = KvCacheManager::new(cfg.ctx, cfg.kv_cache_bytes, per_position);
-        let sched = Scheduler::new(model, decoder, caches, jobs_rx, stop_rx, shared.clone(), cfg.budget);
+        let sched = Scheduler::new(model, decoder, caches, (jobs_rx, stop_rx), shared.clone(), cfg.budget, cfg.draft);
         let thread = std::thread::Builder::new()
             .name("mtplx-decode".into())
             .spawn(move || sched.run())
@@ -174,7 +181,13 @@ mod tests {
     use crate::engine::toy_model::*;
 
     fn engine(model: &Arc<ToyModel>, queue_depth: usize, ctx: usize, kv_cache_bytes: usize) -> Engine {
-        let cfg = EngineConfig { queue_depth, ctx, kv_cache_bytes, budget: StepBudget::default() };
+        let cfg = EngineConfig {
+            queue_depth,
+            ctx,
+            kv_cache_bytes,
+            budget: StepBudget::default(),
+            draft: DraftConfig::default(),
+        };
         Engine::start(model.clone(), Arc::new(ByteDecoder), cfg)
     }
 
@@ -440,11 +453,21 @@ mod tests {
                 queue_depth: 64,
                 ctx: 1024,
                 kv_cache_bytes: DEFAULT_KV_CACHE_BYTES,
-                budget: StepBudget::default()
+                budget: StepBudget::default(),
+                draft: DraftConfig::default()
             }
         );
         let cfg = EngineConfig::for_model(&model, 2, Some(100), Some(5000));
-        assert_eq!(cfg, EngineConfig { queue_depth: 2, ctx: 100, kv_cache_bytes: 5000, budget: StepBudget::default() });
+        assert_eq!(
+            cfg,
+            EngineConfig {
+                queue_depth: 2,
+                ctx: 100,
+                kv_cache_bytes: 5000,
+                budget: StepBudget::default(),
+                draft: DraftConfig::default()
+            }
+        );
         // A budget never defaults below one full context.
         let huge = EngineConfig::for_model(&model, 2, Some(DEFAULT_KV_CACHE_BYTES), None);
         assert_eq!(huge.kv_cache_bytes, DEFAULT_KV_CACHE_BYTES * per_position);

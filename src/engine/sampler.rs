@@ -108,6 +108,12 @@ impl Sampler {
     /// Chooses the next token from `logits`, records it for the penalties, and computes its raw
     /// logprob when `want_logprob`, and the `top_n` (clamped to 20) raw alternatives.
     pub fn sample(&mut self, logits: &[f32], want_logprob: bool, top_n: usize) -> Sampled {
+        let id = self.choose(logits);
+        self.finish_pick(logits, id, want_logprob, top_n)
+    }
+
+    /// Records the chosen token for the penalties and reports its raw logprob and alternatives.
+    fn finish_pick(&mut self, logits: &[f32], id: u32, want_logprob: bool, top_n: usize) -> Sampled {
         let top_n = top_n.min(MAX_TOP_LOGPROBS).min(logits.len());
         let lse = if want_logprob || top_n > 0 { log_sum_exp(logits) } else { 0.0 };
         let mut top = Vec::with_capacity(top_n);
@@ -128,7 +134,6 @@ impl Sampler {
                 e.1 -= lse;
             }
         }
-        let id = self.choose(logits);
         self.record(id);
         let logprob = if want_logprob { logits[id as usize] - lse } else { 0.0 };
         Sampled { id, logprob, top }
@@ -148,11 +153,23 @@ impl Sampler {
 
     /// Steps 1 to 7 of the module comment.
     fn choose(&mut self, logits: &[f32]) -> u32 {
+        match self.target(logits) {
+            Target::Point(id) => id,
+            Target::Weights(total) => {
+                let u = self.rng.next_f64() * total;
+                draw(&self.scratch, u, None)
+            }
+        }
+    }
+
+    /// Steps 1 to 6: the distribution tokens are drawn from, either one certain token or the
+    /// surviving candidates in `scratch` with unnormalised weights summing to the returned total.
+    fn target(&mut self, logits: &[f32]) -> Target {
         let p = &self.params;
         let greedy = p.temperature.is_nan() || p.temperature <= 0.0;
         let penalised = p.presence_penalty != 0.0 || p.frequency_penalty != 0.0;
         if greedy && !penalised {
-            return argmax_raw(logits);
+            return Target::Point(argmax_raw(logits));
         }
         self.fill_raw(logits);
         let p = &self.params;
@@ -164,7 +181,7 @@ impl Sampler {
             }
         }
         if greedy {
-            return argmax(&self.scratch);
+            return Target::Point(argmax(&self.scratch));
         }
         let inv_t = 1.0 / p.temperature;
         // The shift only keeps exp in range (softmax ignores it): the raw maximum, a contiguous
@@ -196,16 +213,52 @@ impl Sampler {
             total = s.iter().map(|e| e.1 as f64).sum();
         }
         if !total.is_finite() || total <= 0.0 {
-            return argmax(s);
+            return Target::Point(argmax(s));
         }
-        let mut u = self.rng.next_f64() * total;
-        for &(id, w) in s.iter() {
-            u -= w as f64;
-            if u < 0.0 {
-                return id;
+        Target::Weights(total)
+    }
+
+    /// Speculative verification of one drafted token (Leviathan et al. 2023): the target
+    /// distribution p comes from `logits` exactly as [`Sampler::sample`] builds it; the draft
+    /// distribution q is `draft_q` (sparse, summing to at most 1), or a point mass on `draft`
+    /// when `None` (an n-gram draft). The draft is kept with probability min(1, p(x) / q(x));
+    /// otherwise the token is drawn from the normalised max(0, p - q). Either way the token
+    /// returned is distributed exactly as p, which is what makes speculation invisible.
+    pub fn verify(
+        &mut self,
+        logits: &[f32],
+        draft: u32,
+        draft_q: Option<&[(u32, f32)]>,
+        want_logprob: bool,
+        top_n: usize,
+    ) -> (Sampled, bool) {
+        let q_of = |id: u32| match draft_q {
+            None => (id == draft) as u32 as f64,
+            Some(q) => q.iter().find(|e| e.0 == id).map_or(0.0, |e| e.1 as f64),
+        };
+        let (id, accepted) = match self.target(logits) {
+            // p is a point mass: the draft survives only if it is that token (q(x) > 0 is given).
+            Target::Point(id) => (id, id == draft),
+            Target::Weights(total) => {
+                let px = self.scratch.iter().find(|e| e.0 == draft).map_or(0.0, |e| e.1 as f64 / total);
+                let qx = q_of(draft).max(f64::MIN_POSITIVE);
+                if self.rng.next_f64() * qx < px {
+                    (draft, true)
+                } else {
+                    // The residual: each survivor's weight less q's share of the same total.
+                    for e in self.scratch.iter_mut() {
+                        e.1 = (e.1 as f64 - q_of(e.0) * total).max(0.0) as f32;
+                    }
+                    let rest: f64 = self.scratch.iter().map(|e| e.1 as f64).sum();
+                    let u = self.rng.next_f64() * rest;
+                    (
+                        if rest > 0.0 { draw(&self.scratch, u, None) } else { draw(&self.scratch, 0.0, Some(draft)) },
+                        false,
+                    )
+                }
             }
-        }
-        s.iter().rev().find(|e| e.1 > 0.0).map(|e| e.0).unwrap_or(s[0].0)
+        };
+        (self.finish_pick(logits, id, want_logprob, top_n), accepted)
     }
 
     #[cfg(test)]
@@ -218,6 +271,26 @@ impl Sampler {
         ids.sort_unstable();
         ids
     }
+}
+
+/// What steps 1 to 6 leave to draw from.
+enum Target {
+    /// One token is certain (greedy, or nothing left with weight).
+    Point(u32),
+    /// The candidates in the sampler's scratch, with this total weight.
+    Weights(f64),
+}
+
+/// The candidate where `u` (in `[0, total)`) falls, skipping `except`; the last one with weight
+/// when rounding leaves `u` past the end.
+fn draw(s: &[(u32, f32)], mut u: f64, except: Option<u32>) -> u32 {
+    for &(id, w) in s.iter().filter(|e| Some(e.0) != except) {
+        u -= w as f64;
+        if u < 0.0 {
+            return id;
+        }
+    }
+    s.iter().rev().find(|e| e.1 > 0.0 && Some(e.0) != except).or(s.first()).map_or(0, |e| e.0)
 }
 
 /// Keeps the smallest most-likely prefix whose mass reaches `top_p` of the total. Sorting the

@@ -3,20 +3,22 @@
 //!
 //! Each step feeds every decoding sequence its last token and, beside them, prompt tokens of
 //! sequences still prefilling, as much as the [`StepBudget`] allows, so a long prompt costs the
-//! others slightly slower steps instead of one long stall. Speculative decoding
-//! will slot in at `plan`: a sequence then feeds its draft with `LogitsWanted::All` and rolls its
-//! cache back with `KvCache::truncate`.
+//! others slightly slower steps instead of one long stall. A decoding sequence with a drafter
+//! feeds its last token and a draft, gets a row of logits for each, keeps what verification
+//! accepts and rolls its cache back past the rest (`speculate.rs`).
 
 use super::detok::{StreamDecoder, TokenDecoder};
-use super::job::{Event, FinishReason, GenStats, Job, KvSnapshot};
+use super::draft::{drafter_for, Depth, DraftConfig, MAX_DRAFT_DEPTH};
+use super::job::{Event, FinishReason, GenStats, Job, KvSnapshot, SpecCounts};
 use super::kv_cache::{KvCacheManager, SeqId};
-use super::sampler::Sampler;
+use super::sampler::{Sampled, Sampler};
+use super::speculate::{CostModel, SpecState};
 use super::step_budget::{StepBudget, Want};
 use crate::model::{LogitsWanted, Model, SeqBatch};
 use crossbeam_channel::{Receiver, TryRecvError};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 /// Most sequences decoding together; more wait in the queue.
 pub const MAX_ACTIVE_SEQUENCES: usize = 64;
@@ -41,6 +43,12 @@ struct Seq {
     prefill_chunks: usize,
     /// The last sampled token, fed at the next step.
     pending: u32,
+    /// The prompt and every token generated so far (what drafters read).
+    history: Vec<u32>,
+    /// What this step feeds while decoding: `pending`, then the draft.
+    feed: Vec<u32>,
+    /// The sequence's drafter and its account; `None` decodes plainly.
+    spec: Option<SpecState>,
     generated: usize,
     /// `max_tokens`, capped by what the context leaves.
     max_new: usize,
@@ -61,6 +69,9 @@ pub(crate) struct Scheduler {
     pub stop: Receiver<()>,
     pub shared: Arc<Shared>,
     budget: StepBudget,
+    draft: DraftConfig,
+    /// Forward-pass times by rows fed, which auto depth weighs drafts against.
+    costs: CostModel,
     active: Vec<Seq>,
     /// A job taken off the queue that waits for cache room.
     held: Option<Job>,
@@ -71,12 +82,13 @@ impl Scheduler {
         model: Arc<dyn Model>,
         decoder: Arc<dyn TokenDecoder>,
         caches: KvCacheManager,
-        jobs: Receiver<Job>,
-        stop: Receiver<()>,
+        (jobs, stop): (Receiver<Job>, Receiver<()>),
         shared: Arc<Shared>,
         budget: StepBudget,
+        draft: DraftConfig,
     ) -> Scheduler {
-        Scheduler { model, decoder, caches, jobs, stop, shared, budget, active: Vec::new(), held: None }
+        let (active, held, costs) = (Vec::new(), None, CostModel::default());
+        Scheduler { model, decoder, caches, jobs, stop, shared, budget, draft, costs, active, held }
     }
 
     /// The decode thread's body; returns at shutdown, after ending every job it knows of.
@@ -161,6 +173,13 @@ impl Scheduler {
             }
         };
         let max_new = job.max_tokens.min(self.caches.ctx() - job.prompt.len());
+        let cap = job.draft.max_depth.unwrap_or(MAX_DRAFT_DEPTH).clamp(1, MAX_DRAFT_DEPTH);
+        let depth = match self.draft.depth {
+            Depth::Fixed(n) => Depth::Fixed(n.min(cap)),
+            Depth::Auto if job.draft.max_depth.is_some() => Depth::Fixed(cap),
+            Depth::Auto => Depth::Auto,
+        };
+        let spec = drafter_for(job.draft.mode.unwrap_or(self.draft.mode)).map(|d| SpecState::new(d, depth));
         self.active.push(Seq {
             sampler: Sampler::new(&job.params),
             detok: StreamDecoder::new(),
@@ -168,6 +187,9 @@ impl Scheduler {
             fed: admission.cached_tokens,
             prefill_chunks: 0,
             pending: 0,
+            history: job.prompt.clone(),
+            feed: Vec::new(),
+            spec,
             generated: 0,
             max_new,
             cached: admission.cached_tokens,
@@ -198,21 +220,27 @@ impl Scheduler {
 
     /// One batched forward pass, then sampling for every sequence that got its logits.
     fn step(&mut self) {
-        let plan = self.plan();
+        let mut plan = self.plan();
         if plan.is_empty() {
             return;
         }
+        self.draft_step(&mut plan);
         let ids: Vec<SeqId> = plan.iter().map(|&(i, _)| self.active[i].id).collect();
+        let before: Vec<usize> = ids.iter().map(|&id| self.caches.tokens(id).len()).collect();
         for (&(_, n), &id) in plan.iter().zip(&ids) {
             self.caches.prepare(id, n);
         }
         let active = &self.active;
+        let verifying: Vec<bool> = plan
+            .iter()
+            .map(|&(i, _)| active[i].fed == active[i].job.prompt.len() && active[i].feed.len() > 1)
+            .collect();
         let tokens: Vec<&[u32]> = plan
             .iter()
             .map(|&(i, n)| {
                 let s = &active[i];
                 match s.job.prompt.len() - s.fed {
-                    0 => std::slice::from_ref(&s.pending),
+                    0 => &s.feed[..],
                     _ => &s.job.prompt[s.fed..s.fed + n],
                 }
             })
@@ -222,10 +250,16 @@ impl Scheduler {
             .caches_mut(&ids)
             .into_iter()
             .zip(&tokens)
-            .map(|(cache, t)| SeqBatch { tokens: t, cache, logits: LogitsWanted::Last })
+            .zip(&verifying)
+            .map(|((cache, t), &all)| {
+                let logits = if all { LogitsWanted::All } else { LogitsWanted::Last };
+                SeqBatch { tokens: t, cache, logits }
+            })
             .collect();
         let model = &self.model;
+        let started = Instant::now();
         let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| model.forward(&mut batch)));
+        let took = started.elapsed();
         drop(batch);
         let logits = match result {
             Ok(Ok(l)) if l.len() == plan.len() => l,
@@ -246,8 +280,10 @@ impl Scheduler {
         for (&id, t) in ids.iter().zip(&tokens) {
             self.caches.record(id, t);
         }
+        let rows: usize = plan.iter().map(|&(_, n)| n).sum();
+        self.costs.observe(rows, took);
         let width = plan.len();
-        for (&(i, n), row) in plan.iter().zip(logits) {
+        for (k, (&(i, n), row)) in plan.iter().zip(logits).enumerate() {
             let s = &mut self.active[i];
             s.max_batch = s.max_batch.max(width);
             let prefilling = s.fed < s.job.prompt.len();
@@ -265,7 +301,40 @@ impl Scheduler {
                 continue;
             }
             let eos = &self.model.info().eos_tokens;
-            emit(s, &row[row.len() - vocab..], eos, &*self.decoder);
+            if !verifying[k] {
+                emit(s, &row[row.len() - vocab..], eos, &*self.decoder);
+                continue;
+            }
+            let kept = verify(s, &row, vocab, eos, &*self.decoder, took);
+            // The cache keeps the positions of every emitted token but the last, as in plain
+            // decoding: the last is fed at the next step.
+            self.caches.truncate(ids[k], before[k] + kept);
+        }
+    }
+
+    /// Chooses each decoding sequence's draft for this step and widens its share of the plan:
+    /// the depth is weighed against the rows the step already feeds, within the step budget.
+    fn draft_step(&mut self, plan: &mut [(usize, usize)]) {
+        let mut rows: usize = plan.iter().map(|&(_, n)| n).sum();
+        let decoding = plan.iter().filter(|&&(i, _)| self.active[i].fed == self.active[i].job.prompt.len()).count();
+        let max_rows = if plan.len() > 1 { self.budget.max_batch_tokens.max(1) } else { usize::MAX };
+        for (i, n) in plan.iter_mut() {
+            let s = &mut self.active[*i];
+            if s.fed < s.job.prompt.len() {
+                continue;
+            }
+            s.feed.clear();
+            s.feed.push(s.pending);
+            let Some(spec) = s.spec.as_mut() else { continue };
+            // Drafts past the last token the sequence may emit would be verified for nothing.
+            let cap = (s.max_new - s.generated).saturating_sub(1).min(max_rows.saturating_sub(rows));
+            let depth = spec.choose_depth(cap, rows - 1, decoding - 1, &self.costs);
+            let started = Instant::now();
+            spec.drafter.draft(&s.history, depth, &mut spec.draft);
+            spec.stats.draft_time += started.elapsed();
+            s.feed.extend_from_slice(&spec.draft);
+            rows += spec.draft.len();
+            *n = s.feed.len();
         }
     }
 
@@ -296,7 +365,9 @@ impl Scheduler {
                 total_time: now - job.submitted,
                 max_batch: s.max_batch,
                 kv_after: self.caches.snapshot(),
-                ..Default::default()
+                spec: Box::new(
+                    s.spec.take().map(|p| SpecCounts { drafter: p.drafter.name(), ..p.stats }).unwrap_or_default(),
+                ),
             };
             let text = s.detok.flush(&*self.decoder);
             let _ = job.reply.try_send(Event::Done { finish, text, stats });
@@ -314,6 +385,47 @@ impl Scheduler {
 /// sequence goes on.
 fn emit(s: &mut Seq, row: &[f32], eos: &[u32], decoder: &dyn TokenDecoder) {
     let picked = s.sampler.sample(row, s.job.logprobs, s.job.top_logprobs);
+    deliver(s, picked, eos, decoder);
+}
+
+/// Walks the rows of a verify pass (row j follows draft token j): each draft token is kept or
+/// replaced by exact rejection sampling, up to the first replacement; a fully accepted draft
+/// earns a bonus token from its last row. Every token goes out as plain decoding would send it,
+/// and the sequence may end at any of them. Returns how many tokens were emitted.
+fn verify(s: &mut Seq, rows: &[f32], vocab: usize, eos: &[u32], decoder: &dyn TokenDecoder, took: Duration) -> usize {
+    let mut spec = s.spec.take().expect("a verifying sequence has a drafter");
+    let draft = std::mem::take(&mut spec.draft);
+    let (want, top) = (s.job.logprobs, s.job.top_logprobs);
+    let mut emitted = 0;
+    for (j, row) in rows.chunks_exact(vocab).enumerate().take(draft.len() + 1) {
+        let (picked, accepted) = match draft.get(j) {
+            Some(&d) => s.sampler.verify(row, d, None, want, top),
+            None => (s.sampler.sample(row, want, top), false),
+        };
+        if j < draft.len() {
+            spec.learn(j, accepted);
+            spec.stats.accepted += accepted as usize;
+            spec.stats.correction += !accepted as usize;
+        } else {
+            spec.stats.bonus += 1;
+        }
+        emitted += 1;
+        deliver(s, picked, eos, decoder);
+        if s.done.is_some() || !accepted {
+            break;
+        }
+    }
+    spec.stats.drafted += draft.len();
+    spec.stats.verify_calls += 1;
+    spec.stats.verify_time += took;
+    spec.draft = draft;
+    s.spec = Some(spec);
+    emitted
+}
+
+/// Streams a chosen token and decides whether the sequence goes on.
+fn deliver(s: &mut Seq, picked: Sampled, eos: &[u32], decoder: &dyn TokenDecoder) {
+    s.history.push(picked.id);
     let now = Instant::now();
     s.first_token.get_or_insert(now);
     s.last_token = Some(now);

@@ -5,14 +5,15 @@
 use super::job::{Event, FinishReason, Job, SamplingParams};
 use super::step_budget::StepBudget;
 use super::toy_model::*;
-use super::{Engine, EngineConfig};
+use super::{DraftConfig, Engine, EngineConfig};
 use crate::engine::detok::tests::ByteDecoder;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 fn engine(model: &Arc<ToyModel>, max_batch_tokens: usize, prefill_chunk: usize) -> Engine {
     let budget = StepBudget { max_batch_tokens, prefill_chunk };
-    let cfg = EngineConfig { queue_depth: 8, ctx: 1024, kv_cache_bytes: 1 << 24, budget };
+    let cfg =
+        EngineConfig { queue_depth: 8, ctx: 1024, kv_cache_bytes: 1 << 24, budget, draft: DraftConfig::default() };
     Engine::start(model.clone(), Arc::new(ByteDecoder), cfg)
 }
 

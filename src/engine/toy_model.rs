@@ -64,6 +64,8 @@ pub(crate) struct ToyModel {
     pub log: Mutex<Vec<Vec<usize>>>,
     /// While set, every forward pass panics (a model bug the engine must survive).
     pub poison: std::sync::atomic::AtomicBool,
+    /// `Some(p)`: the text mostly repeats itself with period p (see [`ToyModel::echoing`]).
+    echo: Option<usize>,
 }
 
 impl ToyModel {
@@ -85,7 +87,16 @@ impl ToyModel {
             gate,
             log: Mutex::new(Vec::new()),
             poison: Default::default(),
+            echo: None,
         }
+    }
+
+    /// A model whose favourite next token, at three positions in four, is the one `period`
+    /// positions back, so n-gram drafts are often right and sometimes wrong; the logits stay a
+    /// function of the whole cache.
+    pub fn echoing(mut self, period: usize) -> ToyModel {
+        self.echo = Some(period);
+        self
     }
 
     pub fn with_eos(mut self, eos: u32) -> ToyModel {
@@ -93,7 +104,19 @@ impl ToyModel {
         self
     }
 
-    fn row(cache: &KvCache, pos: usize, out: &mut Vec<f32>) {
+    fn row(&self, cache: &KvCache, pos: usize, out: &mut Vec<f32>) {
+        let start = out.len();
+        ToyModel::hashed_row(cache, pos, out);
+        if let Some(p) = self.echo.filter(|&p| pos + 1 >= p) {
+            let back = cache.k[0][2 * (pos + 1 - p)] as usize;
+            let h = mix(out[start].to_bits() as u64);
+            if !h.is_multiple_of(4) {
+                out[start + back] += 9.0;
+            }
+        }
+    }
+
+    fn hashed_row(cache: &KvCache, pos: usize, out: &mut Vec<f32>) {
         let mut h = 0x5EED_u64;
         for q in 0..=pos {
             for l in 0..cache.k.len() {
@@ -153,7 +176,7 @@ impl Model for ToyModel {
             };
             let mut rows = Vec::with_capacity((b.cache.len() - first) * TOY_VOCAB);
             for p in first..b.cache.len() {
-                ToyModel::row(b.cache, p, &mut rows);
+                self.row(b.cache, p, &mut rows);
             }
             out.push(rows);
         }
@@ -173,7 +196,11 @@ impl Drop for OpenOnDrop {
 
 /// What a sequence generates alone, greedily: one fresh cache, full prefill, argmax each step.
 pub(crate) fn greedy_alone(prompt: &[u32], n: usize, stop: &[u32]) -> Vec<u32> {
-    let m = ToyModel::new(Gate::open_gate());
+    greedy_on(&ToyModel::new(Gate::open_gate()), prompt, n, stop)
+}
+
+/// [`greedy_alone`] on a given model (its gate must be open).
+pub(crate) fn greedy_on(m: &ToyModel, prompt: &[u32], n: usize, stop: &[u32]) -> Vec<u32> {
     let mut cache = m.new_cache(m.info().context_length);
     let mut feed = prompt.to_vec();
     let mut out = Vec::new();

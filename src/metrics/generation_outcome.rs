@@ -94,6 +94,16 @@ pub struct SpecStats {
     pub verify_calls: u64,
     /// Accepted tokens per draft position.
     pub accepted_by_depth: Vec<u64>,
+    /// The drafter (`ngram`), or empty for plain decoding.
+    pub drafter: String,
+    /// Verified draft tokens per draft position.
+    pub drafted_by_depth: Vec<u64>,
+    /// Tokens sampled after a fully accepted draft.
+    pub bonus_tokens: u64,
+    /// Tokens drawn after a rejected draft token.
+    pub correction_tokens: u64,
+    pub draft_time: Duration,
+    pub verify_time: Duration,
 }
 
 /// The decode thread's own account of a generation: the tokens it sampled (the end-of-sequence
@@ -259,6 +269,12 @@ impl Metrics {
             accepted_tokens: s.accepted_tokens,
             verify_calls: s.verify_calls,
             accepted_by_depth: o.spec.accepted_by_depth,
+            drafter: o.spec.drafter,
+            drafted_by_depth: o.spec.drafted_by_depth,
+            bonus_tokens: o.spec.bonus_tokens,
+            correction_tokens: o.spec.correction_tokens,
+            draft_time_s: o.spec.draft_time.as_secs_f64(),
+            verify_time_s: o.spec.verify_time.as_secs_f64(),
             question_chars: o.question_chars.unwrap_or(0),
             answer_chars: o.answer_chars,
             session_prompt_prefix_commit: o.prefix,
@@ -305,6 +321,7 @@ mod tests {
             accepted_tokens: 6,
             verify_calls: 4,
             accepted_by_depth: vec![4, 2],
+            ..Default::default()
         };
         let e = m.record_generation(o);
         let r = &e.record;

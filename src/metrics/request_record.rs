@@ -89,6 +89,24 @@ pub struct RequestRecord {
     pub verify_calls: u64,
     /// Accepted draft tokens per draft position (index 0 = first drafted token).
     pub accepted_by_depth: Vec<u64>,
+    /// The drafter used (`ngram`), or empty when the request decoded plainly.
+    #[serde(default)]
+    pub drafter: String,
+    /// Verified draft tokens per draft position.
+    #[serde(default)]
+    pub drafted_by_depth: Vec<u64>,
+    /// Tokens sampled from the last row of a fully accepted draft.
+    #[serde(default)]
+    pub bonus_tokens: u64,
+    /// Tokens drawn from the residual distribution after a rejected draft token.
+    #[serde(default)]
+    pub correction_tokens: u64,
+    /// Time spent drafting.
+    #[serde(default)]
+    pub draft_time_s: f64,
+    /// Time of the forward passes that verified this request's drafts.
+    #[serde(default)]
+    pub verify_time_s: f64,
     pub question_chars: u64,
     pub answer_chars: u64,
     pub session_prompt_prefix_commit: PrefixCommit,
@@ -175,6 +193,12 @@ pub(crate) fn sample_record(seq: u64) -> RequestRecord {
         accepted_tokens: 0,
         verify_calls: 0,
         accepted_by_depth: vec![],
+        drafter: String::new(),
+        drafted_by_depth: vec![],
+        bonus_tokens: 0,
+        correction_tokens: 0,
+        draft_time_s: 0.0,
+        verify_time_s: 0.0,
         question_chars: 3,
         answer_chars: 7,
         session_prompt_prefix_commit: PrefixCommit::default(),

@@ -1,0 +1,238 @@
+//! Speculative decoding inside a scheduler step: how deep each sequence drafts, and how the
+//! rows of a verify pass become accepted tokens.
+//!
+//! A decoding sequence normally feeds its last token and gets one row of logits. With a draft
+//! `d1..dk` it feeds `[last, d1..dk]` and gets k+1 rows: row j is the model's distribution after
+//! `d1..dj`. Row 0 verifies d1, row 1 verifies d2, and so on; the first rejection ends the round
+//! with a token drawn from the residual distribution, and a fully accepted draft earns a bonus
+//! token from row k. The cache then keeps only the positions of tokens that were emitted.
+//!
+//! Depth is chosen per step to maximise expected tokens per second of the whole step: the
+//! expected accepted length comes from the request's running acceptance by draft position, and
+//! the cost of a pass of r rows from the passes this decode thread has timed (`CostModel`), so a
+//! cheap multi-row pass makes deep drafts pay, and a busy batch turns drafting off.
+
+use super::draft::{Depth, Drafter, MAX_DRAFT_DEPTH};
+use super::job::SpecCounts;
+use std::time::Duration;
+
+/// Acceptance assumed at a draft position before the request has verified any there: high
+/// enough that a cheap verify is tried, low enough that an expensive one is not.
+const PRIOR_ACCEPT: f64 = 0.5;
+/// Weight of the latest verification in the running acceptance (an exponential moving average
+/// over about ten rounds, so a request that changes character is followed quickly).
+const ACCEPT_EWMA: f64 = 0.1;
+/// Weight of the latest timing of a pass of a given row count.
+const COST_EWMA: f64 = 0.2;
+/// Rows the cost model tracks one by one; larger passes are prefill chunks, not verify rounds.
+const COST_ROWS: usize = 64;
+/// Extra cost per row relative to a one-row pass, assumed until measured (a 4-row pass costs
+/// about 1.9x a 1-row pass on the CPU backend: docs/performance.md).
+const PRIOR_ROW_COST: f64 = 0.3;
+/// Every this many steps at depth 0 by cost, one round drafts a single token anyway, so that a
+/// request whose text turned repetitive (or a machine that got faster) is noticed.
+const EXPLORE_EVERY: u32 = 16;
+
+/// The measured time of forward passes by the number of rows they fed.
+pub struct CostModel {
+    secs: Vec<Option<f64>>,
+}
+
+impl Default for CostModel {
+    fn default() -> Self {
+        CostModel { secs: vec![None; COST_ROWS + 1] }
+    }
+}
+
+impl CostModel {
+    pub fn observe(&mut self, rows: usize, took: Duration) {
+        if let Some(slot) = self.secs.get_mut(rows) {
+            let t = took.as_secs_f64();
+            *slot = Some(slot.map_or(t, |old| old + COST_EWMA * (t - old)));
+        }
+    }
+
+    /// The expected time of a pass of `rows` rows: measured, interpolated between the nearest
+    /// measured counts, or extrapolated with the prior slope.
+    pub fn cost(&self, rows: usize) -> f64 {
+        let rows = rows.clamp(1, COST_ROWS);
+        if let Some(t) = self.secs[rows] {
+            return t;
+        }
+        let below = (1..rows).rev().find_map(|r| self.secs[r].map(|t| (r, t)));
+        let above = (rows + 1..=COST_ROWS).find_map(|r| self.secs[r].map(|t| (r, t)));
+        match (below, above) {
+            (Some((r0, t0)), Some((r1, t1))) => t0 + (t1 - t0) * (rows - r0) as f64 / (r1 - r0) as f64,
+            (Some((r0, t0)), None) => t0 * (1.0 + PRIOR_ROW_COST * (rows - r0) as f64),
+            (None, Some((r1, t1))) => t1 / (1.0 + PRIOR_ROW_COST * (r1 - rows) as f64),
+            (None, None) => 1.0 + PRIOR_ROW_COST * (rows - 1) as f64,
+        }
+    }
+}
+
+/// One sequence's speculation: its drafter, what it has learned, and what it reports.
+pub struct SpecState {
+    pub drafter: Box<dyn Drafter>,
+    pub depth: Depth,
+    /// P(draft position j accepted | positions before it accepted), running.
+    accept: [f64; MAX_DRAFT_DEPTH],
+    /// Steps since the last round that drafted.
+    idle_steps: u32,
+    /// The draft of the current step (empty: plain decoding this step).
+    pub draft: Vec<u32>,
+    pub stats: SpecCounts,
+}
+
+impl SpecState {
+    pub fn new(drafter: Box<dyn Drafter>, depth: Depth) -> SpecState {
+        SpecState {
+            drafter,
+            depth,
+            accept: [PRIOR_ACCEPT; MAX_DRAFT_DEPTH],
+            idle_steps: 0,
+            draft: Vec::new(),
+            stats: SpecCounts::default(),
+        }
+    }
+
+    /// Expected tokens a round of depth `k` yields: the bonus-or-correction token, plus each
+    /// draft position reached and accepted.
+    fn expected_tokens(&self, k: usize) -> f64 {
+        let mut reach = 1.0;
+        let mut sum = 1.0;
+        for a in &self.accept[..k] {
+            reach *= a;
+            sum += reach;
+        }
+        sum
+    }
+
+    /// The depth of this step's draft, at most `cap`, given a pass that would otherwise feed
+    /// `rows` rows and yield `tokens` tokens for the other sequences.
+    pub fn choose_depth(&mut self, cap: usize, rows: usize, tokens: usize, costs: &CostModel) -> usize {
+        let cap = cap.min(MAX_DRAFT_DEPTH);
+        let k = match self.depth {
+            Depth::Fixed(n) => n.min(cap),
+            Depth::Auto => {
+                let rate = |k: usize| (tokens as f64 + self.expected_tokens(k)) / costs.cost(rows + 1 + k);
+                let best = (0..=cap).fold(0, |b, k| if rate(k) > rate(b) { k } else { b });
+                if best == 0 && cap > 0 && self.idle_steps >= EXPLORE_EVERY {
+                    1
+                } else {
+                    best
+                }
+            }
+        };
+        self.idle_steps = if k == 0 { self.idle_steps + 1 } else { 0 };
+        k
+    }
+
+    /// Records that position `j` of a draft was verified, and whether it was accepted.
+    pub fn learn(&mut self, j: usize, accepted: bool) {
+        let a = &mut self.accept[j];
+        *a += ACCEPT_EWMA * (accepted as u32 as f64 - *a);
+        grow(&mut self.stats.drafted_by_depth, j);
+        self.stats.drafted_by_depth[j] += 1;
+        if accepted {
+            grow(&mut self.stats.accepted_by_depth, j);
+            self.stats.accepted_by_depth[j] += 1;
+        }
+    }
+}
+
+fn grow(v: &mut Vec<u64>, j: usize) {
+    if v.len() <= j {
+        v.resize(j + 1, 0);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::engine::draft::ngram::NgramDrafter;
+
+    fn state(depth: Depth) -> SpecState {
+        SpecState::new(Box::new(NgramDrafter), depth)
+    }
+
+    fn costs(per_row: f64) -> CostModel {
+        let mut c = CostModel::default();
+        for r in 1..=12 {
+            c.observe(r, Duration::from_secs_f64(0.010 * (1.0 + per_row * (r - 1) as f64)));
+        }
+        c
+    }
+
+    #[test]
+    fn cost_model_interpolates_and_extrapolates() {
+        let mut c = CostModel::default();
+        c.observe(1, Duration::from_millis(10));
+        c.observe(5, Duration::from_millis(30));
+        assert!((c.cost(3) - 0.020).abs() < 1e-9);
+        assert!((c.cost(6) - 0.030 * (1.0 + PRIOR_ROW_COST)).abs() < 1e-9);
+        // The running average follows new timings.
+        c.observe(1, Duration::from_millis(20));
+        assert!((c.cost(1) - 0.012).abs() < 1e-9);
+    }
+
+    #[test]
+    fn auto_depth_drafts_deep_when_rows_are_cheap_and_acceptance_high() {
+        let mut s = state(Depth::Auto);
+        for _ in 0..60 {
+            for j in 0..MAX_DRAFT_DEPTH {
+                s.learn(j, true);
+            }
+        }
+        assert!(s.choose_depth(8, 0, 0, &costs(0.05)) >= 6);
+        // The same acceptance, but every row costs as much as a pass: plain decoding wins.
+        assert_eq!(s.choose_depth(8, 0, 0, &costs(1.0)), 0);
+    }
+
+    #[test]
+    fn auto_depth_turns_off_when_drafts_are_rejected_and_when_the_batch_is_busy() {
+        let mut s = state(Depth::Auto);
+        for _ in 0..60 {
+            s.learn(0, false);
+        }
+        assert_eq!(s.choose_depth(8, 0, 0, &costs(0.1)), 0);
+        let mut good = state(Depth::Auto);
+        for _ in 0..60 {
+            good.learn(0, true);
+            good.learn(1, false);
+        }
+        assert_eq!(good.choose_depth(8, 0, 0, &costs(0.1)), 1);
+        // Rows are nearly free up to 4 (memory-bound), then each costs a full pass (compute-
+        // bound): alone, a draft pays; beside 8 other streams, the same draft does not.
+        let mut busy = CostModel::default();
+        for r in 1..=12 {
+            let t = if r <= 4 { 1.0 + 0.1 * (r - 1) as f64 } else { 1.3 + (r - 4) as f64 };
+            busy.observe(r, Duration::from_secs_f64(0.010 * t));
+        }
+        assert_eq!(good.choose_depth(8, 0, 0, &busy), 1);
+        assert_eq!(good.choose_depth(8, 8, 8, &busy), 0);
+    }
+
+    #[test]
+    fn auto_depth_explores_after_a_run_of_plain_steps_and_fixed_depth_obeys_the_cap() {
+        let mut s = state(Depth::Auto);
+        for _ in 0..60 {
+            s.learn(0, false);
+        }
+        let picks: Vec<usize> = (0..=EXPLORE_EVERY).map(|_| s.choose_depth(8, 0, 0, &costs(0.1))).collect();
+        assert_eq!(picks.iter().filter(|&&k| k == 1).count(), 1, "{picks:?}");
+        assert_eq!(picks[EXPLORE_EVERY as usize], 1);
+        let mut f = state(Depth::Fixed(4));
+        assert_eq!(f.choose_depth(8, 0, 0, &costs(0.1)), 4);
+        assert_eq!(f.choose_depth(2, 0, 0, &costs(0.1)), 2);
+    }
+
+    #[test]
+    fn learning_counts_by_position() {
+        let mut s = state(Depth::Auto);
+        s.learn(0, true);
+        s.learn(1, false);
+        s.learn(0, true);
+        assert_eq!(s.stats.drafted_by_depth, vec![2, 1]);
+        assert_eq!(s.stats.accepted_by_depth, vec![2]);
+    }
+}

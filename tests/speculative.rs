@@ -1,0 +1,120 @@
+//! Speculative decoding on the real binary and the demo model: at temperature 0 the answer is
+//! token for token the plain answer, for each drafter and depth and with four requests at once
+//! mixing drafting and plain ones; the records say what was drafted and accepted; the Prometheus
+//! counters follow; and a bad `mtplx` option is refused by name.
+
+mod common;
+
+use common::{demo_model, get, metric, post_json, Server};
+use serde_json::{json, Value};
+use std::net::SocketAddr;
+
+/// An editing request: the answer repeats most of the prompt, which n-gram drafts thrive on.
+const EDIT_PROMPT: &str = "Rewrite this function with the variable `total` renamed to `sum`. Reply with the code only.\n\n```rust\nfn add_all(values: &[i64]) -> i64 {\n    let mut total = 0;\n    for v in values {\n        total += v;\n    }\n    total\n}\n```";
+
+fn start(draft: &str, depth: &str) -> Server {
+    let model = demo_model();
+    Server::start(&["--model", model.to_str().unwrap(), "--threads", "2", "--draft", draft, "--depth", depth])
+}
+
+fn ask(addr: SocketAddr, content: &str, extra: Value) -> (String, String) {
+    let mut body = json!({
+        "messages": [{"role": "user", "content": content}],
+        "temperature": 0,
+        "max_tokens": 96,
+    });
+    for (k, v) in extra.as_object().unwrap() {
+        body[k] = v.clone();
+    }
+    let r = post_json(addr, "/v1/chat/completions", &body);
+    assert_eq!(r.status, 200, "{}", r.text());
+    let v = r.json();
+    (v["choices"][0]["message"]["content"].as_str().unwrap().to_string(), v["id"].as_str().unwrap().to_string())
+}
+
+fn record(addr: SocketAddr, id: &str) -> Value {
+    let h = get(addr, "/v1/mtplx/metrics").json();
+    h["history"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["request_id"] == id)
+        .cloned()
+        .unwrap_or_else(|| panic!("no record {id}"))
+}
+
+#[test]
+fn greedy_answers_are_the_plain_answers_and_records_count_the_drafts() {
+    let plain = start("none", "auto");
+    let prompts = [EDIT_PROMPT, "List the days of the week, one per line, then list them again in the same order."];
+    let want: Vec<String> = prompts.iter().map(|p| ask(plain.addr, p, json!({})).0).collect();
+    for depth in ["1", "4", "auto"] {
+        let spec = start("ngram", depth);
+        for (p, w) in prompts.iter().zip(&want) {
+            let (got, id) = ask(spec.addr, p, json!({}));
+            assert_eq!(&got, w, "--depth {depth}");
+            let r = record(spec.addr, &id);
+            assert_eq!(r["drafter"], "ngram", "{r}");
+            let (drafted, accepted) = (r["drafted_tokens"].as_u64().unwrap(), r["accepted_tokens"].as_u64().unwrap());
+            assert!(accepted <= drafted, "{r}");
+            if p == &EDIT_PROMPT && depth != "auto" {
+                assert!(accepted > 0 && r["accept_rate"].as_f64().unwrap() > 0.0, "{r}");
+                let by_depth: u64 =
+                    r["accepted_by_depth"].as_array().unwrap().iter().map(|x| x.as_u64().unwrap()).sum();
+                assert_eq!(by_depth, accepted, "{r}");
+            }
+        }
+        let text = get(spec.addr, "/metrics").text();
+        let total = metric(&text, "llm_spec_decode_num_accepted_tokens_total").unwrap();
+        assert!(total > 0.0 || depth == "auto", "--depth {depth}: {total}");
+    }
+}
+
+#[test]
+fn four_requests_at_once_mixing_drafters_each_get_the_plain_answer() {
+    let plain = start("none", "auto");
+    let want = ask(plain.addr, EDIT_PROMPT, json!({})).0;
+    drop(plain);
+    let spec = start("ngram", "3");
+    let options = [
+        json!({}),
+        json!({"mtplx": {"draft": "none"}}),
+        json!({"mtplx": {"depth": 2}}),
+        json!({"mtplx": {"draft": "ngram", "depth": 8}}),
+    ];
+    let handles: Vec<_> = options
+        .into_iter()
+        .map(|o| {
+            let addr = spec.addr;
+            std::thread::spawn(move || ask(addr, EDIT_PROMPT, o))
+        })
+        .collect();
+    for (i, h) in handles.into_iter().enumerate() {
+        let (got, id) = h.join().unwrap();
+        assert_eq!(got, want, "request {i}");
+        let r = record(spec.addr, &id);
+        if i == 1 {
+            assert_eq!((r["drafter"].as_str(), r["drafted_tokens"].as_u64()), (Some(""), Some(0)), "{r}");
+        } else {
+            assert_eq!(r["drafter"], "ngram", "{r}");
+        }
+    }
+}
+
+#[test]
+fn bad_drafting_options_are_refused_by_name() {
+    let spec = start("ngram", "auto");
+    for (opt, param) in [
+        (json!({"mtplx": {"draft": "eagle"}}), "mtplx.draft"),
+        (json!({"mtplx": {"draft": "mtp"}}), "mtplx.draft"),
+        (json!({"mtplx": {"depth": 0}}), "mtplx.depth"),
+        (json!({"mtplx": {"depth": 9}}), "mtplx.depth"),
+        (json!({"mtplx": "fast"}), "mtplx"),
+    ] {
+        let mut body = json!({"messages": [{"role": "user", "content": "hi"}], "max_tokens": 4});
+        body["mtplx"] = opt["mtplx"].clone();
+        let r = post_json(spec.addr, "/v1/chat/completions", &body);
+        assert_eq!(r.status, 400, "{opt}: {}", r.text());
+        assert_eq!(r.json()["error"]["param"], param, "{opt}: {}", r.text());
+    }
+}
