@@ -103,13 +103,15 @@ unsafe fn tile<B: IntBlock, const NR: usize>(
     let xq: [*const i8; NR] = std::array::from_fn(|j| x.qs(i0 + j).as_ptr());
     let xd: [&[f32]; NR] = std::array::from_fn(|j| x.d(i0 + j));
     let xs: [&[f32]; NR] = std::array::from_fn(|j| x.s(i0 + j));
+    // The scale and offset terms in separate sums: one FMA chain each per block, not two
+    // dependent FMAs on one (the latency of those bounded the 1-row pass).
     let mut acc = [_mm256_setzero_ps(); NR];
-    // Four activation bytes, as one i32 to broadcast: bytes `o..o + 4` of row `j`'s block `b`.
-    let bx = |j: usize, b: usize, o: usize| {
-        // SAFETY: row `j` holds `nb * 32` int8s and `o + 4 <= 32`.
-        _mm256_set1_epi32(unsafe { std::ptr::read_unaligned(xq[j].add(b * 32 + o) as *const i32) })
-    };
+    let mut off = [_mm256_setzero_ps(); NR];
     for b in 0..nb {
+        // Row `j`'s block `b`: its bytes `o..o + 4` are broadcast as one i32 (no closure: a
+        // closure does not inherit the target features, and was not inlined).
+        // SAFETY: row `j < NR` holds `nb * 32` int8s and `b < nb`.
+        let xb: [*const i8; NR] = std::array::from_fn(|j| unsafe { xq[j].add(b * 32) });
         // SAFETY: super-block `b < nb` is readable (our contract).
         let sb = unsafe { grp.add(b * gb) };
         // SAFETY: a super-block starts with the eight rows' f16 `d` (and, for Q4_1, `m`).
@@ -124,10 +126,13 @@ unsafe fn tile<B: IntBlock, const NR: usize>(
                     let (lo, hi) = (_mm256_and_si256(q, nib), _mm256_and_si256(_mm256_srli_epi16(q, 4), nib));
                     for j in 0..NR {
                         // Eight 16-bit sums of at most 2 x 15 x 127 each: within i16.
-                        let p = _mm256_add_epi16(
-                            _mm256_maddubs_epi16(lo, bx(j, b, 4 * c)),
-                            _mm256_maddubs_epi16(hi, bx(j, b, 16 + 4 * c)),
-                        );
+                        // SAFETY: `4 * c + 4 <= 16` and `16 + 4 * c + 4 <= 32`: inside the block.
+                        let p = unsafe {
+                            _mm256_add_epi16(
+                                _mm256_maddubs_epi16(lo, bcast4(xb[j], 4 * c)),
+                                _mm256_maddubs_epi16(hi, bcast4(xb[j], 16 + 4 * c)),
+                            )
+                        };
                         sum[j] = _mm256_add_epi16(sum[j], p);
                     }
                 }
@@ -141,7 +146,8 @@ unsafe fn tile<B: IntBlock, const NR: usize>(
                     let q = unsafe { _mm256_loadu_si256(sb.add(qs + 32 * c) as *const __m256i) };
                     let qa = _mm256_sign_epi8(q, q);
                     for j in 0..NR {
-                        let p = _mm256_maddubs_epi16(qa, _mm256_sign_epi8(bx(j, b, 4 * c), q));
+                        // SAFETY: `4 * c + 4 <= 32`: inside the block.
+                        let p = unsafe { _mm256_maddubs_epi16(qa, _mm256_sign_epi8(bcast4(xb[j], 4 * c), q)) };
                         sum[j] = _mm256_add_epi32(sum[j], _mm256_madd_epi16(p, ones));
                     }
                 }
@@ -157,12 +163,23 @@ unsafe fn tile<B: IntBlock, const NR: usize>(
             let scale = _mm256_mul_ps(d, _mm256_set1_ps(xd[j][b]));
             acc[j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sum[j]), scale, acc[j]);
             if !matches!(B::OFFSET, Offset::None) {
-                acc[j] = _mm256_fmadd_ps(m, _mm256_set1_ps(xs[j][b]), acc[j]);
+                off[j] = _mm256_fmadd_ps(m, _mm256_set1_ps(xs[j][b]), off[j]);
             }
         }
     }
     for j in 0..NR {
         // SAFETY: `res[j]` is eight f32s.
-        unsafe { _mm256_storeu_ps(res[j].as_mut_ptr(), acc[j]) };
+        unsafe { _mm256_storeu_ps(res[j].as_mut_ptr(), _mm256_add_ps(acc[j], off[j])) };
     }
+}
+
+/// Bytes `o..o + 4` at `x`, as one i32 in every lane.
+///
+/// # Safety
+/// The CPU supports AVX2; the four bytes are readable.
+#[target_feature(enable = "avx2,fma,f16c")]
+#[inline]
+unsafe fn bcast4(x: *const i8, o: usize) -> __m256i {
+    // SAFETY: the caller's contract.
+    _mm256_set1_epi32(unsafe { std::ptr::read_unaligned(x.add(o) as *const i32) })
 }
