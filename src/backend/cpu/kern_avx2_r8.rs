@@ -100,9 +100,15 @@ unsafe fn tile<B: IntBlock, const NR: usize>(
     let gb = group_block_bytes::<B>();
     let ones = _mm256_set1_epi16(1);
     let nib = _mm256_set1_epi8(0x0f);
-    let xq: [*const i8; NR] = std::array::from_fn(|j| x.qs(i0 + j).as_ptr());
-    let xd: [&[f32]; NR] = std::array::from_fn(|j| x.d(i0 + j));
-    let xs: [&[f32]; NR] = std::array::from_fn(|j| x.s(i0 + j));
+    // Plain loops, not `array::from_fn`: its closures are not inlined into this function (they
+    // lack its target features) and cost a call each per group.
+    let (mut xq, mut xd, mut xs) =
+        ([std::ptr::null::<i8>(); NR], [std::ptr::null::<f32>(); NR], [std::ptr::null(); NR]);
+    for j in 0..NR {
+        xq[j] = x.qs(i0 + j).as_ptr();
+        xd[j] = x.d(i0 + j).as_ptr();
+        xs[j] = x.s(i0 + j).as_ptr();
+    }
     // The scale and offset terms in separate sums: one FMA chain each per block, not two
     // dependent FMAs on one (the latency of those bounded the 1-row pass).
     let mut acc = [_mm256_setzero_ps(); NR];
@@ -110,8 +116,11 @@ unsafe fn tile<B: IntBlock, const NR: usize>(
     for b in 0..nb {
         // Row `j`'s block `b`: its bytes `o..o + 4` are broadcast as one i32 (no closure: a
         // closure does not inherit the target features, and was not inlined).
-        // SAFETY: row `j < NR` holds `nb * 32` int8s and `b < nb`.
-        let xb: [*const i8; NR] = std::array::from_fn(|j| unsafe { xq[j].add(b * 32) });
+        let mut xb = [std::ptr::null::<i8>(); NR];
+        for j in 0..NR {
+            // SAFETY: row `j < NR` holds `nb * 32` int8s and `b < nb`.
+            xb[j] = unsafe { xq[j].add(b * 32) };
+        }
         // SAFETY: super-block `b < nb` is readable (our contract).
         let sb = unsafe { grp.add(b * gb) };
         // SAFETY: a super-block starts with the eight rows' f16 `d` (and, for Q4_1, `m`).
@@ -160,10 +169,12 @@ unsafe fn tile<B: IntBlock, const NR: usize>(
             Offset::None => _mm256_setzero_ps(),
         };
         for j in 0..NR {
-            let scale = _mm256_mul_ps(d, _mm256_set1_ps(xd[j][b]));
+            // SAFETY: rows of `x` hold `nb` scales and sums each, and `b < nb`.
+            let (dx, sx) = unsafe { (*xd[j].add(b), *xs[j].add(b)) };
+            let scale = _mm256_mul_ps(d, _mm256_set1_ps(dx));
             acc[j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sum[j]), scale, acc[j]);
             if !matches!(B::OFFSET, Offset::None) {
-                off[j] = _mm256_fmadd_ps(m, _mm256_set1_ps(xs[j][b]), off[j]);
+                off[j] = _mm256_fmadd_ps(m, _mm256_set1_ps(sx), off[j]);
             }
         }
     }
