@@ -11,7 +11,7 @@
 //! (c) 1 thread against 2 threads, and each instruction-set level.
 
 use mtplx_lite::backend::cpu::Isa;
-use mtplx_lite::backend::{AttnSeq, Backend, CpuBackend, DType, Heads, WeightRef};
+use mtplx_lite::backend::{AttnSeq, Backend, CpuBackend, DType, Heads, Layout, WeightRef};
 use std::time::Instant;
 
 const LAYERS: usize = 30;
@@ -26,11 +26,19 @@ struct Mat {
     rows: usize,
     cols: usize,
     bytes: Vec<u8>,
+    layout: Layout,
 }
 
 impl Mat {
     fn w(&self) -> WeightRef<'_> {
-        WeightRef::new(self.dtype, &self.bytes, self.rows, self.cols).unwrap()
+        WeightRef { layout: self.layout, ..WeightRef::new(self.dtype, &self.bytes, self.rows, self.cols).unwrap() }
+    }
+
+    /// Into `be`'s preferred layout, as the model loader does.
+    fn repack(&mut self, be: &CpuBackend) {
+        if let Some((layout, bytes)) = be.repack(self.w()) {
+            (self.layout, self.bytes) = (layout, bytes);
+        }
     }
 }
 
@@ -59,7 +67,7 @@ fn synth(name: &'static str, dtype: DType, rows: usize, cols: usize, seed: &mut 
             blk[o..o + 2].copy_from_slice(&scale);
         }
     }
-    Mat { name, dtype, rows, cols, bytes }
+    Mat { name, dtype, rows, cols, bytes, layout: Layout::Rows }
 }
 
 fn model(seed: &mut u64) -> (Vec<Vec<Mat>>, Mat) {
@@ -138,21 +146,26 @@ fn pass(be: &CpuBackend, layers: &[Vec<Mat>], out_head: &Mat, n: usize, x: &[f32
     best.iter().sum()
 }
 
-/// `KERNELS_BENCH_COMPUTE=isa:n:calls` runs only `calls` in-cache matmuls of one ffn_gate-shaped
-/// matrix at that level and row count, for `perf stat` (whose CPU time ignores preemption on a
-/// shared machine): per-call CPU time = task-clock / calls.
+/// `KERNELS_BENCH_COMPUTE=isa:n:calls[:rows|:q8]` runs only `calls` in-cache matmuls of one
+/// ffn_gate-shaped Q4_1 matrix (`:q8`: a 1536x576 Q8_0 one) at that level and row count, in the
+/// backend's repacked layout (`:rows`: the file's), for `perf stat` (whose CPU time ignores
+/// preemption on a shared machine): per-call CPU time = task-clock / calls.
 fn compute_only(spec: &str) {
     let parts: Vec<&str> = spec.split(':').collect();
     let isa = *Isa::available().iter().find(|i| i.name() == parts[0]).expect("an available ISA name");
     let (n, calls): (usize, usize) = (parts[1].parse().unwrap(), parts[2].parse().unwrap());
-    let m = synth("ffn_gate", DType::Q4_1, FFN, HIDDEN, &mut 12345);
+    let dtype = if parts.contains(&"q8") { DType::Q8_0 } else { DType::Q4_1 };
+    let mut m = synth("ffn_gate", dtype, FFN, HIDDEN, &mut 12345);
+    let be = CpuBackend::with_isa(1, isa);
+    if !parts.contains(&"rows") {
+        m.repack(&be);
+    }
     let x: Vec<f32> = (0..n * HIDDEN).map(|i| ((i * 7919 % 2003) as f32 / 1001.5) - 1.0).collect();
     let mut y = vec![0f32; n * FFN];
-    let be = CpuBackend::with_isa(1, isa);
     for _ in 0..calls {
         be.matmul(m.w(), &x, n, &mut y);
     }
-    println!("{} n={n}: {calls} calls, y[0] = {}", isa.name(), y[0]);
+    println!("{} {:?} n={n}: {calls} calls, y[0] = {}", isa.name(), m.layout, y[0]);
 }
 
 fn main() {
@@ -160,13 +173,25 @@ fn main() {
         return compute_only(&spec);
     }
     let mut seed = 0x9e3779b97f4a7c15u64;
-    let (layers, head) = model(&mut seed);
+    let (mut layers, mut head) = model(&mut seed);
+    // The backend's repacked layout, as the model loader makes it, unless
+    // KERNELS_BENCH_LAYOUT=rows asks for the file's.
+    let rows_only = std::env::var("KERNELS_BENCH_LAYOUT").is_ok_and(|v| v == "rows");
+    if !rows_only {
+        let be = CpuBackend::with_isa(1, Isa::detect());
+        layers.iter_mut().flatten().chain(std::iter::once(&mut head)).for_each(|m| m.repack(&be));
+    }
+    let layout = head.layout;
     let total_bytes: usize = layers.iter().flatten().map(|m| m.bytes.len()).sum::<usize>() + head.bytes.len();
     let x: Vec<f32> = (0..8 * FFN).map(|i| ((i * 7919 % 2003) as f32 / 1001.5) - 1.0).collect();
     let mut y = vec![0f32; 8 * VOCAB];
     let isas = Isa::available();
     let best_isa = Isa::detect();
-    println!("kernels_bench: {} MB of weights per decode pass; ISAs {:?}", total_bytes / 1_000_000, isas);
+    println!(
+        "kernels_bench: {} MB of weights per decode pass; ISAs {:?}; layout {layout:?}",
+        total_bytes / 1_000_000,
+        isas
+    );
 
     let stream_buf: Vec<u64> = (0..total_bytes / 8).map(|i| i as u64).collect();
     let s1 = stream_read(&stream_buf, 1);
@@ -247,25 +272,18 @@ fn main() {
             total_bytes as f64 / one / stream * 100.0,
             1.0 / one
         );
-        // (b) batched rows
-        let four = pass(&be, &layers, &head, 4, &x, &mut y, 10);
-        println!(
-            "  4-row pass {:.2} ms vs 4 x 1-row {:.2} ms: ratio {:.2}",
-            four * 1e3,
-            4.0 * one * 1e3,
-            four / (4.0 * one)
-        );
-        let eight = pass(&be, &layers, &head, 8, &x, &mut y, 10);
-        println!(
-            "  8-row pass {:.2} ms vs 8 x 1-row {:.2} ms: ratio {:.2}",
-            eight * 1e3,
-            8.0 * one * 1e3,
-            eight / (8.0 * one)
-        );
+        // (b) batched rows: a k-row pass against a 1-row pass (what `bench --rows` reports for
+        // the whole model, here for the matmuls alone).
+        for k in [2, 4, 5, 8] {
+            let t = pass(&be, &layers, &head, k, &x, &mut y, 10);
+            println!("  {k}-row pass {:.2} ms: {:.2}x the 1-row pass", t * 1e3, t / one);
+        }
     }
 
     println!("\n== compute throughput in cache (one ffn_gate matrix, 1.3 MB, repeated), 1 thread ==");
-    for &isa in &isas {
+    // The repacked layout has kernels at one level only (the others run its slow reference).
+    let levels: Vec<Isa> = isas.iter().copied().filter(|&i| layout == Layout::Rows || i == best_isa).collect();
+    for &isa in &levels {
         let be = CpuBackend::with_isa(1, isa);
         let m = &layers[0][4];
         for n in [1, 4, 8] {
@@ -298,7 +316,7 @@ fn main() {
     }
 
     println!("\n== instruction sets, decode pass, 2 threads ==");
-    for &isa in &isas {
+    for &isa in &levels {
         let be = CpuBackend::with_isa(2, isa);
         let reps = if isa == Isa::Scalar { 2 } else { 10 };
         let one = pass(&be, &layers, &head, 1, &x, &mut y, reps);

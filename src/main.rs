@@ -22,7 +22,10 @@ fn main() {
     };
     let result = match &cli.command {
         None => cli::serve::run(settings),
-        Some(Command::Bench(b)) => cli::bench::run(&settings.model, b.prompt, b.generate, b.sequences),
+        Some(Command::Bench(b)) => match &b.rows {
+            Some(rows) => cli::bench::run_rows(&settings.model, rows, b.reps.max(1)),
+            None => cli::bench::run(&settings.model, b.prompt, b.generate, b.sequences),
+        },
         Some(Command::Generate(g)) => {
             cli::bench::generate(&settings.model, &g.prompt, g.max_tokens, g.temperature, g.seed, g.chat)
         }

@@ -195,3 +195,44 @@ fn teacher_forced_logits_agree_with_llama_cpp() {
         "we stray further from the exact logits ({ours_err:.4}) than llama.cpp ({theirs_err:.4})"
     );
 }
+
+/// One step of `seqs` (each a context of its own, then one token), as one batched pass or one
+/// pass per sequence; the logits per sequence.
+fn step(model: &Llama, contexts: &[Vec<u32>], next: &[u32], together: bool) -> Vec<Vec<f32>> {
+    let mut caches: Vec<_> = contexts
+        .iter()
+        .map(|ctx| {
+            let mut c = model.new_cache(64);
+            model.forward(&mut [SeqBatch { tokens: ctx, cache: &mut c, logits: LogitsWanted::Last }]).unwrap();
+            c
+        })
+        .collect();
+    let mut batch: Vec<SeqBatch<'_>> = caches
+        .iter_mut()
+        .zip(next)
+        .map(|(cache, t)| SeqBatch { tokens: std::slice::from_ref(t), cache, logits: LogitsWanted::Last })
+        .collect();
+    if together {
+        model.forward(&mut batch).unwrap()
+    } else {
+        batch.iter_mut().map(|b| model.forward(std::slice::from_mut(b)).unwrap().remove(0)).collect()
+    }
+}
+
+#[test]
+fn a_sequence_gets_the_same_logits_alone_or_in_a_batch() {
+    // On a CPU with AVX2 (and no AVX-512) this runs the repacked weights and their kernels:
+    // continuous batching and speculative verification rely on a row's result not depending
+    // on the rows beside it.
+    let d = demo();
+    let contexts: Vec<Vec<u32>> =
+        (0..5u32).map(|s| (0..3 + 2 * s).map(|i| (i * 7919 + 13 + s * 101) % 49152).collect()).collect();
+    let next: Vec<u32> = (0..5u32).map(|s| 1000 + 17 * s).collect();
+    let alone = step(&d.model, &contexts, &next, false);
+    for k in [2, 5] {
+        let together = step(&d.model, &contexts[..k], &next[..k], true);
+        for (s, (a, b)) in alone.iter().zip(&together).enumerate() {
+            assert!(a.iter().zip(b).all(|(x, y)| x.to_bits() == y.to_bits()), "sequence {s} of {k}: logits differ");
+        }
+    }
+}

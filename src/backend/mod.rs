@@ -8,14 +8,26 @@ pub mod dtype;
 pub use cpu::CpuBackend;
 pub use dtype::DType;
 
-/// A weight matrix as stored in the model file: `rows` rows of `cols` values, each row encoded
-/// as `dtype` (`cols / block_len` blocks), rows back to back.
+/// A weight matrix: `rows` rows of `cols` values, each row encoded as `dtype` (`cols /
+/// block_len` blocks), laid out as `layout` says.
 #[derive(Clone, Copy, Debug)]
 pub struct WeightRef<'a> {
     pub dtype: DType,
     pub bytes: &'a [u8],
     pub rows: usize,
     pub cols: usize,
+    pub layout: Layout,
+}
+
+/// How a weight matrix's blocks are ordered in its bytes.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Layout {
+    /// As in the model file: rows back to back.
+    #[default]
+    Rows,
+    /// Made at load time by [`Backend::repack`]: groups of eight rows with their blocks
+    /// interleaved, block column by block column (`backend/cpu/repack.rs`). Same byte count.
+    Rows8,
 }
 
 /// Why bytes cannot be viewed as a weight matrix.
@@ -51,7 +63,7 @@ impl<'a> WeightRef<'a> {
         if expected != bytes.len() {
             return Err(WeightError::WrongSize { dtype, rows, cols, expected, got: bytes.len() });
         }
-        Ok(WeightRef { dtype, bytes, rows, cols })
+        Ok(WeightRef { dtype, bytes, rows, cols, layout: Layout::Rows })
     }
 
     /// Bytes of one row.
@@ -59,8 +71,9 @@ impl<'a> WeightRef<'a> {
         self.cols / self.dtype.block_len() * self.dtype.block_bytes()
     }
 
-    /// The encoded bytes of row `r`.
+    /// The encoded bytes of row `r`; only in the file's layout (`Layout::Rows`).
     pub fn row(&self, r: usize) -> &'a [u8] {
+        debug_assert_eq!(self.layout, Layout::Rows, "rows of an interleaved matrix are not contiguous");
         let rb = self.row_bytes();
         &self.bytes[r * rb..(r + 1) * rb]
     }
@@ -118,6 +131,13 @@ pub trait Backend: Send {
         for (w, out) in ws.iter().zip(outs.iter_mut()) {
             self.matmul(*w, x, n, out);
         }
+    }
+
+    /// The bytes of `w` (in the file's layout) in a layout this backend's kernels read faster,
+    /// and that layout; `None` keeps the file's. Called once per matrix at load time.
+    fn repack(&self, w: WeightRef<'_>) -> Option<(Layout, Vec<u8>)> {
+        let _ = w;
+        None
     }
 
     /// Each row of `x` (rows of `weight.len()` values) scaled to unit RMS, times `weight`.

@@ -121,6 +121,23 @@ pub fn run(cfg: &ModelOpts, prompt: usize, generate: usize, sequences: usize) ->
     Ok(())
 }
 
+/// `bench --rows`: the k-row against 1-row table at the configured thread count.
+pub fn run_rows(cfg: &ModelOpts, rows: &[usize], reps: usize) -> Result<(), String> {
+    let path = cfg.path()?;
+    let files = ModelFiles::open(&path).map_err(|e| e.to_string())?;
+    let name = mtplx_lite::model::load::model_id(&path, &files);
+    let threads =
+        if cfg.threads == 0 { std::thread::available_parallelism().map_or(1, |n| n.get()) } else { cfg.threads };
+    let t = std::time::Instant::now();
+    let model = Llama::load(&files, threads).map_err(|e| e.to_string())?;
+    // Loading maps the file and repacks the weights the backend has a layout for: on a second
+    // run, with the file in the page cache, this is the repacking's cost.
+    println!("model loaded in {:.0} ms (weights repacked for the kernels)\n", t.elapsed().as_secs_f64() * 1e3);
+    decode_tok_s(&model, 8); // warm-up: page in the weights
+    print!("{}", super::bench_rows::table(&name, threads, &super::bench_rows::measure(&model, rows, reps)));
+    Ok(())
+}
+
 pub fn generate(
     cfg: &ModelOpts,
     prompt: &str,

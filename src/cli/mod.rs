@@ -3,6 +3,7 @@
 #![forbid(unsafe_code)]
 
 pub mod bench;
+pub mod bench_rows;
 pub mod serve;
 
 use argh::FromArgs;
@@ -131,6 +132,23 @@ pub struct BenchCmd {
     /// concurrent sequences for the batched run (default 4)
     #[argh(option, default = "4")]
     pub sequences: usize,
+    /// instead of the tokens/s table: the cost of a k-row forward pass against a 1-row pass,
+    /// for each k of a comma-separated list (e.g. 1,2,3,4,5,8), at the --threads count
+    #[argh(option, from_str_fn(parse_rows))]
+    pub rows: Option<Vec<usize>>,
+    /// passes per k for --rows, the median reported (default 30)
+    #[argh(option, default = "30")]
+    pub reps: usize,
+}
+
+/// `1,2,4` into row counts, each at least 1.
+fn parse_rows(s: &str) -> Result<Vec<usize>, String> {
+    let rows: Vec<usize> = s
+        .split(',')
+        .map(|p| p.trim().parse::<usize>().ok().filter(|&k| k >= 1))
+        .collect::<Option<_>>()
+        .ok_or_else(|| format!("--rows {s}: want a comma-separated list of row counts of at least 1"))?;
+    Ok(rows)
 }
 
 /// stream a completion of a prompt to the terminal

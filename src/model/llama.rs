@@ -64,7 +64,15 @@ fn to_f32(t: &Tensor) -> Vec<f32> {
 
 fn weight(t: &Tensor) -> WeightRef<'_> {
     // Shapes and byte lengths were checked against HParams when the weights were picked.
-    WeightRef { dtype: t.dtype, bytes: t.bytes(), rows: t.rows(), cols: t.cols() }
+    WeightRef { dtype: t.dtype, bytes: t.bytes(), rows: t.rows(), cols: t.cols(), layout: t.layout }
+}
+
+/// `t` in the backend's preferred layout, or as it is when the backend has none for it.
+fn repacked(backend: &dyn Backend, t: &Tensor) -> Tensor {
+    match backend.repack(weight(t)) {
+        Some((layout, bytes)) => t.repacked(layout, bytes),
+        None => t.clone(),
+    }
 }
 
 impl Llama {
@@ -76,15 +84,16 @@ impl Llama {
     pub fn with_backend(files: &ModelFiles, backend: Box<dyn Backend + Sync>) -> Llama {
         let hp = files.hparams.clone();
         let w: &ModelWeights = &files.weights;
+        let be: &dyn Backend = &*backend;
         let layers = w
             .layers
             .iter()
             .map(|l| Layer {
                 attn_norm: to_f32(&l.attn_norm),
-                wq: l.wq.clone(),
-                wk: l.wk.clone(),
-                wv: l.wv.clone(),
-                wo: l.wo.clone(),
+                wq: repacked(be, &l.wq),
+                wk: repacked(be, &l.wk),
+                wv: repacked(be, &l.wv),
+                wo: repacked(be, &l.wo),
                 bq: l.bq.as_ref().map(to_f32),
                 bk: l.bk.as_ref().map(to_f32),
                 bv: l.bv.as_ref().map(to_f32),
@@ -92,11 +101,12 @@ impl Llama {
                 q_norm: l.q_norm.as_ref().map(to_f32),
                 k_norm: l.k_norm.as_ref().map(to_f32),
                 ffn_norm: to_f32(&l.ffn_norm),
-                w_gate: l.w_gate.clone(),
-                w_up: l.w_up.clone(),
-                w_down: l.w_down.clone(),
+                w_gate: repacked(be, &l.w_gate),
+                w_up: repacked(be, &l.w_up),
+                w_down: repacked(be, &l.w_down),
             })
             .collect();
+        let output = repacked(be, &w.output);
         let layout = w.rope_layout;
         Llama {
             info: files.info(),
@@ -104,7 +114,7 @@ impl Llama {
             hp,
             backend,
             embed: w.embed.clone(),
-            output: w.output.clone(),
+            output,
             output_norm: to_f32(&w.output_norm),
             layers,
             scratch: Mutex::new(Scratch::default()),

@@ -1,6 +1,7 @@
-//! A weight tensor: a typed, shaped, zero-copy view into a memory-mapped model file.
+//! A weight tensor: a typed, shaped, zero-copy view into a memory-mapped model file, or the
+//! backend's repacked copy of one.
 
-use crate::backend::DType;
+use crate::backend::{DType, Layout};
 use std::sync::Arc;
 
 /// Bytes a tensor can point into: a memory map of a model file, or owned bytes (tests, and
@@ -17,6 +18,20 @@ impl Storage {
             Storage::Owned(v) => v,
         }
     }
+
+    /// Lets the kernel drop the resident pages of bytes `offset..offset + len` of a mapped
+    /// file, so that a tensor that now lives in a repacked copy does not stay in memory twice.
+    /// The pages at both ends may hold a neighbour's bytes too: those are read from the file
+    /// again when next touched. Owned bytes are left alone.
+    pub fn release(&self, offset: usize, len: usize) {
+        if let Storage::Mmap(m) = self {
+            // SAFETY: the map is read-only and shared with the file, so MADV_DONTNEED only drops
+            // page-table entries: a later read faults the very same bytes back in from the file
+            // (or the page cache). No reference into the map sees different contents. A failure
+            // only leaves the pages resident, which costs memory, not correctness.
+            let _ = unsafe { m.unchecked_advise_range(memmap2::UncheckedAdvice::DontNeed, offset, len) };
+        }
+    }
 }
 
 #[derive(Clone)]
@@ -26,6 +41,8 @@ pub struct Tensor {
     /// Row-major shape, outermost first (`[rows, cols]` for a matrix: `cols` values per row).
     /// Note that GGUF lists dimensions innermost first; the GGUF reader reverses them.
     pub shape: Vec<usize>,
+    /// The order of the blocks in the bytes: the file's, unless the backend repacked them.
+    pub layout: Layout,
     storage: Arc<Storage>,
     offset: usize,
     len: usize,
@@ -43,7 +60,18 @@ impl Tensor {
         len: usize,
     ) -> Tensor {
         debug_assert!(offset + len <= storage.bytes().len());
-        Tensor { name, dtype, shape, storage, offset, len }
+        Tensor { name, dtype, shape, layout: Layout::Rows, storage, offset, len }
+    }
+
+    /// This tensor as `bytes` laid out as `layout` (the backend's repacked copy), its file
+    /// pages released: resident memory holds the copy instead of the file's bytes, not beside
+    /// them. Other handles on the same file bytes (a tied embedding) still read them, paging
+    /// in only what they touch.
+    pub fn repacked(&self, layout: Layout, bytes: Vec<u8>) -> Tensor {
+        assert_eq!(bytes.len(), self.len, "{}: a repacked copy must keep the byte count", self.name);
+        self.storage.release(self.offset, self.len);
+        let len = bytes.len();
+        Tensor { layout, storage: Arc::new(Storage::Owned(bytes)), offset: 0, len, ..self.clone() }
     }
 
     pub fn bytes(&self) -> &[u8] {

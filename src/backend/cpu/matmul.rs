@@ -14,8 +14,9 @@ use super::kern_scalar;
 use super::kernel_io::OutRows;
 use super::pool::{self, Pool};
 use super::quantized_activations::QuantRows;
+use super::repack;
 use super::type_traits::{dequantize_row, type_traits, IntDot};
-use crate::backend::{DType, WeightRef};
+use crate::backend::{DType, Layout, WeightRef};
 use std::cell::RefCell;
 use std::ops::Range;
 
@@ -76,6 +77,11 @@ pub(crate) fn matmul_many(
         assert_eq!(x.len(), n * w.cols, "matmul: x has {} values, want {n} x {}", x.len(), w.cols);
         assert_eq!(out.len(), n * w.rows, "matmul: out has {} values, want {n} x {}", out.len(), w.rows);
         assert_eq!(w.bytes.len(), w.rows * w.row_bytes(), "matmul: weight bytes do not match its shape");
+        assert!(
+            w.layout == Layout::Rows || w.rows.is_multiple_of(repack::ROWS),
+            "matmul: an interleaved matrix of {} rows is not whole groups",
+            w.rows
+        );
     }
     if n == 0 {
         return;
@@ -89,9 +95,11 @@ pub(crate) fn matmul_many(
         let w = ws[m];
         for a in (0..n).step_by(ACT_CHUNK) {
             let acts = a..(a + ACT_CHUNK).min(n);
-            match type_traits(w.dtype).int_dot {
-                Some(k) => matmul_q(isa, k, w, rows.clone(), xq, acts, &outps[m]),
-                None => matmul_float(isa, w, rows.clone(), x, acts, &outps[m]),
+            match (type_traits(w.dtype).int_dot, w.layout) {
+                (Some(k), Layout::Rows8) => matmul_r8(isa, k, w, rows.clone(), xq, acts, &outps[m]),
+                (Some(k), Layout::Rows) => matmul_q(isa, k, w, rows.clone(), xq, acts, &outps[m]),
+                (None, Layout::Rows) => matmul_float(isa, w, rows.clone(), x, acts, &outps[m]),
+                (None, Layout::Rows8) => panic!("{}: no interleaved layout for this type", w.dtype),
             }
         }
     };
@@ -105,8 +113,14 @@ pub(crate) fn matmul_many(
     let target = CHUNKS_PER_THREAD * pool.threads();
     let mut tasks: Vec<(usize, Range<usize>)> = Vec::with_capacity(target + ws.len());
     for (m, w) in ws.iter().enumerate() {
-        let pieces = (w.rows * target).div_ceil(total_rows).min(w.rows / MIN_ROWS_PER_CHUNK).max(1);
-        tasks.extend((0..pieces).map(|p| (m, pool::chunk(w.rows, p, pieces))));
+        // An interleaved matrix is cut between its groups of rows only.
+        let unit = if w.layout == Layout::Rows8 { repack::ROWS } else { 1 };
+        let units = w.rows / unit;
+        let pieces = (w.rows * target).div_ceil(total_rows).min(w.rows / MIN_ROWS_PER_CHUNK).clamp(1, units);
+        tasks.extend((0..pieces).map(|p| {
+            let c = pool::chunk(units, p, pieces);
+            (m, c.start * unit..c.end * unit)
+        }));
     }
     pool.run(tasks.len(), &|t| work(tasks[t].0, tasks[t].1.clone()));
 }
@@ -136,6 +150,41 @@ fn matmul_q(
                 for i in acts.clone() {
                     // SAFETY: this worker owns weight rows `rows`, hence entries (i, r).
                     unsafe { out.write(i, r, dot(wr, x, i)) };
+                }
+            }
+        }
+    }
+}
+
+/// An interleaved Q4_0/Q4_1/Q8_0 matrix ([`Layout::Rows8`]): `rows` are whole groups.
+fn matmul_r8(
+    isa: Isa,
+    int_dot: IntDot,
+    w: WeightRef<'_>,
+    rows: Range<usize>,
+    x: &QuantRows,
+    acts: Range<usize>,
+    out: &OutRows<'_>,
+) {
+    match isa {
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: `Isa::Avx2` is only produced after detecting AVX2, FMA and F16C; `w` is an
+        // interleaved matrix (its layout says so) whose shape `matmul` checked, and the tasks
+        // cut it between groups.
+        Isa::Avx2 => unsafe { super::kern_avx2_r8::matmul_r8(int_dot.kind, w.bytes, rows, x, acts, out) },
+        // The other levels have no kernels for the layout (the backend does not repack for
+        // them): the portable reference keeps such a matrix correct there.
+        _ => {
+            let dot = repack::dot_group_of(int_dot.kind);
+            let group_bytes = w.row_bytes() * repack::ROWS;
+            for g in rows.start / repack::ROWS..rows.end.div_ceil(repack::ROWS) {
+                let grp = &w.bytes[g * group_bytes..(g + 1) * group_bytes];
+                for i in acts.clone() {
+                    for (r, v) in dot(grp, x, i).into_iter().enumerate() {
+                        // SAFETY: this worker owns weight rows `rows` (whole groups), hence
+                        // entries (i, g * ROWS + r).
+                        unsafe { out.write(i, g * repack::ROWS + r, v) };
+                    }
                 }
             }
         }
@@ -306,6 +355,52 @@ mod tests {
         for isa in isas_under_test() {
             assert_close(&run(&Pool::new(1), isa, w, &x, 1), &want, 2e-2, isa.name());
         }
+    }
+
+    /// `w` interleaved, as the backend repacks it at load time.
+    fn packed(w: WeightRef<'_>) -> (Vec<u8>, WeightRef<'_>) {
+        let bytes = repack::repack(w.dtype, w.bytes, w.rows, w.cols).expect("whole groups of an int-dot type");
+        (bytes, w)
+    }
+
+    #[test]
+    fn interleaved_weights_give_the_row_major_results_and_batches_do_not_change_a_row() {
+        let (p1, p2) = (Pool::new(1), Pool::new(2));
+        let (rows, cols) = (136, 576);
+        for dtype in [DType::Q4_0, DType::Q4_1, DType::Q8_0] {
+            let wb = weight(dtype, rows, cols, 31);
+            let w = WeightRef::new(dtype, &wb, rows, cols).unwrap();
+            let (pb, _) = packed(w);
+            let wp = WeightRef { bytes: &pb, layout: Layout::Rows8, ..w };
+            for n in [1, 2, 5, ACT_CHUNK + 3] {
+                let x = noise(n * cols, 40 + n as u64);
+                for isa in isas_under_test() {
+                    let want = run(&p2, isa, w, &x, n);
+                    let got = run(&p2, isa, wp, &x, n);
+                    let what = format!("{dtype} {} n={n}", isa.name());
+                    if isa == Isa::Avx2 {
+                        // Another order of the float operations than the row-major kernel's.
+                        assert_close(&got, &want, 1e-5, &what);
+                    } else {
+                        // The portable path runs each row's very operations: bit-equal.
+                        assert_eq!(got, want, "{what}");
+                    }
+                    assert_eq!(got, run(&p1, isa, wp, &x, n), "{what}: 1 vs 2 threads");
+                    for i in [0, n / 2, n - 1] {
+                        let single = run(&p1, isa, wp, &x[i * cols..(i + 1) * cols], 1);
+                        assert_eq!(&got[i * rows..(i + 1) * rows], &single[..], "{what}: row {i} alone");
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    #[should_panic(expected = "not whole groups")]
+    fn an_interleaved_matrix_must_be_whole_groups() {
+        let wb = weight(DType::Q4_1, 12, 32, 1);
+        let w = WeightRef { layout: Layout::Rows8, ..WeightRef::new(DType::Q4_1, &wb, 12, 32).unwrap() };
+        run(&Pool::new(1), Isa::Scalar, w, &[0.0; 32], 1);
     }
 
     #[test]

@@ -2,9 +2,10 @@
 //!
 //! Files, leaves first: `isa` (the SIMD levels), `float16`, `kernel_io` (what the driver hands
 //! the kernels); `block` (the block traits) and the block types in `block_float`, `block_q`
-//! and `block_k`; `type_traits` (one table entry per type); `quantized_activations`; the
-//! kernels `kern_scalar`, `kern_avx2`, `kern_avx2_f32`, `kern_avx2_attn` and `kern_avx512` (the
-//! integer ones around `tile_driver!`); `matmul` (the driver), `ops` (norms, RoPE) and
+//! and `block_k`; `type_traits` (one table entry per type); `quantized_activations`; `repack` (the
+//! row-interleaved layout); the kernels `kern_scalar`, `kern_avx2`, `kern_avx2_r8`,
+//! `kern_avx2_f32`, `kern_avx2_attn` and `kern_avx512` (the row-major integer ones around
+//! `tile_driver!`); `matmul` (the driver), `ops` (norms, RoPE) and
 //! `attention` (its driver and portable kernel); `pool`.
 
 mod attention;
@@ -19,6 +20,7 @@ pub mod matmul;
 pub mod ops;
 pub mod pool;
 pub mod quantized_activations;
+pub mod repack;
 pub mod type_traits;
 
 #[cfg(target_arch = "x86_64")]
@@ -31,6 +33,8 @@ mod kern_avx2_attn;
 #[cfg(target_arch = "x86_64")]
 mod kern_avx2_f32;
 #[cfg(target_arch = "x86_64")]
+mod kern_avx2_r8;
+#[cfg(target_arch = "x86_64")]
 mod kern_avx512;
 mod kern_scalar;
 #[cfg(test)]
@@ -39,7 +43,7 @@ mod test_inputs;
 pub use isa::Isa;
 pub use type_traits::{dequantize_row, quantize_row};
 
-use crate::backend::{AttnSeq, Backend, Heads, Rope, WeightRef};
+use crate::backend::{AttnSeq, Backend, Heads, Layout, Rope, WeightRef};
 use pool::Pool;
 use quantized_activations::QuantRows;
 use std::sync::Mutex;
@@ -87,6 +91,15 @@ impl Backend for CpuBackend {
     fn matmul_many(&self, ws: &[WeightRef<'_>], x: &[f32], n: usize, outs: &mut [&mut [f32]]) {
         let mut xq = self.xq.lock().unwrap_or_else(|e| e.into_inner());
         matmul::matmul_many(&self.pool, self.isa, ws, x, n, outs, &mut xq);
+    }
+
+    /// Q4_0, Q4_1 and Q8_0 into [`Layout::Rows8`] on AVX2, the level with kernels for it; the
+    /// AVX-512 kernels and the portable fallback read the file's layout.
+    fn repack(&self, w: WeightRef<'_>) -> Option<(Layout, Vec<u8>)> {
+        if self.isa != Isa::Avx2 || w.layout != Layout::Rows {
+            return None;
+        }
+        repack::repack(w.dtype, w.bytes, w.rows, w.cols).map(|b| (Layout::Rows8, b))
     }
 
     fn rms_norm(&self, x: &mut [f32], weight: &[f32], eps: f32) {

@@ -1,0 +1,196 @@
+//! AVX2 + FMA + F16C kernels over the row-interleaved layout (`repack.rs`): eight weight rows
+//! per pass, one per 32-bit lane, against up to four activation rows.
+//!
+//! Per super-block (block `b` of eight rows) and activation row, Q4_0/Q4_1 cost eight
+//! broadcasts of four activation bytes, eight `maddubs` and seven 16-bit adds, one `madd`, one
+//! convert and two FMAs (the scale, the offset), for 8 x 32 weights; the row-major kernel
+//! spends about that on two rows, plus a horizontal sum per row at the end. The weights are
+//! unpacked (mask, shift) and their scales converted once per super-block for all activation
+//! rows of the tile. Q8_0 keeps the sign trick (`maddubs` wants one unsigned operand), with one
+//! `madd` per chunk: two 16-bit sums of 128 x 127 would overflow.
+//!
+//! Every activation row runs the same operations in the same order whatever the tile, so a
+//! row's result does not depend on the batch it is in.
+
+use super::block::{IntBlock, Offset, Weights};
+use super::block_q::{BlockQ4_0, BlockQ4_1, BlockQ8_0};
+use super::kernel_io::{OutRows, QKind};
+use super::quantized_activations::QuantRows;
+use super::repack::{group_block_bytes, ROWS};
+use std::arch::x86_64::*;
+use std::ops::Range;
+
+/// Activation rows per pass over a group's weights.
+const TILE: usize = 4;
+
+/// Matmul rows `rows` (whole groups) of an interleaved weight against activation rows `acts`.
+///
+/// # Safety
+/// The CPU supports AVX2, FMA and F16C; `w` is the interleaved copy of a matrix of `kind` with
+/// `x.cols()` columns and at least `rows.end` rows; `rows` starts and ends on a group boundary;
+/// `out` has room for `acts.end` rows of at least `rows.end` values, and no other thread
+/// writes these entries.
+#[target_feature(enable = "avx2,fma,f16c")]
+pub unsafe fn matmul_r8(
+    kind: QKind,
+    w: &[u8],
+    rows: Range<usize>,
+    x: &QuantRows,
+    acts: Range<usize>,
+    out: &OutRows<'_>,
+) {
+    // SAFETY: the target features are ours, the rest is this function's own contract.
+    unsafe {
+        match kind {
+            QKind::Q4_0 => drive::<BlockQ4_0>(w, rows, x, acts, out),
+            QKind::Q4_1 => drive::<BlockQ4_1>(w, rows, x, acts, out),
+            QKind::Q8_0 => drive::<BlockQ8_0>(w, rows, x, acts, out),
+        }
+    }
+}
+
+/// [`matmul_r8`] for the block type `B`; the same contract.
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn drive<B: IntBlock>(w: &[u8], rows: Range<usize>, x: &QuantRows, acts: Range<usize>, out: &OutRows<'_>) {
+    let nb = x.cols() / B::LEN;
+    let group_bytes = nb * group_block_bytes::<B>();
+    debug_assert!(rows.start.is_multiple_of(ROWS) && rows.end.is_multiple_of(ROWS));
+    for g in rows.start / ROWS..rows.end / ROWS {
+        let grp = &w[g * group_bytes..(g + 1) * group_bytes];
+        let mut i = acts.start;
+        while i < acts.end {
+            let n = (acts.end - i).min(TILE);
+            let mut res = [[0f32; ROWS]; TILE];
+            // SAFETY: `grp` is a whole group of `nb` super-blocks of `B` (sliced above), and
+            // rows `i..i + n` are rows of `x` (within `acts`).
+            unsafe {
+                match n {
+                    4 => tile::<B, 4>(grp.as_ptr(), nb, x, i, &mut res),
+                    3 => tile::<B, 3>(grp.as_ptr(), nb, x, i, &mut res),
+                    2 => tile::<B, 2>(grp.as_ptr(), nb, x, i, &mut res),
+                    _ => tile::<B, 1>(grp.as_ptr(), nb, x, i, &mut res),
+                }
+            }
+            for (j, vals) in res.iter().enumerate().take(n) {
+                for (r, &v) in vals.iter().enumerate() {
+                    // SAFETY: entries (i + j, g * ROWS + r) lie in this caller's rows and acts.
+                    unsafe { out.write(i + j, g * ROWS + r, v) };
+                }
+            }
+            i += n;
+        }
+    }
+}
+
+/// Dots of one group (`nb` super-blocks at `grp`) with activation rows `i0..i0 + NR`, written
+/// to `res[j]`, one weight row per entry.
+///
+/// # Safety
+/// The CPU supports AVX2, FMA and F16C; `grp` points at `nb` readable super-blocks of `B`;
+/// rows `i0..i0 + NR` are rows of `x` with `nb` blocks each.
+#[target_feature(enable = "avx2,fma,f16c")]
+#[inline]
+unsafe fn tile<B: IntBlock, const NR: usize>(
+    grp: *const u8,
+    nb: usize,
+    x: &QuantRows,
+    i0: usize,
+    res: &mut [[f32; ROWS]; TILE],
+) {
+    let gb = group_block_bytes::<B>();
+    let ones = _mm256_set1_epi16(1);
+    let nib = _mm256_set1_epi8(0x0f);
+    // Plain loops, not `array::from_fn`: its closures are not inlined into this function (they
+    // lack its target features) and cost a call each per group.
+    let (mut xq, mut xd, mut xs) =
+        ([std::ptr::null::<i8>(); NR], [std::ptr::null::<f32>(); NR], [std::ptr::null(); NR]);
+    for j in 0..NR {
+        xq[j] = x.qs(i0 + j).as_ptr();
+        xd[j] = x.d(i0 + j).as_ptr();
+        xs[j] = x.s(i0 + j).as_ptr();
+    }
+    // The scale and offset terms in separate sums: one FMA chain each per block, not two
+    // dependent FMAs on one (the latency of those bounded the 1-row pass).
+    let mut acc = [_mm256_setzero_ps(); NR];
+    let mut off = [_mm256_setzero_ps(); NR];
+    for b in 0..nb {
+        // Row `j`'s block `b`: its bytes `o..o + 4` are broadcast as one i32 (no closure: a
+        // closure does not inherit the target features, and was not inlined).
+        let mut xb = [std::ptr::null::<i8>(); NR];
+        for j in 0..NR {
+            // SAFETY: row `j < NR` holds `nb * 32` int8s and `b < nb`.
+            xb[j] = unsafe { xq[j].add(b * 32) };
+        }
+        // SAFETY: super-block `b < nb` is readable (our contract).
+        let sb = unsafe { grp.add(b * gb) };
+        // SAFETY: a super-block starts with the eight rows' f16 `d` (and, for Q4_1, `m`).
+        let d = _mm256_cvtph_ps(unsafe { _mm_loadu_si128(sb as *const __m128i) });
+        let qs = ROWS * B::QS_AT;
+        let mut sum = [_mm256_setzero_si256(); NR];
+        match B::WEIGHTS {
+            Weights::Nibbles => {
+                for c in 0..4 {
+                    // SAFETY: the 16 weight bytes of eight rows are four chunks of 32 bytes.
+                    let q = unsafe { _mm256_loadu_si256(sb.add(qs + 32 * c) as *const __m256i) };
+                    let (lo, hi) = (_mm256_and_si256(q, nib), _mm256_and_si256(_mm256_srli_epi16(q, 4), nib));
+                    for j in 0..NR {
+                        // Eight 16-bit sums of at most 2 x 15 x 127 each: within i16.
+                        // SAFETY: `4 * c + 4 <= 16` and `16 + 4 * c + 4 <= 32`: inside the block.
+                        let p = unsafe {
+                            _mm256_add_epi16(
+                                _mm256_maddubs_epi16(lo, bcast4(xb[j], 4 * c)),
+                                _mm256_maddubs_epi16(hi, bcast4(xb[j], 16 + 4 * c)),
+                            )
+                        };
+                        sum[j] = _mm256_add_epi16(sum[j], p);
+                    }
+                }
+                for s in sum.iter_mut() {
+                    *s = _mm256_madd_epi16(*s, ones);
+                }
+            }
+            Weights::Int8 => {
+                for c in 0..8 {
+                    // SAFETY: the 32 weight bytes of eight rows are eight chunks of 32 bytes.
+                    let q = unsafe { _mm256_loadu_si256(sb.add(qs + 32 * c) as *const __m256i) };
+                    let qa = _mm256_sign_epi8(q, q);
+                    for j in 0..NR {
+                        // SAFETY: `4 * c + 4 <= 32`: inside the block.
+                        let p = unsafe { _mm256_maddubs_epi16(qa, _mm256_sign_epi8(bcast4(xb[j], 4 * c), q)) };
+                        sum[j] = _mm256_add_epi32(sum[j], _mm256_madd_epi16(p, ones));
+                    }
+                }
+            }
+        }
+        let m = match B::OFFSET {
+            // SAFETY: Q4_1 super-blocks hold the eight `m` right after the eight `d`.
+            Offset::Min => _mm256_cvtph_ps(unsafe { _mm_loadu_si128(sb.add(16) as *const __m128i) }),
+            Offset::TimesScale(c) => _mm256_mul_ps(_mm256_set1_ps(c), d),
+            Offset::None => _mm256_setzero_ps(),
+        };
+        for j in 0..NR {
+            // SAFETY: rows of `x` hold `nb` scales and sums each, and `b < nb`.
+            let (dx, sx) = unsafe { (*xd[j].add(b), *xs[j].add(b)) };
+            let scale = _mm256_mul_ps(d, _mm256_set1_ps(dx));
+            acc[j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sum[j]), scale, acc[j]);
+            if !matches!(B::OFFSET, Offset::None) {
+                off[j] = _mm256_fmadd_ps(m, _mm256_set1_ps(sx), off[j]);
+            }
+        }
+    }
+    for j in 0..NR {
+        // SAFETY: `res[j]` is eight f32s.
+        unsafe { _mm256_storeu_ps(res[j].as_mut_ptr(), _mm256_add_ps(acc[j], off[j])) };
+    }
+}
+
+/// Bytes `o..o + 4` at `x`, as one i32 in every lane.
+///
+/// # Safety
+/// The CPU supports AVX2; the four bytes are readable.
+#[target_feature(enable = "avx2,fma,f16c")]
+#[inline]
+unsafe fn bcast4(x: *const i8, o: usize) -> __m256i {
+    // SAFETY: the caller's contract.
+    _mm256_set1_epi32(unsafe { std::ptr::read_unaligned(x.add(o) as *const i32) })
+}
