@@ -8,7 +8,7 @@
 //! accepts and rolls its cache back past the rest (`speculate.rs`).
 
 use super::detok::{StreamDecoder, TokenDecoder};
-use super::draft::{drafter_for, Depth, DraftConfig, MAX_DRAFT_DEPTH};
+use super::draft::{drafter_for, Depth, DraftConfig, DraftMode, MAX_DRAFT_DEPTH};
 use super::job::{Event, FinishReason, GenStats, Job, KvSnapshot, SpecCounts};
 use super::kv_cache::{KvCacheManager, SeqId};
 use super::sampler::{Sampled, Sampler};
@@ -179,7 +179,13 @@ impl Scheduler {
             Depth::Auto if job.draft.max_depth.is_some() => Depth::Fixed(cap),
             Depth::Auto => Depth::Auto,
         };
-        let spec = drafter_for(job.draft.mode.unwrap_or(self.draft.mode)).map(|d| SpecState::new(d, depth));
+        // A seeded sampled request must give the same text every time, and which draws a verify
+        // round consumes depends on the depth, which auto and the batch change with timing: it
+        // decodes plainly unless it asked for a drafter itself.
+        let p = &job.params;
+        let reproducible = p.seed.is_some() && p.temperature > 0.0 && job.draft.mode.is_none();
+        let mode = if reproducible { DraftMode::None } else { job.draft.mode.unwrap_or(self.draft.mode) };
+        let spec = drafter_for(mode).map(|d| SpecState::new(d, depth));
         self.active.push(Seq {
             sampler: Sampler::new(&job.params),
             detok: StreamDecoder::new(),

@@ -121,6 +121,23 @@ fn the_cache_after_rejections_gives_the_logits_of_a_fresh_prefill() {
 }
 
 #[test]
+fn a_seeded_sampled_request_decodes_plainly_unless_it_asks_for_a_drafter() {
+    let model = echo_model();
+    let e = engine(&model, DraftConfig { mode: DraftMode::Ngram, depth: Depth::Auto });
+    let sampled = SamplingParams { temperature: 0.8, seed: Some(3), ..Default::default() };
+    let run = |draft: DraftRequest| {
+        let (j, rx) = job(prompt(4), sampled.clone(), 40, draft);
+        e.submit(j).unwrap();
+        collect(&rx)
+    };
+    let (a, b) = (run(DraftRequest::default()), run(DraftRequest::default()));
+    assert_eq!(a.tokens, b.tokens, "the same seed gives the same text");
+    assert_eq!((a.stats.spec.drafter, a.stats.spec.drafted), ("", 0));
+    let asked = run(DraftRequest { mode: Some(DraftMode::Ngram), max_depth: None });
+    assert!(asked.stats.spec.drafted > 0, "{:?}", asked.stats.spec);
+}
+
+#[test]
 fn stop_tokens_and_lengths_end_a_speculating_sequence_exactly_where_plain_decoding_does() {
     let model = Arc::new(ToyModel::new(Gate::open_gate()).echoing(PERIOD));
     let want = greedy_on(&model, &prompt(2), 40, &[]);
@@ -269,7 +286,9 @@ fn sampled_output_through_the_engine_is_distributed_as_plain_sampling() {
             // mix in both samples, since the toy's echo is a function of the whole context.
             let p: Vec<u32> =
                 (0..10).map(|j| ((seed % 50) as u32 * 7 + [5, 9, 14, 2, 7][j % PERIOD]) % 290 + 1).collect();
-            let (j, rx) = job(p.clone(), params(seed * 2 + k as u64), 3, DraftRequest::default());
+            // Seeded sampling drafts only when the request asks for a drafter.
+            let req = DraftRequest { mode: Some(mode), max_depth: None };
+            let (j, rx) = job(p.clone(), params(seed * 2 + k as u64), 3, req);
             e.submit(j).unwrap();
             let o = collect(&rx);
             let echoed = o.tokens[1] == p[11 - PERIOD];

@@ -1,0 +1,154 @@
+#!/usr/bin/env python3
+"""Speculative decoding against plain decoding on one server, in the same run.
+
+    python3 benches/speculative_vs_plain.py [--threads 2] [--rounds 3] [--max-tokens 192]
+        [--server-args "--draft auto --depth auto"] [--modes none,ngram,auto]
+
+Starts mtplx-lite ($MTPLX_BIN, else $CARGO_TARGET_DIR/release/mtplx-lite) on the demo model
+and sends each prompt of three classes (editing: rewrite a given code block with one change;
+code: write new code; chat) once per mode per round, the modes taking turns, one request at a
+time, each with `"mtplx": {"draft": MODE}`. Per class and mode it prints the decode tokens/s
+(completion tokens after the first over the time after the first, from the server's own
+records), its ratio to plain, and the acceptance by draft position. At temperature 0 it checks
+that every mode gave the plain text, and says so. Only the standard library is used.
+"""
+
+import argparse
+import http.client
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(__file__))
+from long_prompt_interference import MODEL, binary, wait_healthy  # noqa: E402
+
+CODE = """def parse_config(path):
+    config = {}
+    with open(path) as f:
+        for line in f:
+            line = line.strip()
+            if not line or line.startswith("#"):
+                continue
+            key, value = line.split("=", 1)
+            config[key.strip()] = value.strip()
+    return config
+
+
+def merge_configs(base, override):
+    result = dict(base)
+    for key, value in override.items():
+        result[key] = value
+    return result
+
+
+def load_all(paths):
+    merged = {}
+    for path in paths:
+        merged = merge_configs(merged, parse_config(path))
+    return merged
+"""
+
+PROMPTS = {
+    "editing": [
+        "Rewrite this Python code with the function parse_config renamed to read_config everywhere. "
+        "Reply with the whole code only.\n\n```python\n" + CODE + "```",
+        "Rewrite this Python code with the variable name `merged` changed to `combined`. "
+        "Reply with the whole code only.\n\n```python\n" + CODE + "```",
+    ],
+    "code": [
+        "Write a Python function that returns the n-th Fibonacci number iteratively, with a docstring.",
+        "Write a Rust function that reverses the words of a sentence.",
+    ],
+    "chat": [
+        "What are three good habits for staying healthy? Answer in a short paragraph.",
+        "Explain what a hash map is to a beginner.",
+    ],
+}
+
+
+def ask(port, prompt, mode, max_tokens, temperature):
+    body = {
+        "messages": [{"role": "user", "content": prompt}],
+        "max_tokens": max_tokens,
+        "temperature": temperature,
+        "seed": 7,
+        "mtplx": {"draft": mode},
+    }
+    c = http.client.HTTPConnection("127.0.0.1", port, timeout=600)
+    c.request("POST", "/v1/chat/completions", json.dumps(body), {"Content-Type": "application/json"})
+    r = c.getresponse()
+    v = json.loads(r.read())
+    if r.status != 200:
+        sys.exit(f"request failed: {r.status} {v}")
+    return v["id"], v["choices"][0]["message"]["content"]
+
+
+def records(port):
+    c = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+    c.request("GET", "/v1/mtplx/metrics")
+    return {r["request_id"]: r for r in json.loads(c.getresponse().read())["history"]}
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--max-tokens", type=int, default=192)
+    ap.add_argument("--temperature", type=float, default=0.0)
+    ap.add_argument("--modes", default="none,ngram,auto")
+    ap.add_argument("--server-args", default="--draft auto --depth auto")
+    ap.add_argument("--port", type=int, default=8131)
+    a = ap.parse_args()
+    modes = a.modes.split(",")
+    args = [binary(), "--listen", f"127.0.0.1:{a.port}", "--threads", str(a.threads), "--model", MODEL]
+    proc = subprocess.Popen(args + a.server_args.split(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        wait_healthy(a.port, proc)
+        for prompts in PROMPTS.values():  # warm-up: first-touch costs stay out of the figures
+            ask(a.port, prompts[0], "none", 8, a.temperature)
+        ids = {(cls, m): [] for cls in PROMPTS for m in modes}
+        texts = {}
+        for _ in range(a.rounds):
+            for cls, prompts in PROMPTS.items():
+                for i, p in enumerate(prompts):
+                    for m in modes:
+                        rid, text = ask(a.port, p, m, a.max_tokens, a.temperature)
+                        ids[(cls, m)].append(rid)
+                        texts.setdefault((cls, i), {}).setdefault(m, set()).add(text)
+        recs = records(a.port)
+    finally:
+        proc.terminate()
+        proc.wait()
+    print(f"threads {a.threads}, temperature {a.temperature}, server args: {a.server_args}")
+    print(f"{'class':8} {'mode':6} {'decode tok/s':>12} {'vs plain':>9} {'accept':>7} {'tok/verify':>10}  accepted/drafted by position")
+    for cls in PROMPTS:
+        plain = None
+        for m in modes:
+            rs = [recs[r] for r in ids[(cls, m)] if r in recs]
+            rate = statistics.median(r["decode_tok_s"] for r in rs)
+            plain = rate if m == "none" else plain
+            drafted = sum(r["drafted_tokens"] for r in rs)
+            accepted = sum(r["accepted_tokens"] for r in rs)
+            calls = sum(r["verify_calls"] for r in rs)
+            acc = [0] * 8
+            dr = [0] * 8
+            for r in rs:
+                for j, x in enumerate(r.get("accepted_by_depth", [])):
+                    acc[j] += x
+                for j, x in enumerate(r.get("drafted_by_depth", [])):
+                    dr[j] += x
+            by_pos = " ".join(f"{acc[j]}/{dr[j]}" for j in range(8) if dr[j])
+            per_verify = (accepted + calls) / calls if calls else 0.0
+            ratio = f"{rate / plain:.2f}x" if plain else "-"
+            rate_acc = accepted / drafted if drafted else 0.0
+            print(f"{cls:8} {m:6} {rate:12.1f} {ratio:>9} {rate_acc:7.2f} {per_verify:10.2f}  {by_pos}")
+    if a.temperature == 0:
+        same = all(len(set().union(*by_mode.values())) == 1 for by_mode in texts.values())
+        print("temperature 0: every mode gave the plain text" if same else "temperature 0: TEXTS DIFFER between modes")
+
+
+if __name__ == "__main__":
+    main()
