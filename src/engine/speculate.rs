@@ -63,7 +63,11 @@ impl CostModel {
         let above = (rows + 1..=COST_ROWS).find_map(|r| self.secs[r].map(|t| (r, t)));
         match (below, above) {
             (Some((r0, t0)), Some((r1, t1))) => t0 + (t1 - t0) * (rows - r0) as f64 / (r1 - r0) as f64,
-            (Some((r0, t0)), None) => t0 * (1.0 + PRIOR_ROW_COST * (rows - r0) as f64),
+            (Some((r0, t0)), None) => {
+                // Past the largest measured count, the slope measured below it, if any.
+                let slope = (1..r0).find_map(|r| self.secs[r].map(|t| (t0 - t) / (r0 - r) as f64));
+                t0 + slope.unwrap_or(t0 * PRIOR_ROW_COST).max(0.0) * (rows - r0) as f64
+            }
             (None, Some((r1, t1))) => t1 / (1.0 + PRIOR_ROW_COST * (r1 - rows) as f64),
             (None, None) => 1.0 + PRIOR_ROW_COST * (rows - 1) as f64,
         }
@@ -76,6 +80,9 @@ pub struct SpecState {
     pub depth: Depth,
     /// P(draft position j accepted | positions before it accepted), running.
     accept: [f64; MAX_DRAFT_DEPTH],
+    /// Whether position j was ever verified; an unverified position is assumed to do as well as
+    /// the deepest verified one before it (drafts that hold up tend to go on holding up).
+    seen: [bool; MAX_DRAFT_DEPTH],
     /// Steps since the last round that drafted.
     idle_steps: u32,
     /// The draft of the current step (empty: plain decoding this step).
@@ -89,6 +96,7 @@ impl SpecState {
             drafter,
             depth,
             accept: [PRIOR_ACCEPT; MAX_DRAFT_DEPTH],
+            seen: [false; MAX_DRAFT_DEPTH],
             idle_steps: 0,
             draft: Vec::new(),
             stats: SpecCounts::default(),
@@ -98,10 +106,12 @@ impl SpecState {
     /// Expected tokens a round of depth `k` yields: the bonus-or-correction token, plus each
     /// draft position reached and accepted.
     fn expected_tokens(&self, k: usize) -> f64 {
-        let mut reach = 1.0;
-        let mut sum = 1.0;
-        for a in &self.accept[..k] {
-            reach *= a;
+        let (mut reach, mut sum, mut last) = (1.0, 1.0, PRIOR_ACCEPT);
+        for j in 0..k {
+            if self.seen[j] {
+                last = self.accept[j];
+            }
+            reach *= last;
             sum += reach;
         }
         sum
@@ -129,6 +139,11 @@ impl SpecState {
 
     /// Records that position `j` of a draft was verified, and whether it was accepted.
     pub fn learn(&mut self, j: usize, accepted: bool) {
+        if !self.seen[j] {
+            // Start from the prior this position was planned with, not from 0.5.
+            self.accept[j] = (0..j).rev().find(|&i| self.seen[i]).map_or(PRIOR_ACCEPT, |i| self.accept[i]);
+            self.seen[j] = true;
+        }
         let a = &mut self.accept[j];
         *a += ACCEPT_EWMA * (accepted as u32 as f64 - *a);
         grow(&mut self.stats.drafted_by_depth, j);
@@ -169,7 +184,11 @@ mod tests {
         c.observe(1, Duration::from_millis(10));
         c.observe(5, Duration::from_millis(30));
         assert!((c.cost(3) - 0.020).abs() < 1e-9);
-        assert!((c.cost(6) - 0.030 * (1.0 + PRIOR_ROW_COST)).abs() < 1e-9);
+        // Past the largest measured count, the measured slope (5 ms per row) goes on.
+        assert!((c.cost(7) - 0.040).abs() < 1e-9);
+        let mut lone = CostModel::default();
+        lone.observe(2, Duration::from_millis(10));
+        assert!((lone.cost(3) - 0.010 * (1.0 + PRIOR_ROW_COST)).abs() < 1e-9);
         // The running average follows new timings.
         c.observe(1, Duration::from_millis(20));
         assert!((c.cost(1) - 0.012).abs() < 1e-9);
@@ -224,6 +243,17 @@ mod tests {
         let mut f = state(Depth::Fixed(4));
         assert_eq!(f.choose_depth(8, 0, 0, &costs(0.1)), 4);
         assert_eq!(f.choose_depth(2, 0, 0, &costs(0.1)), 2);
+    }
+
+    #[test]
+    fn positions_never_reached_are_assumed_as_good_as_the_deepest_one_verified() {
+        let mut s = state(Depth::Auto);
+        for _ in 0..60 {
+            s.learn(0, true);
+        }
+        // Only position 0 was ever verified, always kept: cheap rows make deeper drafts worth
+        // trying, where a prior of 0.5 for position 1 onwards would stop at depth 1.
+        assert!(s.choose_depth(8, 0, 0, &costs(0.1)) >= 4);
     }
 
     #[test]
