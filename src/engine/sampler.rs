@@ -220,8 +220,8 @@ impl Sampler {
 
     /// Speculative verification of one drafted token (Leviathan et al. 2023): the target
     /// distribution p comes from `logits` exactly as [`Sampler::sample`] builds it; the draft
-    /// distribution q is `draft_q` (sparse, summing to at most 1), or a point mass on `draft`
-    /// when `None` (an n-gram draft). The draft is kept with probability min(1, p(x) / q(x));
+    /// distribution q is `draft_q` (sparse, sorted by token id, summing to at most 1), or a point
+    /// mass on `draft` when `None` (an n-gram draft). The draft is kept with probability min(1, p(x) / q(x));
     /// otherwise the token is drawn from the normalised max(0, p - q). Either way the token
     /// returned is distributed exactly as p, which is what makes speculation invisible.
     pub fn verify(
@@ -232,9 +232,12 @@ impl Sampler {
         want_logprob: bool,
         top_n: usize,
     ) -> (Sampled, bool) {
+        debug_assert!(draft_q.is_none_or(|q| q.windows(2).all(|w| w[0].0 < w[1].0)), "q sorted by id");
+        // A lookup per survivor: the residual below visits the whole vocabulary, and a draft
+        // head's sub-vocabulary holds thousands of ids, so a scan of q each time would not do.
         let q_of = |id: u32| match draft_q {
             None => (id == draft) as u32 as f64,
-            Some(q) => q.iter().find(|e| e.0 == id).map_or(0.0, |e| e.1 as f64),
+            Some(q) => q.binary_search_by_key(&id, |e| e.0).map_or(0.0, |i| q[i].1 as f64),
         };
         let (id, accepted) = match self.target(logits) {
             // p is a point mass: the draft survives only if it is that token (q(x) > 0 is given).

@@ -358,9 +358,8 @@ mod tests {
     }
 
     /// `w` interleaved, as the backend repacks it at load time.
-    fn packed(w: WeightRef<'_>) -> (Vec<u8>, WeightRef<'_>) {
-        let bytes = repack::repack(w.dtype, w.bytes, w.rows, w.cols).expect("whole groups of an int-dot type");
-        (bytes, w)
+    fn packed(w: WeightRef<'_>) -> Vec<u8> {
+        repack::repack(w.dtype, w.bytes, w.rows, w.cols).expect("whole groups of an int-dot type")
     }
 
     #[test]
@@ -370,7 +369,7 @@ mod tests {
         for dtype in [DType::Q4_0, DType::Q4_1, DType::Q8_0] {
             let wb = weight(dtype, rows, cols, 31);
             let w = WeightRef::new(dtype, &wb, rows, cols).unwrap();
-            let (pb, _) = packed(w);
+            let pb = packed(w);
             let wp = WeightRef { bytes: &pb, layout: Layout::Rows8, ..w };
             for n in [1, 2, 5, ACT_CHUNK + 3] {
                 let x = noise(n * cols, 40 + n as u64);
