@@ -83,8 +83,8 @@ def trunk_answers(trunk, tok, prompts, seed, max_new, samples):
     docs = []
     for temp, reps in ((0.0, 1), (0.7, samples)):
         for _ in range(reps):
-            for i in range(0, len(ids), 16):
-                batch = ids[i:i + 16]
+            for i in range(0, len(ids), 40):
+                batch = ids[i:i + 40]
                 outs = generate(trunk, batch, max_new, temp, gen, trunk.eos)
                 docs.extend(p + o for p, o in zip(batch, outs))
     return docs

@@ -209,7 +209,7 @@ def main():
     for kind, prefixes in by_kind.items():
         outs = []
         for i in range(0, len(prefixes), 16):
-            outs += generate(trunk, prefixes[i:i + 16], 64, 0.0, gen, [])
+            outs += generate(trunk, prefixes[i:i + 16], 48, 0.0, gen, [])
         evals["text:" + kind] = [p + o for p, o in zip(prefixes, outs)]
         starts["text:" + kind] = [len(p) for p in prefixes]
     eval_feats = {}
