@@ -62,6 +62,12 @@ pub enum ModelError {
         file: PathBuf,
         tensor: String,
     },
+    /// An MTP sidecar trained for another trunk than the one loaded.
+    WrongTrunk {
+        file: PathBuf,
+        expected_sha256: String,
+        found_sha256: String,
+    },
     /// A tensor's bytes lie (partly) outside its file.
     DataOutOfBounds {
         file: PathBuf,
@@ -147,6 +153,13 @@ impl fmt::Display for ModelError {
             }
             DuplicateTensor { file, tensor } => {
                 write!(f, "{}: tensor {tensor:?} appears twice", file.display())
+            }
+            WrongTrunk { file, expected_sha256, found_sha256 } => {
+                write!(
+                    f,
+                    "{}: this MTP head was trained for the trunk with sha256 {expected_sha256}, but the loaded model file has sha256 {found_sha256}; forge a head for this model (tools/forge/forge.py) or load the model it was made for",
+                    file.display()
+                )
             }
             DataOutOfBounds { file, tensor, start, end, file_len } => {
                 write!(

@@ -4,6 +4,7 @@
 
 use super::config::HParams;
 use super::model_files::ModelFiles;
+use super::mtp::{ForwardOutput, MtpTrunk, TrunkShared};
 use super::weights::ModelWeights;
 use super::{ForwardError, LogitsWanted, Model, ModelError, ModelInfo, SeqBatch, Tensor};
 use crate::backend::cpu::dequantize_row;
@@ -157,6 +158,28 @@ impl Model for Llama {
     }
 
     fn forward(&self, batch: &mut [SeqBatch<'_>]) -> Result<Vec<Vec<f32>>, ForwardError> {
+        self.run(batch, false).map(|o| o.logits)
+    }
+
+    fn mtp_trunk(&self) -> Option<&dyn MtpTrunk> {
+        Some(self)
+    }
+}
+
+impl MtpTrunk for Llama {
+    fn forward_hidden(&self, batch: &mut [SeqBatch<'_>]) -> Result<ForwardOutput, ForwardError> {
+        self.run(batch, true)
+    }
+
+    fn shared(&self) -> TrunkShared<'_> {
+        TrunkShared { backend: &*self.backend, embed: &self.embed, output: &self.output, rope: self.rope }
+    }
+}
+
+impl Llama {
+    /// The forward pass; with `keep_hidden`, also every fed row's last-layer output (the
+    /// residual stream before the final norm), which is what an MTP head reads.
+    fn run(&self, batch: &mut [SeqBatch<'_>], keep_hidden: bool) -> Result<ForwardOutput, ForwardError> {
         self.check(batch)?;
         let hp = &self.hp;
         let (hidden, qd, kvd, ffn) = (hp.hidden, hp.q_dim(), hp.kv_dim(), hp.ffn);
@@ -164,7 +187,8 @@ impl Model for Llama {
         let be = &*self.backend;
         let t: usize = batch.iter().map(|b| b.tokens.len()).sum();
         if t == 0 {
-            return Ok(batch.iter().map(|_| Vec::new()).collect());
+            let empty = || batch.iter().map(|_| Vec::new()).collect();
+            return Ok(ForwardOutput { logits: empty(), hidden: empty() });
         }
         let mut guard = self.scratch.lock().unwrap_or_else(|e| e.into_inner());
         let s = &mut *guard;
@@ -252,9 +276,13 @@ impl Model for Llama {
         }
         // Only the rows whose logits are wanted go through the (large) output head.
         let mut rows = Vec::new();
+        let mut hidden_out = Vec::with_capacity(batch.len());
         let mut r = 0;
         for b in batch.iter_mut() {
             let n = b.tokens.len();
+            if keep_hidden {
+                hidden_out.push(s.x[r * hidden..(r + n) * hidden].to_vec());
+            }
             match b.logits {
                 _ if n == 0 => {}
                 LogitsWanted::Last => rows.extend_from_slice(&s.x[(r + n - 1) * hidden..(r + n) * hidden]),
@@ -276,6 +304,6 @@ impl Model for Llama {
             out.push(logits[r * vocab..(r + k) * vocab].to_vec());
             r += k;
         }
-        Ok(out)
+        Ok(ForwardOutput { logits: out, hidden: hidden_out })
     }
 }

@@ -15,6 +15,7 @@ pub mod llama;
 pub mod load;
 pub mod metadata;
 pub mod model_files;
+pub mod mtp;
 pub mod safetensors;
 pub mod sha256;
 pub mod tensor;
@@ -117,4 +118,10 @@ pub trait Model: Send + Sync {
     /// once for all rows, appending to each cache. Returns, per sequence, its logits rows
     /// concatenated (`vocab_size` values each: one row for `Last`, `tokens.len()` for `All`).
     fn forward(&self, batch: &mut [SeqBatch<'_>]) -> Result<Vec<Vec<f32>>, ForwardError>;
+
+    /// The trunk side of multi-token prediction (hidden states, shared weights), where this
+    /// model supports an MTP head; `None` otherwise.
+    fn mtp_trunk(&self) -> Option<&dyn mtp::MtpTrunk> {
+        None
+    }
 }

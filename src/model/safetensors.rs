@@ -78,7 +78,7 @@ pub fn add_tensors(storage: &Arc<Storage>, file: &Path, set: &mut TensorSet) -> 
     Ok(())
 }
 
-fn map_file(path: &Path) -> Result<Arc<Storage>, ModelError> {
+pub(crate) fn map_file(path: &Path) -> Result<Arc<Storage>, ModelError> {
     let file = std::fs::File::open(path).map_err(|e| ModelError::io(path, e))?;
     // SAFETY: read-only map, never exposed mutably; the model files are treated as immutable
     // while served (a concurrent truncation by another process could fault reads, as with any

@@ -1,0 +1,283 @@
+//! `MtpHead`: a forged (or checkpoint) MTP head, its forward pass and greedy chained drafting.
+
+use super::sidecar::Sidecar;
+use super::MtpTrunk;
+use crate::backend::cpu::dequantize_row;
+use crate::backend::cpu::repack::unpack_row;
+use crate::backend::{AttnSeq, DType, Heads, Layout, WeightRef};
+use crate::model::{ForwardError, KvCache, LogitsWanted, ModelError, Tensor};
+use std::path::Path;
+
+/// What one head forward returns.
+pub struct MtpStep {
+    /// Draft logits over the sub-vocabulary (`MtpHead::subvocab().len()` per row): one row for
+    /// `LogitsWanted::Last`, one per fed row for `All`. Entry `j` scores token `subvocab()[j]`.
+    pub logits: Vec<f32>,
+    /// The head's output for every fed row (`hidden` values each, before its final norm). Fed
+    /// back with the drafted token, it chains the next, deeper draft.
+    pub hidden: Vec<f32>,
+}
+
+#[derive(Debug)]
+pub enum MtpError {
+    /// The head's cache is full, or a token is outside the vocabulary.
+    Forward(ForwardError),
+    /// `hidden` does not hold one row of the trunk's hidden size per token.
+    HiddenShape { tokens: usize, hidden_values: usize, hidden_size: usize },
+}
+
+impl std::fmt::Display for MtpError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            MtpError::Forward(e) => write!(f, "MTP head: {e}"),
+            MtpError::HiddenShape { tokens, hidden_values, hidden_size } => write!(
+                f,
+                "MTP head: {tokens} tokens need {tokens} hidden rows of {hidden_size} values, got {hidden_values} values"
+            ),
+        }
+    }
+}
+
+impl std::error::Error for MtpError {}
+
+pub struct MtpHead {
+    depth_trained: usize,
+    hidden: usize,
+    vocab: usize,
+    eps: f32,
+    heads: Heads,
+    ffn: usize,
+    subvocab: Vec<u32>,
+    enorm: Vec<f32>,
+    hnorm: Vec<f32>,
+    final_norm: Vec<f32>,
+    attn_norm: Vec<f32>,
+    ffn_norm: Vec<f32>,
+    fc: Tensor,
+    wq: Tensor,
+    wk: Tensor,
+    wv: Tensor,
+    wo: Tensor,
+    w_gate: Tensor,
+    w_up: Tensor,
+    w_down: Tensor,
+    /// The trunk's output-head rows of the sub-vocabulary, gathered once, in the trunk's type.
+    sub_out: Vec<u8>,
+    sub_out_dtype: DType,
+}
+
+fn to_f32(t: &Tensor) -> Vec<f32> {
+    let mut out = vec![0.0; t.numel()];
+    dequantize_row(t.dtype, t.bytes(), &mut out);
+    out
+}
+
+fn weight(t: &Tensor) -> WeightRef<'_> {
+    WeightRef { dtype: t.dtype, bytes: t.bytes(), rows: t.rows(), cols: t.cols(), layout: t.layout }
+}
+
+/// Row `id` of `t` in the file's encoding, whatever layout the backend repacked it into.
+fn file_row(t: &Tensor, id: usize, out: &mut Vec<u8>) {
+    let row_bytes = t.bytes().len() / t.rows().max(1);
+    match t.layout {
+        Layout::Rows => out.extend_from_slice(&t.bytes()[id * row_bytes..(id + 1) * row_bytes]),
+        Layout::Rows8 => {
+            let at = out.len();
+            out.resize(at + row_bytes, 0);
+            unpack_row(t.dtype, t.bytes(), t.cols(), id, &mut out[at..]);
+        }
+    }
+}
+
+fn add(x: &mut [f32], y: &[f32]) {
+    x.iter_mut().zip(y).for_each(|(x, y)| *x += y);
+}
+
+impl MtpHead {
+    /// Loads a sidecar for `trunk`, whose weight file has sha256 `trunk_sha256` (hex). A sidecar
+    /// made for another trunk is refused with [`ModelError::WrongTrunk`], naming both hashes.
+    pub fn load(path: &Path, trunk_sha256: &str, trunk: &dyn MtpTrunk) -> Result<MtpHead, ModelError> {
+        let sc = Sidecar::open(path)?;
+        let info = trunk.info();
+        sc.meta.check_trunk(path, trunk_sha256, info)?;
+        let m = &sc.meta;
+        let (h, qd, kvd, ffn) = (m.hidden, m.n_heads * m.head_dim, m.n_kv_heads * m.head_dim, m.ffn);
+        let l = |k: &str, shape: &[usize]| sc.tensor(&format!("mtp.layer.{k}.weight"), shape);
+        let shared = trunk.shared();
+        let out = shared.output;
+        let mut sub_out = Vec::with_capacity(sc.subvocab.len() * (out.bytes().len() / out.rows().max(1)));
+        for &id in &sc.subvocab {
+            file_row(out, id as usize, &mut sub_out);
+        }
+        Ok(MtpHead {
+            depth_trained: m.depth_trained,
+            hidden: h,
+            vocab: m.vocab,
+            eps: m.rms_eps,
+            heads: Heads { n_heads: m.n_heads, n_kv_heads: m.n_kv_heads, head_dim: m.head_dim },
+            ffn,
+            enorm: to_f32(&sc.tensor("mtp.enorm.weight", &[h])?),
+            hnorm: to_f32(&sc.tensor("mtp.hnorm.weight", &[h])?),
+            final_norm: to_f32(&sc.tensor("mtp.final_norm.weight", &[h])?),
+            attn_norm: to_f32(&l("attn_norm", &[h])?),
+            ffn_norm: to_f32(&l("ffn_norm", &[h])?),
+            fc: sc.tensor("mtp.eh_proj.weight", &[h, 2 * h])?,
+            wq: l("attn_q", &[qd, h])?,
+            wk: l("attn_k", &[kvd, h])?,
+            wv: l("attn_v", &[kvd, h])?,
+            wo: l("attn_output", &[h, qd])?,
+            w_gate: l("ffn_gate", &[ffn, h])?,
+            w_up: l("ffn_up", &[ffn, h])?,
+            w_down: l("ffn_down", &[h, ffn])?,
+            subvocab: sc.subvocab,
+            sub_out,
+            sub_out_dtype: out.dtype,
+        })
+    }
+
+    /// Trunk token ids the draft logits score, ascending.
+    pub fn subvocab(&self) -> &[u32] {
+        &self.subvocab
+    }
+
+    /// The chained depth the head was trained for.
+    pub fn depth_trained(&self) -> usize {
+        self.depth_trained
+    }
+
+    /// An empty cache for the head's one layer, for a sequence of at most `capacity` positions.
+    pub fn new_cache(&self, capacity: usize) -> KvCache {
+        KvCache::new(1, self.heads.kv_dim(), capacity)
+    }
+
+    /// Runs the head over `tokens.len()` rows at positions `cache.len()..`: row `r` pairs
+    /// `hidden[r]` (the trunk's hidden state at that position, or the head's own output for a
+    /// chained draft) with `tokens[r]` (the token after that position).
+    pub fn forward(
+        &self,
+        trunk: &dyn MtpTrunk,
+        cache: &mut KvCache,
+        hidden: &[f32],
+        tokens: &[u32],
+        logits: LogitsWanted,
+    ) -> Result<MtpStep, MtpError> {
+        let (n, hd) = (tokens.len(), self.hidden);
+        if hidden.len() != n * hd {
+            return Err(MtpError::HiddenShape { tokens: n, hidden_values: hidden.len(), hidden_size: hd });
+        }
+        let needed = cache.len() + n;
+        if needed > cache.capacity() {
+            return Err(MtpError::Forward(ForwardError::ContextFull { needed, capacity: cache.capacity() }));
+        }
+        if let Some(&token) = tokens.iter().find(|&&t| t as usize >= self.vocab) {
+            return Err(MtpError::Forward(ForwardError::BadToken { token, vocab_size: self.vocab }));
+        }
+        if n == 0 {
+            return Ok(MtpStep { logits: Vec::new(), hidden: Vec::new() });
+        }
+        let shared = trunk.shared();
+        let be = shared.backend;
+        let (qd, kvd, ffn) = (self.heads.q_dim(), self.heads.kv_dim(), self.ffn);
+        let embed = weight(shared.embed);
+        let mut e = vec![0.0; n * hd];
+        for (r, &tok) in tokens.iter().enumerate() {
+            dequantize_row(embed.dtype, embed.row(tok as usize), &mut e[r * hd..(r + 1) * hd]);
+        }
+        let mut hn = hidden.to_vec();
+        be.rms_norm(&mut e, &self.enorm, self.eps);
+        be.rms_norm(&mut hn, &self.hnorm, self.eps);
+        let mut cat = Vec::with_capacity(n * 2 * hd);
+        for r in 0..n {
+            cat.extend_from_slice(&e[r * hd..(r + 1) * hd]);
+            cat.extend_from_slice(&hn[r * hd..(r + 1) * hd]);
+        }
+        let mut x = vec![0.0; n * hd];
+        be.matmul(weight(&self.fc), &cat, n, &mut x);
+
+        let start = cache.len();
+        let positions: Vec<usize> = (start..start + n).collect();
+        let mut h = x.clone();
+        be.rms_norm(&mut h, &self.attn_norm, self.eps);
+        let (mut q, mut k, mut v) = (vec![0.0; n * qd], vec![0.0; n * kvd], vec![0.0; n * kvd]);
+        be.matmul_many(&[weight(&self.wq), weight(&self.wk), weight(&self.wv)], &h, n, &mut [&mut q, &mut k, &mut v]);
+        be.rope(&mut q, self.heads.n_heads, self.heads.head_dim, &positions, shared.rope);
+        be.rope(&mut k, self.heads.n_kv_heads, self.heads.head_dim, &positions, shared.rope);
+        cache.k[0].extend_from_slice(&k);
+        cache.v[0].extend_from_slice(&v);
+        let mut att = vec![0.0; n * qd];
+        let seq = AttnSeq { q: &q, keys: &cache.k[0], values: &cache.v[0], start_pos: start, n_q: n, out: &mut att };
+        be.attention(seq, self.heads, 1.0 / (self.heads.head_dim as f32).sqrt());
+        cache.advance(n);
+        let mut o = vec![0.0; n * hd];
+        be.matmul(weight(&self.wo), &att, n, &mut o);
+        add(&mut x, &o);
+        h.copy_from_slice(&x);
+        be.rms_norm(&mut h, &self.ffn_norm, self.eps);
+        let (mut gate, mut up) = (vec![0.0; n * ffn], vec![0.0; n * ffn]);
+        be.matmul_many(&[weight(&self.w_gate), weight(&self.w_up)], &h, n, &mut [&mut gate, &mut up]);
+        be.swiglu(&mut gate, &up);
+        be.matmul(weight(&self.w_down), &gate, n, &mut o);
+        add(&mut x, &o);
+
+        let mut rows = match logits {
+            LogitsWanted::Last => x[(n - 1) * hd..].to_vec(),
+            LogitsWanted::All => x.clone(),
+        };
+        let m = rows.len() / hd;
+        be.rms_norm(&mut rows, &self.final_norm, self.eps);
+        let s = self.subvocab.len();
+        let out =
+            WeightRef { dtype: self.sub_out_dtype, bytes: &self.sub_out, rows: s, cols: hd, layout: Layout::Rows };
+        let mut lg = vec![0.0; m * s];
+        be.matmul(out, &rows, m, &mut lg);
+        Ok(MtpStep { logits: lg, hidden: x })
+    }
+
+    /// Greedy chained drafting. Feeds the catch-up rows (`hidden`, `tokens`: the trunk's hidden
+    /// states and the tokens after them since the head last ran), then chains `depth` drafts,
+    /// each from the previous step's output hidden state and top-1 token. The cache ends
+    /// `depth - 1` entries past the trunk's: truncate it to the trunk's accepted length after
+    /// verification. Returns each draft token with its probability under the draft distribution.
+    pub fn draft_greedy(
+        &self,
+        trunk: &dyn MtpTrunk,
+        cache: &mut KvCache,
+        hidden: &[f32],
+        tokens: &[u32],
+        depth: usize,
+    ) -> Result<Vec<(u32, f32)>, MtpError> {
+        let mut out = Vec::with_capacity(depth);
+        let mut step = self.forward(trunk, cache, hidden, tokens, LogitsWanted::Last)?;
+        for d in 0..depth {
+            let (j, p) = top1(&step.logits);
+            let token = self.subvocab[j];
+            out.push((token, p));
+            if d + 1 < depth {
+                let h = step.hidden[step.hidden.len() - self.hidden..].to_vec();
+                step = self.forward(trunk, cache, &h, &[token], LogitsWanted::Last)?;
+            }
+        }
+        Ok(out)
+    }
+
+    /// Spreads one row of sub-vocabulary logits over the full vocabulary, pruned tokens at
+    /// -inf (draft probability q = 0), so that the sampler's transforms apply unchanged.
+    pub fn scatter(&self, sub_logits: &[f32], full: &mut [f32]) {
+        full.fill(f32::NEG_INFINITY);
+        for (&id, &l) in self.subvocab.iter().zip(sub_logits) {
+            full[id as usize] = l;
+        }
+    }
+}
+
+/// The index of the largest logit and its softmax probability.
+fn top1(logits: &[f32]) -> (usize, f32) {
+    let (mut j, mut best) = (0, f32::NEG_INFINITY);
+    for (i, &l) in logits.iter().enumerate() {
+        if l > best {
+            (j, best) = (i, l);
+        }
+    }
+    let z: f32 = logits.iter().map(|&l| (l - best).exp()).sum();
+    (j, 1.0 / z)
+}
