@@ -118,3 +118,77 @@ fn bad_drafting_options_are_refused_by_name() {
         assert_eq!(r.json()["error"]["param"], param, "{opt}: {}", r.text());
     }
 }
+
+/// The demo model's forged MTP head, committed beside the code.
+const HEAD: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/models/SmolLM2-135M-Instruct.Q4_1.mtp.safetensors");
+const POEM_PROMPT: &str = "Write a short poem about the sea.";
+
+fn start_with_head(draft: &str, depth: &str) -> Server {
+    let model = demo_model();
+    let m = model.to_str().unwrap();
+    Server::start(&["--model", m, "--threads", "2", "--draft", draft, "--depth", depth, "--mtp-head", HEAD])
+}
+
+#[test]
+fn mtp_drafts_give_the_plain_answers_also_after_prefix_reuse_and_beside_other_drafters() {
+    let plain = start("none", "auto");
+    let prompts = [POEM_PROMPT, EDIT_PROMPT];
+    let want: Vec<String> = prompts.iter().map(|p| ask(plain.addr, p, json!({})).0).collect();
+    drop(plain);
+    let spec = start_with_head("mtp", "3");
+    let mut accepted = 0;
+    // Each prompt twice: the second time most of the prompt comes from the first request's
+    // cache, whose positions have no hidden rows, so the head starts after the reused prefix.
+    for (p, w) in prompts.iter().chain(&prompts).zip(want.iter().chain(&want)) {
+        let (got, id) = ask(spec.addr, p, json!({}));
+        assert_eq!(&got, w);
+        let r = record(spec.addr, &id);
+        assert_eq!(r["drafter"], "mtp", "{r}");
+        assert!(r["drafted_tokens"].as_u64().unwrap() > 0, "{r}");
+        accepted += r["accepted_tokens"].as_u64().unwrap();
+    }
+    assert!(accepted > 0, "the head's drafts were never accepted");
+    // Four at once, each with another drafter, in the same batched steps.
+    let options = [
+        json!({}),
+        json!({"mtplx": {"draft": "none"}}),
+        json!({"mtplx": {"draft": "ngram"}}),
+        json!({"mtplx": {"draft": "auto", "depth": 2}}),
+    ];
+    let handles: Vec<_> = options
+        .into_iter()
+        .enumerate()
+        .map(|(i, o)| {
+            let (addr, p) = (spec.addr, prompts[i % 2]);
+            std::thread::spawn(move || ask(addr, p, o))
+        })
+        .collect();
+    for (i, h) in handles.into_iter().enumerate() {
+        let (got, id) = h.join().unwrap();
+        assert_eq!(got, want[i % 2], "request {i}");
+        let drafter = record(spec.addr, &id)["drafter"].clone();
+        assert_eq!(drafter, ["mtp", "", "ngram", "ngram+mtp"][i], "request {i}");
+    }
+}
+
+#[test]
+fn the_mtp_drafter_needs_a_head_made_for_the_model() {
+    let model = demo_model();
+    let m = model.to_str().unwrap();
+    let bin = env!("CARGO_BIN_EXE_mtplx-lite");
+    let out =
+        std::process::Command::new(bin).args(["--listen", "127.0.0.1:0", "--model", m, "--draft", "mtp"]).output();
+    let out = out.unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("--draft mtp") && err.contains("--mtp-head"), "{err}");
+    // A head made for another trunk: the tests' tiny one.
+    let other = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/data/mtp/head.safetensors");
+    let out = std::process::Command::new(bin)
+        .args(["--listen", "127.0.0.1:0", "--model", m, "--mtp-head", other])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("sha256") || err.contains("trunk"), "{err}");
+}

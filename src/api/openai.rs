@@ -10,7 +10,8 @@ use super::state::{ApiConfig, InFlightGuard, Llm};
 use super::wire::{
     self, ChatChoice, ChatLogprobs, ChatMessageOut, Completion, ModelCard, ModelList, TextChoice, TokenLogprob,
 };
-use crate::engine::{JobSpec, SubmitError};
+use crate::engine::draft::DraftError;
+use crate::engine::{DraftMode, JobSpec, SubmitError};
 use crate::http::{Request, Response};
 use crate::metrics::Metrics;
 use std::sync::Arc;
@@ -121,6 +122,9 @@ async fn start(
     guard: InFlightGuard,
 ) -> Result<Response, ApiError> {
     let max_tokens = max_tokens(llm, &p)?;
+    if p.params.draft.mode == Some(DraftMode::Mtp) && !llm.engine.has_mtp() {
+        return Err(ApiError::invalid("mtplx.draft", format!("'mtplx.draft': {}", DraftError::NoMtpHead)));
+    }
     let submitted = Instant::now();
     let Prepared { kind, tokens, params, question_chars } = p;
     let n = tokens.len();

@@ -163,7 +163,8 @@ pub fn generate(
         ..EngineConfig::for_model(&*loaded.model, 1, cfg.ctx, cfg.kv_cache_bytes)
     };
     let max_tokens = max_tokens.min(ecfg.ctx.saturating_sub(tokens.len()));
-    let engine = Engine::start(loaded.model.clone(), loaded.tokenizer.clone(), ecfg);
+    let head = super::load_head(cfg, &path, &loaded)?;
+    let engine = Engine::start_with_head(loaded.model.clone(), loaded.tokenizer.clone(), ecfg, head);
     let params = SamplingParams { temperature, seed, ..SamplingParams::greedy() };
     let (job, rx) =
         JobSpec { stop_tokens: loaded.tokenizer.eos_tokens().to_vec(), ..JobSpec::new(tokens, params, max_tokens) }
@@ -187,6 +188,18 @@ pub fn generate(
                     stats.prefill_time.as_secs_f64() * 1e3,
                     decode_rate(stats.completion_tokens, stats.decode_time)
                 );
+                let spec = &stats.spec;
+                if spec.verify_calls > 0 {
+                    eprintln!(
+                        "[{}: {} of {} drafted tokens accepted in {} verify passes | by depth {:?} of {:?}]",
+                        spec.drafter,
+                        spec.accepted,
+                        spec.drafted,
+                        spec.verify_calls,
+                        spec.accepted_by_depth,
+                        spec.drafted_by_depth
+                    );
+                }
                 break;
             }
         }

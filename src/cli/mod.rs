@@ -4,6 +4,7 @@
 
 pub mod bench;
 pub mod bench_rows;
+mod demo_head;
 pub mod serve;
 
 use argh::FromArgs;
@@ -101,13 +102,18 @@ pub struct Cli {
     /// prompt tokens one step prefills while no stream decodes (default 256)
     #[argh(option, default = "DEFAULT_PREFILL_CHUNK")]
     pub prefill_chunk: usize,
-    /// speculative decoding's drafter: none, ngram or auto (default auto: n-gram drafts with
-    /// the depth chosen by measured cost; see docs/speculative.md)
+    /// speculative decoding's drafter: none, ngram, mtp or auto (default auto: n-gram drafts
+    /// where the text repeats itself, else the MTP head if one is loaded, the depth chosen by
+    /// measured cost; see docs/speculative.md)
     #[argh(option, default = "String::from(\"auto\")")]
     pub draft: String,
     /// draft tokens per step: 1 to 8, or auto (default auto)
     #[argh(option, default = "String::from(\"auto\")")]
     pub depth: String,
+    /// an MTP head (a `.mtp.safetensors` sidecar made for this model by tools/forge) to draft
+    /// with; the demo model gets its own when no --model is given
+    #[argh(option)]
+    pub mtp_head: Option<PathBuf>,
     #[argh(subcommand)]
     pub command: Option<Command>,
 }
@@ -181,6 +187,7 @@ pub struct ModelOpts {
     pub kv_cache_bytes: Option<usize>,
     pub budget: StepBudget,
     pub draft: DraftConfig,
+    pub mtp_head: Option<PathBuf>,
 }
 
 impl ModelOpts {
@@ -192,6 +199,38 @@ impl ModelOpts {
                 .map_err(|e| e.to_string()),
         }
     }
+
+    /// The MTP head to load: `--mtp-head`, else the demo's own when the demo model is served.
+    pub fn head_path(&self, model: &std::path::Path) -> Result<Option<PathBuf>, String> {
+        match (&self.mtp_head, &self.model) {
+            (Some(p), _) => Ok(Some(p.clone())),
+            (None, None) => demo_head::ensure_beside(model).map(Some),
+            (None, Some(_)) => Ok(None),
+        }
+    }
+}
+
+/// The MTP head `opts` name for the model loaded from `path`; `--draft mtp` needs one.
+pub fn load_head(
+    opts: &ModelOpts,
+    path: &std::path::Path,
+    loaded: &mtplx_lite::model::load::Loaded,
+) -> Result<Option<std::sync::Arc<mtplx_lite::model::mtp::MtpHead>>, String> {
+    let head = match opts.head_path(path)? {
+        Some(p) => {
+            let head = mtplx_lite::model::load::load_mtp_head(path, &p, &*loaded.model).map_err(|e| e.to_string())?;
+            eprintln!("mtplx-lite: MTP head {} ({} draft tokens)", p.display(), head.subvocab().len());
+            Some(std::sync::Arc::new(head))
+        }
+        None => None,
+    };
+    if head.is_none() && opts.draft.mode == DraftMode::Mtp {
+        return Err(format!(
+            "--draft mtp: {} (give one with --mtp-head)",
+            mtplx_lite::engine::draft::DraftError::NoMtpHead
+        ));
+    }
+    Ok(head)
 }
 
 /// Every layer's settings, checked.
@@ -287,6 +326,7 @@ impl Settings {
                 mode: DraftMode::parse(&cli.draft).map_err(|e| format!("--draft: {e}"))?,
                 depth: Depth::parse(&cli.depth).map_err(|e| format!("--depth: {e}"))?,
             },
+            mtp_head: cli.mtp_head.clone(),
         };
         Ok(Settings { listen, http, api, model, metrics_history: cli.metrics_history.max(1) })
     }

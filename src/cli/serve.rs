@@ -31,7 +31,8 @@ pub fn run(s: Settings) -> Result<(), String> {
         ..EngineConfig::for_model(&*loaded.model, s.model.queue_depth, s.model.ctx, s.model.kv_cache_bytes)
     };
     let ctx = engine_cfg.ctx;
-    let engine = Engine::start(loaded.model.clone(), loaded.tokenizer.clone(), engine_cfg);
+    let head = super::load_head(&s.model, &path, &loaded)?;
+    let engine = Engine::start_with_head(loaded.model.clone(), loaded.tokenizer.clone(), engine_cfg, head);
     let metrics = Metrics::shared(s.metrics_history, BuildInfo::current("cpu", &loaded.name));
     let llm = Arc::new(Llm {
         engine,

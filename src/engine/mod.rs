@@ -16,6 +16,7 @@ pub mod sampler;
 pub mod scheduler;
 #[cfg(test)]
 mod scheduler_tests;
+mod sequence;
 pub mod speculate;
 #[cfg(test)]
 mod speculate_tests;
@@ -28,8 +29,10 @@ pub use draft::{Depth, DraftConfig, DraftMode, DraftRequest};
 pub use job::{Event, FinishReason, GenStats, Job, JobSpec, KvSnapshot, SamplingParams, SpecCounts, MAX_TOP_LOGPROBS};
 pub use step_budget::StepBudget;
 
+use crate::model::mtp::MtpHead;
 use crate::model::Model;
 use crossbeam_channel::{Sender, TrySendError};
+use draft::MtpSource;
 use kv_cache::KvCacheManager;
 use scheduler::{Scheduler, Shared};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -104,23 +107,38 @@ pub struct Engine {
     stopping: AtomicBool,
     thread: Mutex<Option<JoinHandle<()>>>,
     cfg: EngineConfig,
+    has_mtp: bool,
 }
 
 impl Engine {
     /// Starts the decode thread, which owns `model` and every KV cache from now on.
     pub fn start(model: Arc<dyn Model>, decoder: Arc<dyn TokenDecoder>, cfg: EngineConfig) -> Engine {
+        Engine::start_with_head(model, decoder, cfg, None)
+    }
+
+    /// [`Engine::start`] with the model's MTP head, which the `mtp` and `auto` drafters then use.
+    pub fn start_with_head(
+        model: Arc<dyn Model>,
+        decoder: Arc<dyn TokenDecoder>,
+        cfg: EngineConfig,
+        head: Option<Arc<MtpHead>>,
+    ) -> Engine {
+        let mtp = head.map(|head| MtpSource { model: model.clone(), head, capacity: cfg.ctx });
+        let has_mtp = mtp.is_some();
         // A zero-capacity channel would refuse every job the thread is not blocked waiting for.
         let (jobs, jobs_rx) = crossbeam_channel::bounded(cfg.queue_depth.max(1));
         let (stop, stop_rx) = crossbeam_channel::bounded(1);
         let shared = Arc::new(Shared::default());
         let per_position = model.new_cache(0).bytes_per_position();
         let caches = KvCacheManager::new(cfg.ctx, cfg.kv_cache_bytes, per_position);
-        let sched = Scheduler::new(model, decoder, caches, (jobs_rx, stop_rx), shared.clone(), cfg.budget, cfg.draft);
+        let sched =
+            Scheduler::new(model, decoder, caches, (jobs_rx, stop_rx), shared.clone(), cfg.budget, (cfg.draft, mtp));
         let thread = std::thread::Builder::new()
             .name("mtplx-decode".into())
             .spawn(move || sched.run())
             .expect("spawning the decode thread");
-        Engine { jobs, stop, shared, stopping: AtomicBool::new(false), thread: Mutex::new(Some(thread)), cfg }
+        let stopping = AtomicBool::new(false);
+        Engine { jobs, stop, shared, stopping, thread: Mutex::new(Some(thread)), cfg, has_mtp }
     }
 
     /// Queues a job; never blocks. The job's events arrive on its `reply` channel.
@@ -151,6 +169,11 @@ impl Engine {
 
     pub fn config(&self) -> &EngineConfig {
         &self.cfg
+    }
+
+    /// Whether an MTP head was loaded (the `mtp` drafter exists).
+    pub fn has_mtp(&self) -> bool {
+        self.has_mtp
     }
 
     /// Refuses new jobs, ends every queued and running one with

@@ -8,13 +8,15 @@
 //! accepts and rolls its cache back past the rest (`speculate.rs`).
 
 use super::detok::{StreamDecoder, TokenDecoder};
-use super::draft::{drafter_for, Depth, DraftConfig, DraftMode, MAX_DRAFT_DEPTH};
+use super::draft::{drafter_for, Depth, DraftConfig, DraftMode, MtpSource, MAX_DRAFT_DEPTH};
 use super::job::{Event, FinishReason, GenStats, Job, KvSnapshot, SpecCounts};
 use super::kv_cache::{KvCacheManager, SeqId};
-use super::sampler::{Sampled, Sampler};
+use super::sampler::Sampler;
+use super::sequence::{cancelled, emit, verify, Seq};
 use super::speculate::{CostModel, SpecState};
 use super::step_budget::{StepBudget, Want};
-use crate::model::{LogitsWanted, Model, SeqBatch};
+use crate::model::mtp::ForwardOutput;
+use crate::model::{ForwardError, LogitsWanted, Model, SeqBatch};
 use crossbeam_channel::{Receiver, TryRecvError};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -32,35 +34,6 @@ pub(crate) struct Shared {
     pub kv: Mutex<KvSnapshot>,
 }
 
-struct Seq {
-    job: Job,
-    id: SeqId,
-    sampler: Sampler,
-    detok: StreamDecoder,
-    /// Next prompt index to feed; prefill is over when it reaches the prompt's length.
-    fed: usize,
-    /// Steps that fed part of the prompt.
-    prefill_chunks: usize,
-    /// The last sampled token, fed at the next step.
-    pending: u32,
-    /// The prompt and every token generated so far (what drafters read).
-    history: Vec<u32>,
-    /// What this step feeds while decoding: `pending`, then the draft.
-    feed: Vec<u32>,
-    /// The sequence's drafter and its account; `None` decodes plainly.
-    spec: Option<SpecState>,
-    generated: usize,
-    /// `max_tokens`, capped by what the context leaves.
-    max_new: usize,
-    cached: usize,
-    admitted: Instant,
-    first_token: Option<Instant>,
-    last_token: Option<Instant>,
-    max_batch: usize,
-    /// Set when the sequence ends; it is removed after the step.
-    done: Option<(FinishReason, bool)>,
-}
-
 pub(crate) struct Scheduler {
     pub model: Arc<dyn Model>,
     pub decoder: Arc<dyn TokenDecoder>,
@@ -70,6 +43,8 @@ pub(crate) struct Scheduler {
     pub shared: Arc<Shared>,
     budget: StepBudget,
     draft: DraftConfig,
+    /// The model's MTP head, when one is loaded.
+    mtp: Option<MtpSource>,
     /// Forward-pass times by rows fed, which auto depth weighs drafts against.
     costs: CostModel,
     active: Vec<Seq>,
@@ -85,10 +60,10 @@ impl Scheduler {
         (jobs, stop): (Receiver<Job>, Receiver<()>),
         shared: Arc<Shared>,
         budget: StepBudget,
-        draft: DraftConfig,
+        (draft, mtp): (DraftConfig, Option<MtpSource>),
     ) -> Scheduler {
         let (active, held, costs) = (Vec::new(), None, CostModel::default());
-        Scheduler { model, decoder, caches, jobs, stop, shared, budget, draft, costs, active, held }
+        Scheduler { model, decoder, caches, jobs, stop, shared, budget, draft, mtp, costs, active, held }
     }
 
     /// The decode thread's body; returns at shutdown, after ending every job it knows of.
@@ -185,7 +160,7 @@ impl Scheduler {
         let p = &job.params;
         let reproducible = p.seed.is_some() && p.temperature > 0.0 && job.draft.mode.is_none();
         let mode = if reproducible { DraftMode::None } else { job.draft.mode.unwrap_or(self.draft.mode) };
-        let spec = drafter_for(mode).map(|d| SpecState::new(d, depth));
+        let spec = drafter_for(mode, self.mtp.as_ref()).map(|d| SpecState::new(d, depth));
         self.active.push(Seq {
             sampler: Sampler::new(&job.params),
             detok: StreamDecoder::new(),
@@ -262,18 +237,21 @@ impl Scheduler {
                 SeqBatch { tokens: t, cache, logits }
             })
             .collect();
+        let hidden_wanted =
+            plan.iter().any(|&(i, _)| active[i].spec.as_ref().is_some_and(|p| p.drafter.needs_hidden()));
         let model = &self.model;
         let started = Instant::now();
-        let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| model.forward(&mut batch)));
+        let result =
+            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| forward(&**model, &mut batch, hidden_wanted)));
         let took = started.elapsed();
         drop(batch);
-        let logits = match result {
-            Ok(Ok(l)) if l.len() == plan.len() => l,
+        let (logits, mut hidden) = match result {
+            Ok(Ok(ForwardOutput { logits: l, hidden })) if l.len() == plan.len() => (l, hidden),
             failed => {
                 let msg = match failed {
                     Ok(Err(e)) => format!("the model failed: {e}"),
-                    Ok(Ok(l)) => {
-                        format!("the model returned {} logits rows for {} sequences", l.len(), plan.len())
+                    Ok(Ok(o)) => {
+                        format!("the model returned {} logits rows for {} sequences", o.logits.len(), plan.len())
                     }
                     Err(_) => "the model panicked during a forward pass".to_string(),
                 };
@@ -288,34 +266,46 @@ impl Scheduler {
         }
         let rows: usize = plan.iter().map(|&(_, n)| n).sum();
         self.costs.observe(rows, took);
-        let width = plan.len();
+        hidden.resize_with(plan.len(), Vec::new);
         for (k, (&(i, n), row)) in plan.iter().zip(logits).enumerate() {
-            let s = &mut self.active[i];
-            s.max_batch = s.max_batch.max(width);
-            let prefilling = s.fed < s.job.prompt.len();
-            if prefilling {
-                s.fed += n;
-                s.prefill_chunks += 1;
-                if s.fed < s.job.prompt.len() {
-                    continue;
-                }
-            }
-            let vocab = self.model.info().vocab_size;
-            if row.len() < vocab {
-                let msg = format!("the model returned {} logits for a vocabulary of {vocab}", row.len());
-                s.done = Some((FinishReason::Error(msg), false));
-                continue;
-            }
-            let eos = &self.model.info().eos_tokens;
-            if !verifying[k] {
-                emit(s, &row[row.len() - vocab..], eos, &*self.decoder);
-                continue;
-            }
-            let kept = verify(s, &row, vocab, eos, &*self.decoder, took);
+            let kept = self.absorb(i, n, &row, (plan.len(), verifying[k]), took);
             // The cache keeps the positions of every emitted token but the last, as in plain
             // decoding: the last is fed at the next step.
             self.caches.truncate(ids[k], before[k] + kept);
+            let s = &mut self.active[i];
+            if let (Some(spec), false) = (s.spec.as_mut(), hidden[k].is_empty()) {
+                let width = hidden[k].len() / n.max(1);
+                let started = Instant::now();
+                spec.drafter.observe(before[k], &hidden[k][..kept * width], &s.history);
+                spec.stats.draft_time += started.elapsed();
+            }
         }
+    }
+
+    /// Takes one sequence's logits from a step of `width` sequences: prefill progress, or the
+    /// next token, or a verified draft. Returns how many of the `n` rows it fed the cache keeps.
+    fn absorb(&mut self, i: usize, n: usize, row: &[f32], (width, verifying): (usize, bool), took: Duration) -> usize {
+        let s = &mut self.active[i];
+        s.max_batch = s.max_batch.max(width);
+        if s.fed < s.job.prompt.len() {
+            s.fed += n;
+            s.prefill_chunks += 1;
+            if s.fed < s.job.prompt.len() {
+                return n;
+            }
+        }
+        let info = self.model.info();
+        let vocab = info.vocab_size;
+        if row.len() < vocab {
+            let msg = format!("the model returned {} logits for a vocabulary of {vocab}", row.len());
+            s.done = Some((FinishReason::Error(msg), false));
+            return n;
+        }
+        if !verifying {
+            emit(s, &row[row.len() - vocab..], &info.eos_tokens, &*self.decoder);
+            return n;
+        }
+        verify(s, row, vocab, &info.eos_tokens, &*self.decoder, took)
     }
 
     /// Chooses each decoding sequence's draft for this step and widens its share of the plan:
@@ -337,7 +327,7 @@ impl Scheduler {
             let depth = spec.choose_depth(cap, rows - 1, decoding - 1, &self.costs);
             let started = Instant::now();
             spec.drafter.draft(&s.history, depth, &mut spec.draft);
-            spec.stats.draft_time += started.elapsed();
+            spec.drafted(started.elapsed(), spec.draft.len());
             s.feed.extend_from_slice(&spec.draft);
             rows += spec.draft.len();
             *n = s.feed.len();
@@ -387,78 +377,6 @@ impl Scheduler {
     }
 }
 
-/// Samples the next token of `s` from its logits row, streams it, and decides whether the
-/// sequence goes on.
-fn emit(s: &mut Seq, row: &[f32], eos: &[u32], decoder: &dyn TokenDecoder) {
-    let picked = s.sampler.sample(row, s.job.logprobs, s.job.top_logprobs);
-    deliver(s, picked, eos, decoder);
-}
-
-/// Walks the rows of a verify pass (row j follows draft token j): each draft token is kept or
-/// replaced by exact rejection sampling, up to the first replacement; a fully accepted draft
-/// earns a bonus token from its last row. Every token goes out as plain decoding would send it,
-/// and the sequence may end at any of them. Returns how many tokens were emitted.
-fn verify(s: &mut Seq, rows: &[f32], vocab: usize, eos: &[u32], decoder: &dyn TokenDecoder, took: Duration) -> usize {
-    let mut spec = s.spec.take().expect("a verifying sequence has a drafter");
-    let draft = std::mem::take(&mut spec.draft);
-    let (want, top) = (s.job.logprobs, s.job.top_logprobs);
-    let mut emitted = 0;
-    for (j, row) in rows.chunks_exact(vocab).enumerate().take(draft.len() + 1) {
-        let (picked, accepted) = match draft.get(j) {
-            Some(&d) => s.sampler.verify(row, d, None, want, top),
-            None => (s.sampler.sample(row, want, top), false),
-        };
-        if j < draft.len() {
-            spec.learn(j, accepted);
-            spec.stats.accepted += accepted as usize;
-            spec.stats.correction += !accepted as usize;
-        } else {
-            spec.stats.bonus += 1;
-        }
-        emitted += 1;
-        deliver(s, picked, eos, decoder);
-        if s.done.is_some() || !accepted {
-            break;
-        }
-    }
-    spec.stats.drafted += draft.len();
-    spec.stats.verify_calls += 1;
-    spec.stats.verify_time += took;
-    spec.draft = draft;
-    s.spec = Some(spec);
-    emitted
-}
-
-/// Streams a chosen token and decides whether the sequence goes on.
-fn deliver(s: &mut Seq, picked: Sampled, eos: &[u32], decoder: &dyn TokenDecoder) {
-    s.history.push(picked.id);
-    let now = Instant::now();
-    s.first_token.get_or_insert(now);
-    s.last_token = Some(now);
-    s.generated += 1;
-    if eos.contains(&picked.id) || s.job.stop_tokens.contains(&picked.id) {
-        s.done = Some((FinishReason::Stop, true));
-        return;
-    }
-    let ev = Event::Token {
-        id: picked.id,
-        text: s.detok.push(decoder, picked.id),
-        logprob: s.job.logprobs.then_some(picked.logprob),
-        top_logprobs: picked.top,
-    };
-    if s.job.reply.try_send(ev).is_err() {
-        s.done = Some((FinishReason::Cancelled, false));
-    } else if s.generated >= s.max_new {
-        s.done = Some((FinishReason::Length, true));
-    } else {
-        s.pending = picked.id;
-    }
-}
-
-fn cancelled(job: &Job) -> bool {
-    job.cancel.load(Ordering::Relaxed) || job.reply.is_closed()
-}
-
 /// Ends a job that never became a sequence.
 fn refuse(job: Job, finish: FinishReason, kv_after: KvSnapshot) {
     let waited = job.submitted.elapsed();
@@ -470,4 +388,13 @@ fn refuse(job: Job, finish: FinishReason, kv_after: KvSnapshot) {
         ..Default::default()
     };
     let _ = job.reply.try_send(Event::Done { finish, text: String::new(), stats });
+}
+
+/// The step's forward pass; with `hidden`, also every fed row's last-layer output (for MTP
+/// drafters), else none.
+fn forward(model: &dyn Model, batch: &mut [SeqBatch<'_>], hidden: bool) -> Result<ForwardOutput, ForwardError> {
+    match model.mtp_trunk() {
+        Some(trunk) if hidden => trunk.forward_hidden(batch),
+        _ => model.forward(batch).map(|logits| ForwardOutput { logits, hidden: Vec::new() }),
+    }
 }

@@ -85,6 +85,9 @@ pub struct SpecState {
     seen: [bool; MAX_DRAFT_DEPTH],
     /// Steps since the last round that drafted.
     idle_steps: u32,
+    /// Running seconds the drafter takes per drafted token (a head's forward; about 0 for
+    /// n-gram lookup), weighed beside the verify pass's cost.
+    draft_cost: f64,
     /// The draft of the current step (empty: plain decoding this step).
     pub draft: Vec<u32>,
     pub stats: SpecCounts,
@@ -98,6 +101,7 @@ impl SpecState {
             accept: [PRIOR_ACCEPT; MAX_DRAFT_DEPTH],
             seen: [false; MAX_DRAFT_DEPTH],
             idle_steps: 0,
+            draft_cost: 0.0,
             draft: Vec::new(),
             stats: SpecCounts::default(),
         }
@@ -124,7 +128,9 @@ impl SpecState {
         let k = match self.depth {
             Depth::Fixed(n) => n.min(cap),
             Depth::Auto => {
-                let rate = |k: usize| (tokens as f64 + self.expected_tokens(k)) / costs.cost(rows + 1 + k);
+                let rate = |k: usize| {
+                    (tokens as f64 + self.expected_tokens(k)) / (costs.cost(rows + 1 + k) + k as f64 * self.draft_cost)
+                };
                 let best = (0..=cap).fold(0, |b, k| if rate(k) > rate(b) { k } else { b });
                 if best == 0 && cap > 0 && self.idle_steps >= EXPLORE_EVERY {
                     1
@@ -135,6 +141,15 @@ impl SpecState {
         };
         self.idle_steps = if k == 0 { self.idle_steps + 1 } else { 0 };
         k
+    }
+
+    /// Records that drafting `n` tokens took `took`.
+    pub fn drafted(&mut self, took: Duration, n: usize) {
+        self.stats.draft_time += took;
+        if n > 0 {
+            let per_token = took.as_secs_f64() / n as f64;
+            self.draft_cost += COST_EWMA * (per_token - self.draft_cost);
+        }
     }
 
     /// Records that position `j` of a draft was verified, and whether it was accepted.

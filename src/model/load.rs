@@ -3,6 +3,7 @@
 //! the problem.
 
 use super::llama::Llama;
+use super::mtp::MtpHead;
 use super::{ChatTemplate, Model, ModelFiles, Tokenizer};
 use std::path::Path;
 use std::sync::Arc;
@@ -46,4 +47,13 @@ pub fn model_id(path: &Path, files: &ModelFiles) -> String {
         Some(n) => n.strip_suffix(".gguf").unwrap_or(n).to_string(),
         None => files.name.clone(),
     }
+}
+
+/// Loads the MTP head at `head` for the model loaded from `model_path`, refusing one made for
+/// another model (the sidecar names its trunk's sha256).
+pub fn load_mtp_head(model_path: &Path, head: &Path, model: &dyn Model) -> Result<MtpHead, LoadError> {
+    let err = |message: String| LoadError { path: head.to_path_buf(), message };
+    let trunk = model.mtp_trunk().ok_or_else(|| err("this model's architecture cannot carry an MTP head".into()))?;
+    let sha = super::sha256::file_hex(model_path).map_err(|e| err(format!("cannot hash the model file: {e}")))?;
+    MtpHead::load(head, &sha, trunk).map_err(|e| err(e.to_string()))
 }

@@ -2,9 +2,14 @@
 //! verifies (`engine/speculate.rs`). A drafter only proposes; exactness is the verifier's job, so
 //! a bad drafter costs speed, never correctness.
 
+pub mod auto;
+pub mod mtp;
 pub mod ngram;
 
+use crate::model::mtp::MtpHead;
+use crate::model::Model;
 use std::fmt;
+use std::sync::Arc;
 
 /// Deepest draft a step may verify: beyond it the verify pass costs more than the drafts win,
 /// even at full acceptance, on the machines measured (docs/speculative.md).
@@ -17,7 +22,10 @@ pub enum DraftMode {
     None,
     /// Prompt lookup: continue the latest earlier occurrence of the text's last few tokens.
     Ngram,
-    /// The best drafter this model has (today: n-gram), with the depth chosen by cost.
+    /// The model's multi-token-prediction head.
+    Mtp,
+    /// The best drafter this model has (n-gram where the text repeats itself, else the MTP head
+    /// when one is loaded), with the depth chosen by cost.
     Auto,
 }
 
@@ -26,6 +34,7 @@ impl DraftMode {
         match self {
             DraftMode::None => "none",
             DraftMode::Ngram => "ngram",
+            DraftMode::Mtp => "mtp",
             DraftMode::Auto => "auto",
         }
     }
@@ -35,7 +44,7 @@ impl DraftMode {
             "none" => Ok(DraftMode::None),
             "ngram" => Ok(DraftMode::Ngram),
             "auto" => Ok(DraftMode::Auto),
-            "mtp" => Err(DraftError::NoMtpHead),
+            "mtp" => Ok(DraftMode::Mtp),
             other => Err(DraftError::UnknownMode(other.to_string())),
         }
     }
@@ -110,15 +119,43 @@ pub trait Drafter: Send {
     fn name(&self) -> &'static str;
 
     /// Writes at most `max` tokens likely to follow `history` into `out` (cleared first). An
-    /// empty draft means "no guess": the step decodes plainly.
+    /// empty draft means "no guess": the step decodes plainly. `history` is the prompt and every
+    /// emitted token; the model's cache holds all of it but the last token.
     fn draft(&mut self, history: &[u32], max: usize, out: &mut Vec<u32>);
+
+    /// Whether the steps that feed this sequence must return the model's hidden rows.
+    fn needs_hidden(&self) -> bool {
+        false
+    }
+
+    /// The model's last-layer rows of positions `first..`, one per position its cache kept after
+    /// a step (`history` as in [`Drafter::draft`]).
+    fn observe(&mut self, _first: usize, _hidden: &[f32], _history: &[u32]) {}
 }
 
-/// The drafter a request gets, or `None` for plain decoding.
-pub fn drafter_for(mode: DraftMode) -> Option<Box<dyn Drafter>> {
-    match mode {
-        DraftMode::None => None,
-        DraftMode::Ngram | DraftMode::Auto => Some(Box::new(ngram::NgramDrafter)),
+/// A loaded MTP head and what a drafter over it needs.
+#[derive(Clone)]
+pub struct MtpSource {
+    pub model: Arc<dyn Model>,
+    pub head: Arc<MtpHead>,
+    /// Longest sequence the head's cache must hold: the engine's context.
+    pub capacity: usize,
+}
+
+impl MtpSource {
+    fn drafter(&self) -> mtp::MtpDrafter {
+        mtp::MtpDrafter::new(self.model.clone(), self.head.clone(), self.capacity)
+    }
+}
+
+/// The drafter a request gets, or `None` for plain decoding. `mtp` without a head (refused
+/// before a job gets here) decodes plainly.
+pub fn drafter_for(mode: DraftMode, head: Option<&MtpSource>) -> Option<Box<dyn Drafter>> {
+    match (mode, head) {
+        (DraftMode::None, _) | (DraftMode::Mtp, None) => None,
+        (DraftMode::Ngram, _) | (DraftMode::Auto, None) => Some(Box::new(ngram::NgramDrafter)),
+        (DraftMode::Mtp, Some(h)) => Some(Box::new(h.drafter())),
+        (DraftMode::Auto, Some(h)) => Some(Box::new(auto::AutoDrafter::new(h.drafter()))),
     }
 }
 
@@ -130,7 +167,7 @@ mod tests {
     fn modes_and_depths_parse_and_refusals_name_the_bound() {
         assert_eq!(DraftMode::parse("ngram"), Ok(DraftMode::Ngram));
         assert_eq!(DraftMode::parse("none"), Ok(DraftMode::None));
-        assert_eq!(DraftMode::parse("mtp"), Err(DraftError::NoMtpHead));
+        assert_eq!(DraftMode::parse("mtp"), Ok(DraftMode::Mtp));
         assert!(DraftMode::parse("eagle").unwrap_err().to_string().contains("'eagle'"));
         assert_eq!(Depth::parse("auto"), Ok(Depth::Auto));
         assert_eq!(Depth::parse("3"), Ok(Depth::Fixed(3)));

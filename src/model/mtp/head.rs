@@ -140,6 +140,11 @@ impl MtpHead {
         &self.subvocab
     }
 
+    /// Values per hidden row: the trunk's hidden size.
+    pub fn hidden_size(&self) -> usize {
+        self.hidden
+    }
+
     /// The chained depth the head was trained for.
     pub fn depth_trained(&self) -> usize {
         self.depth_trained
