@@ -191,13 +191,15 @@ pub fn generate(
                 let spec = &stats.spec;
                 if spec.verify_calls > 0 {
                     eprintln!(
-                        "[{}: {} of {} drafted tokens accepted in {} verify passes | by depth {:?} of {:?}]",
+                        "[{}: {} of {} drafted tokens accepted in {} verify passes | by depth {:?} of {:?} | draft {:.1} ms, verify {:.1} ms]",
                         spec.drafter,
                         spec.accepted,
                         spec.drafted,
                         spec.verify_calls,
                         spec.accepted_by_depth,
-                        spec.drafted_by_depth
+                        spec.drafted_by_depth,
+                        spec.draft_time.as_secs_f64() * 1e3,
+                        spec.verify_time.as_secs_f64() * 1e3
                     );
                 }
                 break;

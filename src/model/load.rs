@@ -50,10 +50,12 @@ pub fn model_id(path: &Path, files: &ModelFiles) -> String {
 }
 
 /// Loads the MTP head at `head` for the model loaded from `model_path`, refusing one made for
-/// another model (the sidecar names its trunk's sha256).
+/// another model (the sidecar names its trunk's sha256), and makes it fast for the model's
+/// backend ([`MtpHead::quantized`]).
 pub fn load_mtp_head(model_path: &Path, head: &Path, model: &dyn Model) -> Result<MtpHead, LoadError> {
     let err = |message: String| LoadError { path: head.to_path_buf(), message };
     let trunk = model.mtp_trunk().ok_or_else(|| err("this model's architecture cannot carry an MTP head".into()))?;
     let sha = super::sha256::file_hex(model_path).map_err(|e| err(format!("cannot hash the model file: {e}")))?;
-    MtpHead::load(head, &sha, trunk).map_err(|e| err(e.to_string()))
+    let exact = MtpHead::load(head, &sha, trunk).map_err(|e| err(e.to_string()))?;
+    Ok(exact.quantized(trunk.shared().backend))
 }

@@ -2,11 +2,13 @@
 
 use super::sidecar::Sidecar;
 use super::MtpTrunk;
-use crate::backend::cpu::dequantize_row;
 use crate::backend::cpu::repack::unpack_row;
-use crate::backend::{AttnSeq, DType, Heads, Layout, WeightRef};
+use crate::backend::cpu::{dequantize_row, quantize_row};
+use crate::backend::{AttnSeq, Backend, DType, Heads, Layout, WeightRef};
+use crate::model::tensor::Storage;
 use crate::model::{ForwardError, KvCache, LogitsWanted, ModelError, Tensor};
 use std::path::Path;
+use std::sync::Arc;
 
 /// What one head forward returns.
 pub struct MtpStep {
@@ -64,6 +66,24 @@ pub struct MtpHead {
     /// The trunk's output-head rows of the sub-vocabulary, gathered once, in the trunk's type.
     sub_out: Vec<u8>,
     sub_out_dtype: DType,
+    sub_out_layout: Layout,
+}
+
+/// `t` as Q8_0 (when its rows are whole blocks) in `backend`'s preferred layout.
+fn fast(backend: &dyn Backend, t: &Tensor) -> Tensor {
+    let q8 = if t.dtype != DType::Q8_0 && t.layout == Layout::Rows && t.cols() % 32 == 0 {
+        quantize_row(DType::Q8_0, &to_f32(t)).map(|bytes| {
+            let len = bytes.len();
+            Tensor::new(t.name.clone(), DType::Q8_0, t.shape.clone(), Arc::new(Storage::Owned(bytes)), 0, len)
+        })
+    } else {
+        None
+    };
+    let t = q8.unwrap_or_else(|| t.clone());
+    match backend.repack(weight(&t)) {
+        Some((layout, bytes)) => t.repacked(layout, bytes),
+        None => t,
+    }
 }
 
 fn to_f32(t: &Tensor) -> Vec<f32> {
@@ -132,7 +152,33 @@ impl MtpHead {
             subvocab: sc.subvocab,
             sub_out,
             sub_out_dtype: out.dtype,
+            sub_out_layout: Layout::Rows,
         })
+    }
+
+    /// The head made fast for `backend`: its layer's matrices rounded to Q8_0 and every matrix,
+    /// the gathered output rows too, in the backend's preferred layout, so that a draft runs on
+    /// the same integer kernels as the trunk. Drafts may differ from the exact head's where two
+    /// tokens nearly tie; verification keeps the output exact either way.
+    pub fn quantized(mut self, backend: &dyn Backend) -> MtpHead {
+        for t in [&mut self.fc, &mut self.wq, &mut self.wk, &mut self.wv, &mut self.wo] {
+            *t = fast(backend, t);
+        }
+        for t in [&mut self.w_gate, &mut self.w_up, &mut self.w_down] {
+            *t = fast(backend, t);
+        }
+        let (s, hd) = (self.subvocab.len(), self.hidden);
+        let out = WeightRef {
+            dtype: self.sub_out_dtype,
+            bytes: &self.sub_out,
+            rows: s,
+            cols: hd,
+            layout: self.sub_out_layout,
+        };
+        if let Some((layout, bytes)) = backend.repack(out) {
+            (self.sub_out, self.sub_out_layout) = (bytes, layout);
+        }
+        self
     }
 
     /// Trunk token ids the draft logits score, ascending.
@@ -231,8 +277,13 @@ impl MtpHead {
         let m = rows.len() / hd;
         be.rms_norm(&mut rows, &self.final_norm, self.eps);
         let s = self.subvocab.len();
-        let out =
-            WeightRef { dtype: self.sub_out_dtype, bytes: &self.sub_out, rows: s, cols: hd, layout: Layout::Rows };
+        let out = WeightRef {
+            dtype: self.sub_out_dtype,
+            bytes: &self.sub_out,
+            rows: s,
+            cols: hd,
+            layout: self.sub_out_layout,
+        };
         let mut lg = vec![0.0; m * s];
         be.matmul(out, &rows, m, &mut lg);
         Ok(MtpStep { logits: lg, hidden: x })
