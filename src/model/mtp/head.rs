@@ -71,7 +71,7 @@ pub struct MtpHead {
 
 /// `t` as Q8_0 (when its rows are whole blocks) in `backend`'s preferred layout.
 fn fast(backend: &dyn Backend, t: &Tensor) -> Tensor {
-    let q8 = if t.dtype != DType::Q8_0 && t.layout == Layout::Rows && t.cols() % 32 == 0 {
+    let q8 = if t.dtype != DType::Q8_0 && t.layout == Layout::Rows && t.cols().is_multiple_of(32) {
         quantize_row(DType::Q8_0, &to_f32(t)).map(|bytes| {
             let len = bytes.len();
             Tensor::new(t.name.clone(), DType::Q8_0, t.shape.clone(), Arc::new(Storage::Owned(bytes)), 0, len)
