@@ -24,7 +24,12 @@ export function parseExposition(text) {
   return out;
 }
 
-const set = (id, text) => { document.getElementById(id).textContent = text; };
+// Only what changed is written: an unchanged page costs no layout.
+const set = (id, text) => {
+  const el = document.getElementById(id);
+  if (el.textContent !== text) el.textContent = text;
+};
+let routesKey = "";
 
 function render(samples, serverNow) {
   const one = (n) => samples.find((s) => s.name === n)?.value;
@@ -46,8 +51,12 @@ function render(samples, serverNow) {
     const key = s.labels.route + "\u0000" + s.labels.status;
     byRoute.set(key, (byRoute.get(key) || 0) + s.value);
   }
+  const sorted = [...byRoute].sort((a, b) => b[1] - a[1]);
+  const key = JSON.stringify(sorted);
+  if (key === routesKey) return;
+  routesKey = key;
   const body = document.getElementById("s-routes");
-  const rows = [...byRoute].sort((a, b) => b[1] - a[1]).map(([key, n]) => {
+  const rows = sorted.map(([key, n]) => {
     const [route, status] = key.split("\u0000");
     const tr = document.createElement("tr");
     for (const t of [route, status, String(n)]) {
