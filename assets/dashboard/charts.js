@@ -3,6 +3,8 @@
 
 const COLORS = ["#4fa3ff", "#ffb547", "#6dd38c", "#e86a8a"];
 const PAD = { l: 44, r: 8, t: 18, b: 18 };
+// One formatter for every time label: toLocaleTimeString builds a new one per call.
+const TIME = new Intl.DateTimeFormat(undefined, { hour: "2-digit", minute: "2-digit", second: "2-digit" });
 const dirty = new Set();
 let frame = 0;
 
@@ -106,9 +108,9 @@ export class LineChart {
     ctx.fillStyle = "#8a96a3";
     ctx.textBaseline = "bottom";
     ctx.textAlign = "left";
-    ctx.fillText(new Date(x0).toLocaleTimeString(), PAD.l, h);
+    ctx.fillText(TIME.format(x0), PAD.l, h);
     ctx.textAlign = "right";
-    ctx.fillText(new Date(x1).toLocaleTimeString(), w - PAD.r, h);
+    ctx.fillText(TIME.format(x1), w - PAD.r, h);
     this.series.forEach((s, i) => {
       ctx.strokeStyle = ctx.fillStyle = COLORS[i % COLORS.length];
       ctx.lineWidth = 1.5;
