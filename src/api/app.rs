@@ -7,7 +7,7 @@ use super::cors::Cors;
 use super::error::ApiError;
 use super::router::{Lookup, Router};
 use super::state::{ApiConfig, InFlightGuard, Llm, Route, ROUTES};
-use super::{health, metrics_handlers, openai};
+use super::{dashboard, health, metrics_handlers, openai};
 use crate::http::{Handler, Rejected, Request, Response};
 use crate::metrics::{Metrics, RouteId};
 use std::future::Future;
@@ -64,11 +64,11 @@ impl App {
                 return (self.metrics.route_id(template), e.into_response());
             }
             Lookup::Found { route: (route, rid), params, .. } => {
-                (route, rid, params.get("model_id").map(str::to_string))
+                (route, rid, params.get("model_id").or(params.get("asset")).map(str::to_string))
             }
         };
         // Withheld metrics routes look exactly like unknown paths.
-        if route.is_metrics() && !self.cfg.metrics_enabled {
+        if (route.is_metrics() || route.is_dashboard()) && !self.cfg.metrics_enabled {
             return self.not_found(&req.path);
         }
         if let Some(e) = self.admit(&req, route, rid) {
@@ -76,6 +76,8 @@ impl App {
         }
         let resp = match route {
             Route::Health => Ok(health::health(self.started, self.model_id())),
+            Route::Dashboard => Ok(dashboard::page(&req)),
+            Route::DashboardAsset => dashboard::asset(&req, model_param.as_deref().unwrap_or_default()),
             Route::Metrics => {
                 // Like `http_requests_total`, the in-flight gauge leaves the scrape itself out, so
                 // that an idle server reads 0.

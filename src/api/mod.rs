@@ -1,7 +1,7 @@
 //! Routes and handlers: from a parsed request to a response.
 //!
 //! `app` routes a request, applies admission and calls a handler (`health`,
-//! `metrics_handlers`, `openai`); `openai_request` validates bodies, `prepare` turns them into
+//! `metrics_handlers`, `openai`, `dashboard`); `openai_request` validates bodies, `prepare` turns them into
 //! prompt tokens off the I/O thread, `generation` drives one generation (stop sequences,
 //! streaming, the request's deadline), `record` turns its end into a metrics record, and `wire` spells every answer.
 //! `state` holds what the files share, and imports none of them.
@@ -11,6 +11,7 @@
 pub mod admission;
 pub mod app;
 pub mod cors;
+pub mod dashboard;
 pub mod error;
 pub mod generation;
 pub mod health;

@@ -18,6 +18,9 @@ pub enum Route {
     Model,
     ChatCompletions,
     Completions,
+    /// The dashboard page (`/`, `/dashboard`, its `/favicon.ico`) and its files; withheld with the metrics routes.
+    Dashboard,
+    DashboardAsset,
 }
 
 impl Route {
@@ -27,6 +30,11 @@ impl Route {
 
     /// The routes that the API key and the rate limiter guard (`/v1/...` but the metrics
     /// snapshot and stream, which the metrics token guards). Probes and scrapes stay outside.
+    /// Withheld with the metrics routes (`--no-metrics`): the page shows nothing without them.
+    pub fn is_dashboard(self) -> bool {
+        matches!(self, Route::Dashboard | Route::DashboardAsset)
+    }
+
     pub fn is_api(self) -> bool {
         matches!(self, Route::Models | Route::Model | Route::ChatCompletions | Route::Completions)
     }
@@ -42,6 +50,10 @@ pub const ROUTES: &[(&str, &str, Route)] = &[
     ("GET", "/v1/models/{model_id}", Route::Model),
     ("POST", "/v1/chat/completions", Route::ChatCompletions),
     ("POST", "/v1/completions", Route::Completions),
+    ("GET", "/", Route::Dashboard),
+    ("GET", "/dashboard", Route::Dashboard),
+    ("GET", "/favicon.ico", Route::Dashboard),
+    ("GET", "/dashboard/{asset}", Route::DashboardAsset),
 ];
 
 /// What `/metrics` serves when the request's `Accept` names no format (`--metrics-format`).

@@ -186,8 +186,13 @@ impl Server {
     }
 
     pub fn start_with_env(args: &[&str], env: &[(&str, &str)]) -> Server {
+        Self::start_on("127.0.0.1:0", args, env)
+    }
+
+    /// Starts `mtplx-lite --listen LISTEN ARGS...`: a restart on the port of an earlier server.
+    pub fn start_on(listen: &str, args: &[&str], env: &[(&str, &str)]) -> Server {
         let mut cmd = Command::new(env!("CARGO_BIN_EXE_mtplx-lite"));
-        cmd.args(["--listen", "127.0.0.1:0"]).args(args).stdout(Stdio::piped()).stderr(Stdio::piped());
+        cmd.args(["--listen", listen]).args(args).stdout(Stdio::piped()).stderr(Stdio::piped());
         for (k, v) in env {
             cmd.env(k, v);
         }

@@ -1,0 +1,238 @@
+"""Drives the dashboard in headless Chromium (Debian's `chromium` and `chromium-driver`) through
+Selenium, against a running server. Run by tests/dashboard.rs:
+
+    dashboard_browser.py SCENARIO BASE_URL [ARTIFACT_DIR]
+
+Scenarios: live, chat, token, reconnect. Each step waits up to WAIT seconds for what it expects,
+then fails naming it; none measures time. `reconnect` talks to its caller on stdin/stdout: it
+prints `RESTART` when the page is live, and goes on once a line `restarted` arrives.
+"""
+
+import json
+import sys
+import threading
+import time
+
+import requests
+from selenium import webdriver
+from selenium.common.exceptions import NoAlertPresentException
+from selenium.webdriver.chrome.service import Service
+from selenium.webdriver.common.by import By
+
+# Generous bound on each wait: the machine running the tests may be slow and shared.
+WAIT = 90
+TOKEN = "metrics-secret"
+API_KEY = "api-secret"
+XSS = '<img src=x onerror=alert(1)> and <script>window.__xss = 1</script> hi'
+
+
+def browser():
+    opts = webdriver.ChromeOptions()
+    opts.binary_location = "/usr/bin/chromium"
+    for a in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
+              "--window-size=1400,1100", "--no-first-run", "--disable-extensions"):
+        opts.add_argument(a)
+    opts.set_capability("goog:loggingPrefs", {"browser": "ALL", "performance": "ALL"})
+    return webdriver.Chrome(service=Service(executable_path="/usr/bin/chromedriver"), options=opts)
+
+
+def wait_for(what, cond):
+    deadline = time.monotonic() + WAIT
+    last = None
+    while time.monotonic() < deadline:
+        try:
+            last = cond()
+            if last:
+                return last
+        except Exception as e:  # the element may not exist yet
+            last = e
+        time.sleep(0.1)
+    raise AssertionError(f"within {WAIT} s: {what} (last seen: {last!r})")
+
+
+def text(d, css):
+    return d.find_element(By.CSS_SELECTOR, css).text
+
+
+def console_errors(d):
+    return [e for e in d.get_log("browser") if e["level"] == "SEVERE"]
+
+
+def failed_requests(d, allowed_status=()):
+    """Requests that failed at the network level or answered >= 400 (but `allowed_status`)."""
+    bad = []
+    for entry in d.get_log("performance"):
+        m = json.loads(entry["message"])["message"]
+        if m["method"] == "Network.loadingFailed" and not m["params"].get("canceled"):
+            bad.append(m["params"])
+        elif m["method"] == "Network.responseReceived":
+            r = m["params"]["response"]
+            if r["status"] >= 400 and r["status"] not in allowed_status:
+                bad.append({"url": r["url"], "status": r["status"]})
+    return bad
+
+
+def completion(base, prompt="Say hello.", max_tokens=12, key=None):
+    h = {"Authorization": f"Bearer {key}"} if key else {}
+    r = requests.post(f"{base}/v1/chat/completions", headers=h, timeout=WAIT,
+                      json={"messages": [{"role": "user", "content": prompt}], "max_tokens": max_tokens})
+    assert r.status_code == 200, r.text
+    return r.json()["id"]
+
+
+def row_shown(d, request_id):
+    return d.execute_script(
+        "return [...document.querySelectorAll('#req-rows tr')].some(tr => tr.dataset.requestId === arguments[0])",
+        request_id)
+
+
+def points(d, canvas_id):
+    return int(d.find_element(By.ID, canvas_id).get_attribute("data-points") or 0)
+
+
+def wait_live(d):
+    wait_for("the stream badge reads 'live'", lambda: d.find_element(By.ID, "conn").get_attribute("data-state") == "live")
+
+
+def scenario_live(d, base, artifacts):
+    d.get(base + "/")
+    wait_live(d)
+    wait_for("the server panel shows the model", lambda: "backend cpu" in text(d, "#server-info"))
+    rid = completion(base)
+    wait_for(f"the table shows request {rid}", lambda: row_shown(d, rid))
+    for c in ("c-toks", "c-lat", "c-acc", "c-tokens", "c-prefix"):
+        wait_for(f"chart {c} has a point", lambda c=c: points(d, c) >= 1)
+    wait_for("the routes table counts the completion",
+             lambda: "/v1/chat/completions" in text(d, "#s-routes"))
+    # The row opens the request's whole record.
+    d.find_element(By.CSS_SELECTOR, f'#req-rows tr[data-request-id="{rid}"]').click()
+    detail = json.loads(d.find_element(By.ID, "req-detail").text)
+    assert detail["request_id"] == rid and "accepted_by_depth" in detail, detail
+    # Under load: a few clients at once, then a screenshot a person can look at.
+    ids = []
+    threads = [threading.Thread(target=lambda i=i: ids.append(completion(base, f"Count to {i + 5}.", 24)))
+               for i in range(6)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(ids) == 6, ids
+    for i in ids:
+        wait_for(f"the table shows request {i}", lambda i=i: row_shown(d, i))
+    wait_for("the latency quantiles are shown", lambda: "p50/p90/p99" in text(d, "#q-lat"))
+    if artifacts:
+        d.save_screenshot(f"{artifacts}/dashboard-under-load.png")
+        print(f"screenshot: {artifacts}/dashboard-under-load.png")
+    errs = console_errors(d)
+    assert not errs, f"console errors: {errs}"
+    bad = failed_requests(d)
+    assert not bad, f"failed requests: {bad}"
+
+
+def chat(d, message):
+    n = len(d.find_elements(By.CSS_SELECTOR, "#chat-log .msg.assistant"))
+    box = d.find_element(By.ID, "chat-text")
+    box.clear()
+    box.send_keys(message)
+    d.find_element(By.ID, "chat-send").click()
+    wait_for("an answer bubble appears", lambda: len(d.find_elements(By.CSS_SELECTOR, "#chat-log .msg.assistant")) > n)
+    answer = d.find_elements(By.CSS_SELECTOR, "#chat-log .msg.assistant")[n]
+    rec = wait_for("the answer's record line (tok/s, TTFT)",
+                   lambda: "tok/s" in answer.find_element(By.CSS_SELECTOR, ".rec").text and answer)
+    return answer
+
+
+def scenario_chat(d, base, _artifacts):
+    d.get(base + "/dashboard")
+    wait_live(d)
+    # Tokens arrive one chunk at a time: the answer text grows before the record line appears.
+    box = d.find_element(By.ID, "chat-text")
+    box.send_keys("Write a long story about a cat.")
+    d.find_element(By.ID, "chat-send").click()
+    seen = set()
+    def grew():
+        b = d.find_elements(By.CSS_SELECTOR, "#chat-log .msg.assistant .body")
+        if b:
+            seen.add(b[0].text)
+        return len([s for s in seen if s]) >= 2
+    wait_for("the answer to grow in at least two steps while it streams", grew)
+    a = d.find_elements(By.CSS_SELECTOR, "#chat-log .msg.assistant")[0]
+    wait_for("the record line", lambda: "tok/s" in a.find_element(By.CSS_SELECTOR, ".rec").text)
+    assert "TTFT" in a.find_element(By.CSS_SELECTOR, ".rec").text
+    assert a.find_element(By.CSS_SELECTOR, ".body").text.strip(), "empty answer"
+    # Markup in a prompt is text: no element is made of it and no script runs.
+    answer = chat(d, XSS)
+    users = d.find_elements(By.CSS_SELECTOR, "#chat-log .msg.user .body")
+    assert users[-1].text == XSS, users[-1].text
+    assert not d.find_elements(By.CSS_SELECTOR, "#chat-log img, #chat-log script, #req-rows img, #req-detail img")
+    assert d.execute_script("return window.__xss") is None, "an injected script ran"
+    try:
+        alert = d.switch_to.alert
+        raise AssertionError(f"an alert opened: {alert.text}")
+    except NoAlertPresentException:
+        pass
+    rid = answer.find_element(By.CSS_SELECTOR, ".rec").text.split(" · ")[-1]
+    wait_for(f"the chat's request {rid} in the table", lambda: row_shown(d, rid))
+    errs = console_errors(d)
+    assert not errs, f"console errors: {errs}"
+    bad = failed_requests(d)
+    assert not bad, f"failed requests: {bad}"
+
+
+def scenario_token(d, base, _artifacts):
+    d.get(base + "/")
+    wait_for("the page asks for the metrics token",
+             lambda: d.find_element(By.ID, "auth").is_displayed() and "metrics token" in text(d, "#auth-title"))
+    assert d.find_element(By.ID, "conn").get_attribute("data-state") == "auth"
+    d.find_element(By.ID, "auth-input").send_keys(TOKEN)
+    d.find_element(By.ID, "auth-save").click()
+    wait_live(d)
+    assert not d.find_element(By.ID, "auth").is_displayed()
+    rid = completion(base, key=API_KEY)
+    wait_for(f"the table shows request {rid}", lambda: row_shown(d, rid))
+    wait_for("the server panel shows the model", lambda: "backend cpu" in text(d, "#server-info"))
+    # The chat needs the API key: asked for on the first message, then the answer streams.
+    d.find_element(By.ID, "chat-text").send_keys("Hello!")
+    d.find_element(By.ID, "chat-send").click()
+    wait_for("the page asks for the API key",
+             lambda: d.find_element(By.ID, "auth").is_displayed() and "API key" in text(d, "#auth-title"))
+    d.find_element(By.ID, "auth-input").send_keys(API_KEY)
+    d.find_element(By.ID, "auth-save").click()
+    a = wait_for("the answer's record", lambda: [x for x in d.find_elements(By.CSS_SELECTOR, "#chat-log .msg.assistant .rec")
+                                                  if "tok/s" in x.text])
+    stored = d.execute_script("return [sessionStorage.getItem('mtplx.metricsToken'), sessionStorage.getItem('mtplx.apiKey')]")
+    assert stored == [TOKEN, API_KEY], stored
+    # Only the 401s that asked for the credentials failed.
+    bad = failed_requests(d, allowed_status=(401,))
+    assert not bad, f"failed requests: {bad}"
+
+
+def scenario_reconnect(d, base, _artifacts):
+    d.get(base + "/")
+    wait_live(d)
+    rid = completion(base)
+    wait_for(f"the table shows request {rid}", lambda: row_shown(d, rid))
+    print("RESTART", flush=True)
+    wait_for("the badge reads 'reconnecting'",
+             lambda: d.find_element(By.ID, "conn").get_attribute("data-state") == "reconnecting")
+    line = sys.stdin.readline().strip()
+    assert line == "restarted", f"expected 'restarted' from the test, got {line!r}"
+    wait_live(d)
+    rid2 = completion(base)
+    wait_for(f"after the restart the table shows request {rid2}", lambda: row_shown(d, rid2))
+    assert row_shown(d, rid), "the request from before the restart left the table"
+
+
+def main():
+    scenario, base = sys.argv[1], sys.argv[2].rstrip("/")
+    artifacts = sys.argv[3] if len(sys.argv) > 3 else None
+    d = browser()
+    try:
+        globals()[f"scenario_{scenario}"](d, base, artifacts)
+        print(f"{scenario}: ok")
+    finally:
+        d.quit()
+
+
+if __name__ == "__main__":
+    main()
