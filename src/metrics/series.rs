@@ -252,6 +252,7 @@ impl Metrics {
             "llm_decode_tokens_per_second": self.llm_decode_tokens_per_second.quantiles(),
             "llm_question_length_chars": self.llm_question_length_chars.quantiles(),
             "llm_answer_length_chars": self.llm_answer_length_chars.quantiles(),
+            "mtplx_db_write_seconds": self.mtplx_db_write_seconds.quantiles(),
         });
         let mut extra = b"\"quantiles\":".to_vec();
         extra.extend_from_slice(&serde_json::to_vec(&q).unwrap_or_default());
