@@ -214,3 +214,23 @@ fn fifty_chats_at_once_then_pages_of_them() {
     let page = call(addr, "GET", &format!("/v1/chats/{}/messages?page=2&page_size=1", ids[0]), None).json();
     assert_eq!((page["total"].as_u64(), page["data"][0]["role"].as_str()), (Some(2), Some("assistant")));
 }
+
+#[test]
+fn the_api_key_and_the_rate_limiter_guard_the_chat_routes() {
+    let dir = TempDir::new("chats-guard");
+    let model = common::demo_model();
+    let db = dir.join("chats.db");
+    let args =
+        ["--model", model.to_str().unwrap(), "--threads", "1", "--database", &db, "--rate-limit-per-minute", "3"];
+    let s = common::Server::start_with_env(&args, &[("MTPLX_API_KEY", "sekrit")]);
+    let no_key = request(s.addr, "POST", "/v1/chats", &[], b"{}");
+    assert_eq!((no_key.status, no_key.json()["error"]["code"].as_str()), (401, Some("invalid_api_key")));
+    let auth = [("Authorization", "Bearer sekrit")];
+    let ok = request(s.addr, "POST", "/v1/chats", &auth, b"{}");
+    assert_eq!(ok.status, 200, "{}", ok.text());
+    assert_eq!(request(s.addr, "GET", "/v1/chats", &auth, b"").status, 200);
+    let limited = request(s.addr, "GET", "/v1/chats", &auth, b"");
+    assert_eq!((limited.status, limited.json()["error"]["code"].as_str()), (429, Some("rate_limit_exceeded")));
+    let m = get(s.addr, "/metrics").text();
+    assert!(m.contains("rejected_requests_total{route=\"/v1/chats\"} 1"), "{m}");
+}
