@@ -18,8 +18,10 @@ const ACKED_BEFORE_KILL: usize = 30;
 /// Bound on reaching that many; only a broken server is this slow.
 const LOAD_DEADLINE: Duration = Duration::from_secs(120);
 
-/// What the clients were told was stored: chat ids, and message ids per chat.
-type Acked = Arc<Mutex<Vec<(String, Vec<String>)>>>;
+/// What the clients were told was stored, per chat: its id, the ids of messages in whole
+/// answers, and the questions whose streamed answer had started (a stream's head is sent only
+/// once its question is committed; its id comes at the end).
+type Acked = Arc<Mutex<Vec<(String, Vec<String>, Vec<String>)>>>;
 
 fn kill_mid_load_loses_nothing(database: &str) {
     let s = start(database, &[]);
@@ -36,11 +38,20 @@ fn kill_mid_load_loses_nothing(database: &str) {
                         let id = create(addr, &json!({"temperature": 0}));
                         let slot = {
                             let mut a = acked.lock().unwrap();
-                            a.push((id.clone(), Vec::new()));
+                            a.push((id.clone(), Vec::new(), Vec::new()));
                             a.len() - 1
                         };
                         for t in 0..3 {
-                            let r = turn(addr, &id, &format!("Client {i}, turn {t}: say a word."), 3);
+                            let question = format!("Client {i}, turn {t}: say a word.");
+                            let r = if i.is_multiple_of(2) {
+                                turn(addr, &id, &question, 3)
+                            } else {
+                                let body = json!({"content": question, "stream": true, "max_tokens": 3});
+                                let mut sse = Sse::open(addr, &format!("/v1/chats/{id}/messages"), &body);
+                                assert_eq!(sse.status, 200);
+                                acked.lock().unwrap()[slot].2.push(question);
+                                sse.rest().pop().unwrap()
+                            };
                             let ids = [&r["user_message"]["message_id"], &r["assistant_message"]["message_id"]];
                             acked.lock().unwrap()[slot].1.extend(ids.iter().map(|v| v.as_str().unwrap().to_string()));
                         }
@@ -50,7 +61,7 @@ fn kill_mid_load_loses_nothing(database: &str) {
         })
         .collect();
     let deadline = Instant::now() + LOAD_DEADLINE;
-    while acked.lock().unwrap().iter().map(|(_, m)| m.len() / 2).sum::<usize>() < ACKED_BEFORE_KILL {
+    while acked.lock().unwrap().iter().map(|(_, m, _)| m.len() / 2).sum::<usize>() < ACKED_BEFORE_KILL {
         assert!(Instant::now() < deadline, "the server never acknowledged {ACKED_BEFORE_KILL} turns");
         std::thread::sleep(Duration::from_millis(20));
     }
@@ -64,14 +75,20 @@ fn kill_mid_load_loses_nothing(database: &str) {
     let acked = acked.lock().unwrap().clone();
     let s = start(database, &[]);
     let mut turns = 0;
-    for (chat_id, ids) in &acked {
-        let stored: Vec<String> =
-            messages(s.addr, chat_id).iter().map(|m| m["message_id"].as_str().unwrap().to_string()).collect();
+    let mut streamed = 0;
+    for (chat_id, ids, questions) in &acked {
+        let stored = messages(s.addr, chat_id);
+        let ids_stored: Vec<&str> = stored.iter().map(|m| m["message_id"].as_str().unwrap()).collect();
         for id in ids {
-            assert!(stored.contains(id), "acknowledged message {id} of {chat_id} was lost; stored: {stored:?}");
+            assert!(ids_stored.contains(&id.as_str()), "acknowledged message {id} of {chat_id} was lost: {stored:?}");
+        }
+        for q in questions {
+            assert!(stored.iter().any(|m| m["content"] == q.as_str()), "the question {q:?} was lost: {stored:?}");
         }
         turns += ids.len() / 2;
+        streamed += questions.len();
     }
+    assert!(streamed > 0, "some answers were streamed");
     assert!(turns >= ACKED_BEFORE_KILL && acked.len() >= CLIENTS, "{turns} turns in {} chats", acked.len());
     // The killed server's chats all open, and go on.
     let total = call(s.addr, "GET", "/v1/chats?page_size=1", None).json()["total"].as_u64().unwrap();
