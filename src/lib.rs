@@ -15,3 +15,4 @@ pub mod engine;
 pub mod http;
 pub mod metrics;
 pub mod model;
+pub mod store;

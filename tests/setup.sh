@@ -25,6 +25,8 @@ python3 -m pip --version >/dev/null 2>&1 || need_apt+=(python3-pip)
 # The dashboard's browser tests (tests/dashboard.rs) drive Debian's headless Chromium.
 command -v chromium >/dev/null 2>&1 || need_apt+=(chromium)
 command -v chromedriver >/dev/null 2>&1 || need_apt+=(chromium-driver)
+# The chat tests start throwaway PostgreSQL clusters with the server binaries (src/store/pg_cluster.rs).
+ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || need_apt+=(postgresql)
 if [ ${#need_apt[@]} -gt 0 ]; then
   SUDO=""; [ "$(id -u)" = 0 ] || SUDO="sudo"
   $SUDO apt-get update -qq

@@ -3,6 +3,7 @@
 //! handler and counts the outcome. Implements the server's `Handler`.
 
 use super::admission::{check_bearer, client_ip, Guard, RateLimiter};
+use super::chats::{self, Chats};
 use super::cors::Cors;
 use super::error::ApiError;
 use super::router::{Lookup, Router};
@@ -23,6 +24,7 @@ pub struct App {
     cors: Cors,
     started: Instant,
     llm: Option<Arc<Llm>>,
+    chats: Option<Arc<Chats>>,
 }
 
 impl App {
@@ -30,7 +32,13 @@ impl App {
         let router = ROUTES.iter().fold(Router::new(), |r, &(m, t, route)| r.add(m, t, (route, metrics.route_id(t))));
         let limiter = cfg.rate_limit_per_minute.map(RateLimiter::new);
         let cors = Cors::new(cfg.cors_origins.clone());
-        App { cfg, router, metrics, limiter, cors, started: Instant::now(), llm }
+        App { cfg, router, metrics, limiter, cors, started: Instant::now(), llm, chats: None }
+    }
+
+    /// Serves the persisted-chat routes from `chats` (without it they answer 503).
+    pub fn with_chats(mut self, chats: Arc<Chats>) -> App {
+        self.chats = Some(chats);
+        self
     }
 
     pub fn llm(&self) -> Option<&Arc<Llm>> {
@@ -63,9 +71,11 @@ impl App {
                     ApiError::new(405, "invalid_request_error", msg).code("method_not_allowed").header("Allow", allow);
                 return (self.metrics.route_id(template), e.into_response());
             }
-            Lookup::Found { route: (route, rid), params, .. } => {
-                (route, rid, params.get("model_id").or(params.get("asset")).map(str::to_string))
-            }
+            Lookup::Found { route: (route, rid), params, .. } => (
+                route,
+                rid,
+                params.get("model_id").or(params.get("chat_id")).or(params.get("asset")).map(str::to_string),
+            ),
         };
         // Withheld metrics routes look exactly like unknown paths.
         if (route.is_metrics() || route.is_dashboard()) && !self.cfg.metrics_enabled {
@@ -91,6 +101,14 @@ impl App {
             }
             Route::MtplxMetrics => metrics_handlers::snapshot(&req, &self.metrics),
             Route::MtplxMetricsStream => metrics_handlers::stream(&req, &self.metrics),
+            Route::ChatsCreate
+            | Route::ChatsList
+            | Route::ChatGet
+            | Route::ChatDelete
+            | Route::ChatMessagesPost
+            | Route::ChatMessagesList => {
+                self.chats(route, req, model_param.as_deref().unwrap_or_default(), guard).await
+            }
             Route::Models | Route::Model | Route::ChatCompletions | Route::Completions => match &self.llm {
                 None => Err(ApiError::new(503, "server_error", "no model is loaded").code("model_not_loaded")),
                 Some(llm) => match route {
@@ -102,6 +120,25 @@ impl App {
             },
         };
         (rid, resp.unwrap_or_else(ApiError::into_response))
+    }
+
+    /// The persisted-chat routes; `id` is the path's `{chat_id}`.
+    async fn chats(&self, route: Route, req: Request, id: &str, guard: InFlightGuard) -> Result<Response, ApiError> {
+        let Some(c) = &self.chats else {
+            return Err(ApiError::new(503, "server_error", "this server keeps no chats (no database is open)")
+                .code("chats_unavailable"));
+        };
+        match route {
+            Route::ChatsCreate => chats::create(c, &self.cfg, &req, &self.metrics).await,
+            Route::ChatsList => chats::list(c, &req).await,
+            Route::ChatGet => chats::get(c, &req, id).await,
+            Route::ChatDelete => chats::delete(c, id).await,
+            Route::ChatMessagesList => chats::messages(c, &req, id).await,
+            _ => match &self.llm {
+                None => Err(ApiError::new(503, "server_error", "no model is loaded").code("model_not_loaded")),
+                Some(llm) => chats::post(c, llm, &self.cfg, req, id, &self.metrics, guard).await,
+            },
+        }
     }
 
     /// The checks before a handler: the rate limit and the API key on the API routes, the

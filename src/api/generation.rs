@@ -71,6 +71,9 @@ pub struct Generation {
     deadline: async_io::Timer,
     /// The bound the deadline comes from (`--request-timeout`), for the message.
     timeout: Option<Duration>,
+    /// Observe the question and answer lengths in the record; the chat routes observe them
+    /// when they accept and persist messages instead.
+    pub observe_lengths: bool,
 }
 
 impl Generation {
@@ -115,6 +118,7 @@ impl Generation {
             queued: VecDeque::new(),
             deadline,
             timeout,
+            observe_lengths: true,
         }
     }
 
@@ -280,7 +284,8 @@ impl Generation {
             question_chars: self.question_chars,
             answer_chars: self.answer_chars,
         };
-        let o = record::outcome(&self.id, self.route, &self.llm.model_id, self.clock, ended, stats.as_ref());
+        let mut o = record::outcome(&self.id, self.route, &self.llm.model_id, self.clock, ended, stats.as_ref());
+        o.observe_lengths = self.observe_lengths;
         // `usage` reports what the record says: the engine's count includes the end-of-sequence
         // token the model sampled to end its answer, which sends no text.
         self.completion_tokens = o.completion_tokens as usize;

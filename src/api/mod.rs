@@ -4,12 +4,17 @@
 //! `metrics_handlers`, `openai`, `dashboard`); `openai_request` validates bodies, `prepare` turns them into
 //! prompt tokens off the I/O thread, `generation` drives one generation (stop sequences,
 //! streaming, the request's deadline), `record` turns its end into a metrics record, and `wire` spells every answer.
+//! `chats` serves the persisted conversations (`chats_request` validates their bodies,
+//! `client_geo` says where a client is) on the `store` layer.
 //! `state` holds what the files share, and imports none of them.
 
 #![forbid(unsafe_code)]
 
 pub mod admission;
 pub mod app;
+pub mod chats;
+pub mod chats_request;
+pub mod client_geo;
 pub mod cors;
 pub mod dashboard;
 pub mod error;

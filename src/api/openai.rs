@@ -82,7 +82,7 @@ pub async fn completion(
     start(llm, cfg, metrics, "/v1/completions", prepared, guard).await
 }
 
-fn request_id(kind: Kind) -> String {
+pub(super) fn request_id(kind: Kind) -> String {
     use std::sync::atomic::{AtomicU64, Ordering};
     static NEXT: AtomicU64 = AtomicU64::new(0);
     let n = NEXT.fetch_add(1, Ordering::Relaxed);
@@ -121,6 +121,26 @@ async fn start(
     p: Prepared,
     guard: InFlightGuard,
 ) -> Result<Response, ApiError> {
+    let id = request_id(p.kind);
+    let gen = submit(llm, cfg, metrics, route, p, id)?;
+    if gen.params.stream {
+        let (tx, body) = async_channel::bounded(64);
+        Ok(Response::sse_produced(body, Box::pin(super::generation::stream(gen, tx, guard))))
+    } else {
+        whole(gen).await
+    }
+}
+
+/// Checks the completion length, queues the job for the decode thread and returns the
+/// generation to drive, recorded under `route` with the id `id`.
+pub(super) fn submit(
+    llm: &Arc<Llm>,
+    cfg: &ApiConfig,
+    metrics: &Arc<Metrics>,
+    route: &'static str,
+    p: Prepared,
+    id: String,
+) -> Result<Generation, ApiError> {
     let max_tokens = max_tokens(llm, &p)?;
     if p.params.draft.mode == Some(DraftMode::Mtp) && !llm.engine.has_mtp() {
         return Err(ApiError::invalid("mtplx.draft", format!("'mtplx.draft': {}", DraftError::NoMtpHead)));
@@ -152,11 +172,11 @@ async fn start(
             return Err(ApiError::new(503, "server_error", "the server is shutting down").code("shutting_down"))
         }
     }
-    let gen = Generation::new(
+    Ok(Generation::new(
         llm.clone(),
         metrics.clone(),
         kind,
-        request_id(kind),
+        id,
         route,
         n,
         question_chars,
@@ -165,13 +185,7 @@ async fn start(
         cancel,
         submitted,
         cfg.request_timeout,
-    );
-    if gen.params.stream {
-        let (tx, body) = async_channel::bounded(64);
-        Ok(Response::sse_produced(body, Box::pin(super::generation::stream(gen, tx, guard))))
-    } else {
-        whole(gen).await
-    }
+    ))
 }
 
 /// A non-streamed answer: run the generation to its end, then answer once. An end with an error

@@ -71,7 +71,7 @@ pub struct CompletionRequest {
     pub params: GenParams,
 }
 
-fn parse_object(body: &[u8]) -> Result<Map<String, Value>, ApiError> {
+pub fn parse_object(body: &[u8]) -> Result<Map<String, Value>, ApiError> {
     let v: Value = serde_json::from_slice(body).map_err(|e| {
         ApiError::new(400, "invalid_request_error", format!("the request body is not valid JSON: {e}"))
             .code("invalid_json")
@@ -86,7 +86,7 @@ fn parse_object(body: &[u8]) -> Result<Map<String, Value>, ApiError> {
     }
 }
 
-fn type_name(v: &Value) -> &'static str {
+pub fn type_name(v: &Value) -> &'static str {
     match v {
         Value::Null => "null",
         Value::Bool(_) => "a boolean",
@@ -336,14 +336,21 @@ pub fn parse_chat(body: &[u8]) -> Result<ChatRequest, ApiError> {
         }
         None => return Err(ApiError::invalid("messages", "'messages' is required")),
     };
-    let mut params = gen_params(&m, &["max_tokens", "max_completion_tokens"])?;
-    let logprobs = boolean(&m, "logprobs")?;
-    let top = integer(&m, "top_logprobs", 0, MAX_TOP_LOGPROBS as u64)?;
+    let params = chat_params(&m)?;
+    Ok(ChatRequest { model: model(&m)?, messages, params })
+}
+
+/// The generation settings of a chat request: every field but `messages` (the chat routes
+/// take them from a stored conversation instead).
+pub fn chat_params(m: &Map<String, Value>) -> Result<GenParams, ApiError> {
+    let mut params = gen_params(m, &["max_tokens", "max_completion_tokens"])?;
+    let logprobs = boolean(m, "logprobs")?;
+    let top = integer(m, "top_logprobs", 0, MAX_TOP_LOGPROBS as u64)?;
     if top.is_some() && !logprobs {
         return Err(ApiError::invalid("top_logprobs", "'top_logprobs' needs 'logprobs': true"));
     }
     params.logprobs = logprobs.then(|| top.unwrap_or(0) as usize);
-    Ok(ChatRequest { model: model(&m)?, messages, params })
+    Ok(params)
 }
 
 pub fn parse_completion(body: &[u8]) -> Result<CompletionRequest, ApiError> {

@@ -32,24 +32,44 @@ pub async fn chat(llm: &Arc<Llm>, body: Vec<u8>, special_in_content: bool) -> Re
     let llm = llm.clone();
     on_pool(move || {
         let r = parse_chat(&body)?;
-        let content_bytes: usize = r.messages.iter().map(|m| m.content.len()).sum();
-        refuse_oversized(&llm, content_bytes, "messages")?;
         let messages: Vec<ChatMessage> =
             r.messages.iter().map(|m| ChatMessage { role: m.role.clone(), content: m.content.clone() }).collect();
-        // The template's own text becomes control tokens; message contents stay plain text.
-        let prompt = llm
-            .template
-            .render_prompt(&llm.tokenizer, &messages, true, &Default::default())
-            .map_err(|e| ApiError::invalid("messages", format!("the chat template refused the messages: {e}")))?;
-        let tokens = llm
-            .tokenizer
-            .encode_chat(&prompt, special_in_content)
-            .map_err(|e| ApiError::invalid("messages", e.to_string()))?;
-        let question_chars =
-            r.messages.iter().rev().find(|m| m.role == "user").map(|m| m.content.chars().count() as u64);
-        Ok(Prepared { kind: Kind::Chat, tokens, params: r.params, question_chars })
+        render(&llm, &messages, r.params, special_in_content)
     })
     .await
+}
+
+/// A conversation already validated (a stored chat) through the chat template and the
+/// tokenizer, on the preparation pool: the very path of `/v1/chat/completions`.
+pub async fn conversation(
+    llm: &Arc<Llm>,
+    messages: Vec<ChatMessage>,
+    params: GenParams,
+    special_in_content: bool,
+) -> Result<Prepared, ApiError> {
+    let llm = llm.clone();
+    on_pool(move || render(&llm, &messages, params, special_in_content)).await
+}
+
+fn render(
+    llm: &Llm,
+    messages: &[ChatMessage],
+    params: GenParams,
+    special_in_content: bool,
+) -> Result<Prepared, ApiError> {
+    let content_bytes: usize = messages.iter().map(|m| m.content.len()).sum();
+    refuse_oversized(llm, content_bytes, "messages")?;
+    // The template's own text becomes control tokens; message contents stay plain text.
+    let prompt = llm
+        .template
+        .render_prompt(&llm.tokenizer, messages, true, &Default::default())
+        .map_err(|e| ApiError::invalid("messages", format!("the chat template refused the messages: {e}")))?;
+    let tokens = llm
+        .tokenizer
+        .encode_chat(&prompt, special_in_content)
+        .map_err(|e| ApiError::invalid("messages", e.to_string()))?;
+    let question_chars = messages.iter().rev().find(|m| m.role == "user").map(|m| m.content.chars().count() as u64);
+    Ok(Prepared { kind: Kind::Chat, tokens, params, question_chars })
 }
 
 /// Parses, validates and tokenizes a completion request on the preparation pool. A raw prompt

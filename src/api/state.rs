@@ -21,6 +21,12 @@ pub enum Route {
     /// The dashboard page (`/`, `/dashboard`, its `/favicon.ico`) and its files; withheld with the metrics routes.
     Dashboard,
     DashboardAsset,
+    ChatsCreate,
+    ChatsList,
+    ChatGet,
+    ChatDelete,
+    ChatMessagesPost,
+    ChatMessagesList,
 }
 
 impl Route {
@@ -28,15 +34,28 @@ impl Route {
         matches!(self, Route::Metrics | Route::MtplxMetrics | Route::MtplxMetricsStream)
     }
 
-    /// The routes that the API key and the rate limiter guard (`/v1/...` but the metrics
-    /// snapshot and stream, which the metrics token guards). Probes and scrapes stay outside.
     /// Withheld with the metrics routes (`--no-metrics`): the page shows nothing without them.
     pub fn is_dashboard(self) -> bool {
         matches!(self, Route::Dashboard | Route::DashboardAsset)
     }
 
+    /// The routes that the API key and the rate limiter guard (`/v1/...` but the metrics
+    /// snapshot and stream, which the metrics token guards). Probes and scrapes stay outside.
     pub fn is_api(self) -> bool {
-        matches!(self, Route::Models | Route::Model | Route::ChatCompletions | Route::Completions)
+        matches!(self, Route::Models | Route::Model | Route::ChatCompletions | Route::Completions) || self.is_chats()
+    }
+
+    /// The persisted-chat routes (`/v1/chats...`).
+    pub fn is_chats(self) -> bool {
+        matches!(
+            self,
+            Route::ChatsCreate
+                | Route::ChatsList
+                | Route::ChatGet
+                | Route::ChatDelete
+                | Route::ChatMessagesPost
+                | Route::ChatMessagesList
+        )
     }
 }
 
@@ -54,7 +73,17 @@ pub const ROUTES: &[(&str, &str, Route)] = &[
     ("GET", "/dashboard", Route::Dashboard),
     ("GET", "/favicon.ico", Route::Dashboard),
     ("GET", "/dashboard/{asset}", Route::DashboardAsset),
+    ("POST", "/v1/chats", Route::ChatsCreate),
+    ("GET", "/v1/chats", Route::ChatsList),
+    ("GET", "/v1/chats/{chat_id}", Route::ChatGet),
+    ("DELETE", "/v1/chats/{chat_id}", Route::ChatDelete),
+    ("POST", "/v1/chats/{chat_id}/messages", Route::ChatMessagesPost),
+    ("GET", "/v1/chats/{chat_id}/messages", Route::ChatMessagesList),
 ];
+
+/// Largest chat message (and system prompt) accepted, in bytes; larger gets 413
+/// (`--max-message-bytes`).
+pub const DEFAULT_MAX_MESSAGE_BYTES: usize = 64 * 1024;
 
 /// What `/metrics` serves when the request's `Accept` names no format (`--metrics-format`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
@@ -131,12 +160,16 @@ pub struct ApiConfig {
     /// Longest a generation may run, counted from when it is queued for the model
     /// (`--request-timeout`); `None` is no deadline.
     pub request_timeout: Option<Duration>,
+    /// Largest chat message or system prompt, in bytes (`--max-message-bytes`).
+    pub max_message_bytes: usize,
+    /// Header a trusted proxy sets to the client's country (`--country-header`), lower-case.
+    pub country_header: Option<String>,
 }
 
 impl ApiConfig {
     /// The settings a server has with no flags given.
     pub fn new() -> ApiConfig {
-        ApiConfig { metrics_enabled: true, ..ApiConfig::default() }
+        ApiConfig { metrics_enabled: true, max_message_bytes: DEFAULT_MAX_MESSAGE_BYTES, ..ApiConfig::default() }
     }
 }
 

@@ -8,11 +8,12 @@ mod demo_head;
 pub mod serve;
 
 use argh::FromArgs;
-use mtplx_lite::api::state::{ApiConfig, Cidr, MetricsDefault};
+use mtplx_lite::api::state::{ApiConfig, Cidr, MetricsDefault, DEFAULT_MAX_MESSAGE_BYTES};
 use mtplx_lite::engine::step_budget::{DEFAULT_MAX_BATCH_TOKENS, DEFAULT_PREFILL_CHUNK};
 use mtplx_lite::engine::StepBudget;
 use mtplx_lite::engine::{Depth, DraftConfig, DraftMode};
 use mtplx_lite::http::{HttpConfig, DEFAULT_MAX_BODY_BYTES, DEFAULT_MAX_CONNECTIONS, DEFAULT_SHUTDOWN_GRACE};
+use mtplx_lite::store::url::DatabaseUrl;
 use std::net::{SocketAddr, ToSocketAddrs};
 use std::path::PathBuf;
 use std::time::Duration;
@@ -114,6 +115,25 @@ pub struct Cli {
     /// with; the demo model gets its own when no --model is given
     #[argh(option)]
     pub mtp_head: Option<PathBuf>,
+    /// where chats are kept: a SQLite file path, sqlite://PATH or postgres://USER@HOST/DB
+    /// (default: chats.db in --data-dir)
+    #[argh(option)]
+    pub database: Option<String>,
+    /// directory of the default SQLite database (default $XDG_DATA_HOME/mtplx-lite, else
+    /// ~/.local/share/mtplx-lite)
+    #[argh(option)]
+    pub data_dir: Option<PathBuf>,
+    /// a MaxMind-format database (GeoLite2-Country.mmdb) giving each chat's country from its
+    /// client IP
+    #[argh(option)]
+    pub geoip_db: Option<PathBuf>,
+    /// a header a trusted proxy sets to the client's ISO country code, e.g. CF-IPCountry
+    /// (believed only from a --trusted-proxy)
+    #[argh(option)]
+    pub country_header: Option<String>,
+    /// largest chat message or system prompt, in bytes; larger gets 413 (default 65536)
+    #[argh(option, default = "DEFAULT_MAX_MESSAGE_BYTES")]
+    pub max_message_bytes: usize,
     #[argh(subcommand)]
     pub command: Option<Command>,
 }
@@ -240,6 +260,9 @@ pub struct Settings {
     pub api: ApiConfig,
     pub model: ModelOpts,
     pub metrics_history: usize,
+    /// Where chats are kept.
+    pub database: DatabaseUrl,
+    pub geoip_db: Option<PathBuf>,
 }
 
 /// A secret from a file, else from an environment variable; blank is none.
@@ -305,7 +328,10 @@ impl Settings {
             cors_origins: cli.cors_allow_origin.clone(),
             special_tokens_in_content: cli.allow_special_tokens_in_content,
             request_timeout,
+            max_message_bytes: cli.max_message_bytes.max(1),
+            country_header: cli.country_header.as_ref().map(|h| h.trim().to_ascii_lowercase()),
         };
+        let database = mtplx_lite::store::url::resolve(cli.database.as_deref(), cli.data_dir.as_deref())?;
         let http = HttpConfig {
             io_threads: cli.io_threads,
             max_connections: cli.max_connections.max(1),
@@ -328,7 +354,15 @@ impl Settings {
             },
             mtp_head: cli.mtp_head.clone(),
         };
-        Ok(Settings { listen, http, api, model, metrics_history: cli.metrics_history.max(1) })
+        Ok(Settings {
+            listen,
+            http,
+            api,
+            model,
+            metrics_history: cli.metrics_history.max(1),
+            database,
+            geoip_db: cli.geoip_db.clone(),
+        })
     }
 }
 

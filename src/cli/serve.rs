@@ -3,10 +3,13 @@
 
 use super::Settings;
 use mtplx_lite::api::app::App;
+use mtplx_lite::api::chats::Chats;
+use mtplx_lite::api::client_geo::{CountrySource, GeoIp};
 use mtplx_lite::api::state::{unix_now, Llm};
 use mtplx_lite::engine::{Engine, EngineConfig};
 use mtplx_lite::http::{serve, shutdown_on_signals, Shutdown};
 use mtplx_lite::metrics::{BuildInfo, Metrics};
+use mtplx_lite::store::Db;
 use smol::future::FutureExt as _;
 use std::sync::Arc;
 use std::time::Duration;
@@ -46,7 +49,8 @@ pub fn run(s: Settings) -> Result<(), String> {
     let shutdown = Shutdown::new();
     shutdown_on_signals(shutdown.clone()).map_err(|e| format!("cannot install signal handlers: {e}"))?;
     let grace = s.http.shutdown_grace;
-    let app = Arc::new(App::new(s.api, metrics.clone(), Some(llm.clone())));
+    let chats = open_chats(&s, &metrics)?;
+    let app = Arc::new(App::new(s.api, metrics.clone(), Some(llm.clone())).with_chats(chats.clone()));
     let (m, sd) = (metrics.clone(), shutdown.clone());
     std::thread::spawn(move || smol::block_on(wind_down(sd, m, llm, grace)));
     eprintln!(
@@ -57,8 +61,19 @@ pub fn run(s: Settings) -> Result<(), String> {
     use std::io::Write;
     let _ = std::io::stdout().flush();
     serve(listener, app, s.http, shutdown).map_err(|e| format!("server error: {e}"))?;
+    // The answers of the last generations are written before the process ends.
+    chats.db.close();
     eprintln!("mtplx-lite: stopped");
     Ok(())
+}
+
+/// Opens the chat database (its schema brought up to date) and the GeoIP database.
+fn open_chats(s: &Settings, metrics: &Arc<Metrics>) -> Result<Arc<Chats>, String> {
+    let db = Db::open(&s.database, Some(metrics.clone())).map_err(|e| format!("chats: {e}"))?;
+    eprintln!("mtplx-lite: chats kept in {}", s.database.describe());
+    let geoip = s.geoip_db.as_deref().map(GeoIp::open).transpose()?;
+    let country = CountrySource { geoip, header: s.api.country_header.clone() };
+    Ok(Arc::new(Chats::new(Arc::new(db), country)))
 }
 
 /// After the first signal: say what shutdown waits for, end metrics streams at once, and end

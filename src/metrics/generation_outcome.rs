@@ -154,6 +154,9 @@ pub struct GenerationOutcome {
     pub question_chars: Option<u64>,
     /// Characters of the generated text.
     pub answer_chars: u64,
+    /// Observe the question and answer lengths here; the chat routes observe them themselves,
+    /// when a message is accepted and when an answer is persisted.
+    pub observe_lengths: bool,
     /// Time the engine spent prefilling (`None`: taken as TTFT minus queueing).
     pub prefill: Option<Duration>,
     /// Scheduler steps that fed part of the prompt.
@@ -185,6 +188,7 @@ impl GenerationOutcome {
             decode: None,
             question_chars: None,
             answer_chars: 0,
+            observe_lengths: true,
             prefill: None,
             prefill_chunks: 0,
             spec: SpecStats::default(),
@@ -215,10 +219,10 @@ impl Metrics {
         if let Some(t) = ttft {
             self.llm_time_to_first_token_seconds.observe_duration(t);
         }
-        if let Some(q) = o.question_chars {
+        if let Some(q) = o.question_chars.filter(|_| o.observe_lengths) {
             self.llm_question_length_chars.observe_scaled(q);
         }
-        if o.status.is_success() {
+        if o.status.is_success() && o.observe_lengths {
             self.llm_answer_length_chars.observe_scaled(o.answer_chars);
         }
         self.llm_prompt_tokens_total.add(o.prompt_tokens);

@@ -33,3 +33,6 @@ pub const DECODE_TOK_S: &str = "Decode speed of each generation the decode threa
 pub const ITL: &str = "Time between consecutive token deliveries of a generation.";
 pub const DROPPED: &str = "Records dropped (oldest first) from the queues of slow live-stream subscribers.";
 pub const SUBSCRIBERS: &str = "Open subscriptions to the live record stream (not counted in http_requests_in_flight).";
+pub const CHATS: &str = "Chats created.";
+pub const MESSAGES: &str = "Chat messages persisted, labelled by role (user, assistant).";
+pub const DB_WRITE: &str = "Time of each write transaction of the chat database, measured on its thread.";

@@ -289,6 +289,18 @@ impl Metrics {
             help::ITL,
             &self.llm_inter_token_latency_seconds,
         );
+        o.counter("mtplx_chats_total", help::CHATS, &self.mtplx_chats_total);
+        let name = "mtplx_messages_total";
+        o.head(name, Kind::Counter, None, help::MESSAGES);
+        for (role, c) in ["user", "assistant"].iter().zip(&self.mtplx_messages_total) {
+            o.put(name);
+            o.put("{role=\"");
+            o.put(role);
+            o.put("\"} ");
+            o.u64(c.get());
+            o.nl();
+        }
+        o.histogram("mtplx_db_write_seconds", Some("seconds"), help::DB_WRITE, &self.mtplx_db_write_seconds);
         o.counter("mtplx_metrics_stream_dropped_total", help::DROPPED, &self.requests.dropped);
         o.gauge("mtplx_metrics_stream_subscribers", help::SUBSCRIBERS, &self.requests.subscribers);
     }

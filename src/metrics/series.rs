@@ -31,6 +31,10 @@ pub const TOKENS_PER_SECOND_BUCKETS: &[f64] = &[
     2000.0,
 ];
 
+/// Database write bounds: a commit is tens of microseconds on SQLite, milliseconds on a network.
+pub const DB_WRITE_BUCKETS: &[f64] =
+    &[0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 10.0];
+
 /// Seconds at 1 µs resolution, tracked up to an hour.
 const SECONDS: fn(&'static [f64]) -> HistogramSpec =
     |bounds| HistogramSpec { bounds, scale: 1e6, hdr_max: 3_600_000_000 };
@@ -102,6 +106,13 @@ pub struct Metrics {
     pub llm_decode_tokens_per_second: Histogram,
     pub llm_inter_token_latency_seconds: Histogram,
 
+    /// Chats created (`POST /v1/chats`).
+    pub mtplx_chats_total: Counter,
+    /// Chat messages stored, by role: `[user, assistant]`.
+    pub mtplx_messages_total: [Counter; 2],
+    /// Time of each write transaction of the chat store, on its thread.
+    pub mtplx_db_write_seconds: Histogram,
+
     /// The per-request records; its `dropped` is `mtplx_metrics_stream_dropped_total`, its
     /// `subscribers` `mtplx_metrics_stream_subscribers`.
     pub requests: RequestLog,
@@ -149,6 +160,9 @@ impl Metrics {
             llm_spec_decode_num_accepted_tokens_per_pos_total: PositionCounter::default(),
             llm_decode_tokens_per_second: Histogram::new(TOK_S),
             llm_inter_token_latency_seconds: Histogram::new(SECONDS(INTER_TOKEN_BUCKETS)),
+            mtplx_chats_total: Counter::default(),
+            mtplx_messages_total: Default::default(),
+            mtplx_db_write_seconds: Histogram::new(SECONDS(DB_WRITE_BUCKETS)),
             requests: RequestLog::new(history),
         }
     }
@@ -196,6 +210,22 @@ impl Metrics {
         self.rejected_requests_total.inc(route);
     }
 
+    /// A write transaction of the chat store took `d` (`mtplx_db_write_seconds`).
+    pub fn record_db_write(&self, d: std::time::Duration) {
+        self.mtplx_db_write_seconds.observe_duration(d);
+    }
+
+    /// A chat message was stored (`mtplx_messages_total{role}`); a user message was accepted
+    /// (`llm_question_length_chars`) or an assistant message persisted (`llm_answer_length_chars`).
+    pub fn record_chat_message(&self, assistant: bool, chars: u64) {
+        self.mtplx_messages_total[assistant as usize].inc();
+        if assistant {
+            self.llm_answer_length_chars.observe_scaled(chars);
+        } else {
+            self.llm_question_length_chars.observe_scaled(chars);
+        }
+    }
+
     /// Replace the `model` label of `mtplx_build_info` (once the model is loaded).
     pub fn set_model(&self, model: &str) {
         let mut b = self.build.write().unwrap_or_else(|e| e.into_inner());
@@ -222,6 +252,7 @@ impl Metrics {
             "llm_decode_tokens_per_second": self.llm_decode_tokens_per_second.quantiles(),
             "llm_question_length_chars": self.llm_question_length_chars.quantiles(),
             "llm_answer_length_chars": self.llm_answer_length_chars.quantiles(),
+            "mtplx_db_write_seconds": self.mtplx_db_write_seconds.quantiles(),
         });
         let mut extra = b"\"quantiles\":".to_vec();
         extra.extend_from_slice(&serde_json::to_vec(&q).unwrap_or_default());

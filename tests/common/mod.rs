@@ -2,6 +2,8 @@
 //! real sockets.
 #![allow(dead_code)]
 
+pub mod chats;
+pub mod mmdb;
 pub mod sse;
 
 use std::io::{BufRead, BufReader, Read, Write};
