@@ -103,9 +103,8 @@ pub struct Cli {
     /// prompt tokens one step prefills while no stream decodes (default 256)
     #[argh(option, default = "DEFAULT_PREFILL_CHUNK")]
     pub prefill_chunk: usize,
-    /// speculative decoding's drafter: none, ngram, mtp or auto (default auto: n-gram drafts
-    /// where the text repeats itself, else the MTP head if one is loaded, the depth chosen by
-    /// measured cost; see docs/speculative.md)
+    /// speculative decoding's drafter: none, ngram, mtp (needs an MTP head) or auto (default
+    /// auto: n-gram drafts with the depth chosen by measured cost; see docs/speculative.md)
     #[argh(option, default = "String::from(\"auto\")")]
     pub draft: String,
     /// draft tokens per step: 1 to 8, or auto (default auto)

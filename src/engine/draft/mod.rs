@@ -2,7 +2,6 @@
 //! verifies (`engine/speculate.rs`). A drafter only proposes; exactness is the verifier's job, so
 //! a bad drafter costs speed, never correctness.
 
-pub mod auto;
 pub mod mtp;
 pub mod ngram;
 
@@ -24,8 +23,9 @@ pub enum DraftMode {
     Ngram,
     /// The model's multi-token-prediction head.
     Mtp,
-    /// The best drafter this model has (n-gram where the text repeats itself, else the MTP head
-    /// when one is loaded), with the depth chosen by cost.
+    /// The drafter that pays on this model, with the depth chosen by cost: n-gram lookup. A
+    /// loaded MTP head is used only when asked for: the demo's is accepted too rarely to pay for
+    /// its own forward passes (docs/speculative.md).
     Auto,
 }
 
@@ -153,9 +153,8 @@ impl MtpSource {
 pub fn drafter_for(mode: DraftMode, head: Option<&MtpSource>) -> Option<Box<dyn Drafter>> {
     match (mode, head) {
         (DraftMode::None, _) | (DraftMode::Mtp, None) => None,
-        (DraftMode::Ngram, _) | (DraftMode::Auto, None) => Some(Box::new(ngram::NgramDrafter)),
+        (DraftMode::Ngram | DraftMode::Auto, _) => Some(Box::new(ngram::NgramDrafter)),
         (DraftMode::Mtp, Some(h)) => Some(Box::new(h.drafter())),
-        (DraftMode::Auto, Some(h)) => Some(Box::new(auto::AutoDrafter::new(h.drafter()))),
     }
 }
 
