@@ -8,7 +8,7 @@ use super::mtp::{ForwardOutput, MtpTrunk, TrunkShared};
 use super::weights::ModelWeights;
 use super::{ForwardError, LogitsWanted, Model, ModelError, ModelInfo, SeqBatch, Tensor};
 use crate::backend::cpu::dequantize_row;
-use crate::backend::{AttnSeq, Backend, CpuBackend, Heads, Rope, WeightRef};
+use crate::backend::{AttnSeq, Backend, CpuBackend, Heads, Rope};
 use std::sync::Mutex;
 
 /// Per-layer vectors (norm weights, biases) converted to f32 once at load.
@@ -57,20 +57,9 @@ pub struct Llama {
     scratch: Mutex<Scratch>,
 }
 
-fn to_f32(t: &Tensor) -> Vec<f32> {
-    let mut out = vec![0.0; t.numel()];
-    dequantize_row(t.dtype, t.bytes(), &mut out);
-    out
-}
-
-fn weight(t: &Tensor) -> WeightRef<'_> {
-    // Shapes and byte lengths were checked against HParams when the weights were picked.
-    WeightRef { dtype: t.dtype, bytes: t.bytes(), rows: t.rows(), cols: t.cols(), layout: t.layout }
-}
-
 /// `t` in the backend's preferred layout, or as it is when the backend has none for it.
 fn repacked(backend: &dyn Backend, t: &Tensor) -> Tensor {
-    match backend.repack(weight(t)) {
+    match backend.repack(t.weight()) {
         Some((layout, bytes)) => t.repacked(layout, bytes),
         None => t.clone(),
     }
@@ -90,18 +79,18 @@ impl Llama {
             .layers
             .iter()
             .map(|l| Layer {
-                attn_norm: to_f32(&l.attn_norm),
+                attn_norm: l.attn_norm.to_f32(),
                 wq: repacked(be, &l.wq),
                 wk: repacked(be, &l.wk),
                 wv: repacked(be, &l.wv),
                 wo: repacked(be, &l.wo),
-                bq: l.bq.as_ref().map(to_f32),
-                bk: l.bk.as_ref().map(to_f32),
-                bv: l.bv.as_ref().map(to_f32),
-                bo: l.bo.as_ref().map(to_f32),
-                q_norm: l.q_norm.as_ref().map(to_f32),
-                k_norm: l.k_norm.as_ref().map(to_f32),
-                ffn_norm: to_f32(&l.ffn_norm),
+                bq: l.bq.as_ref().map(Tensor::to_f32),
+                bk: l.bk.as_ref().map(Tensor::to_f32),
+                bv: l.bv.as_ref().map(Tensor::to_f32),
+                bo: l.bo.as_ref().map(Tensor::to_f32),
+                q_norm: l.q_norm.as_ref().map(Tensor::to_f32),
+                k_norm: l.k_norm.as_ref().map(Tensor::to_f32),
+                ffn_norm: l.ffn_norm.to_f32(),
                 w_gate: repacked(be, &l.w_gate),
                 w_up: repacked(be, &l.w_up),
                 w_down: repacked(be, &l.w_down),
@@ -116,7 +105,7 @@ impl Llama {
             backend,
             embed: w.embed.clone(),
             output,
-            output_norm: to_f32(&w.output_norm),
+            output_norm: w.output_norm.to_f32(),
             layers,
             scratch: Mutex::new(Scratch::default()),
         }
@@ -206,7 +195,7 @@ impl Llama {
             buf.resize(t * width, 0.0);
         }
         s.positions.clear();
-        let embed = weight(&self.embed);
+        let embed = self.embed.weight();
         let mut r = 0;
         for b in batch.iter() {
             let start = b.cache.len();
@@ -222,7 +211,7 @@ impl Llama {
             be.rms_norm(&mut s.h, &layer.attn_norm, hp.rms_eps);
             // One activation quantization and one pool dispatch for Q, K and V together.
             be.matmul_many(
-                &[weight(&layer.wq), weight(&layer.wk), weight(&layer.wv)],
+                &[layer.wq.weight(), layer.wk.weight(), layer.wv.weight()],
                 &s.h,
                 t,
                 &mut [&mut s.q, &mut s.k, &mut s.v],
@@ -264,14 +253,14 @@ impl Llama {
             }
             be.attention_batch(&mut seqs, heads, scale);
             drop(seqs);
-            be.matmul(weight(&layer.wo), &s.att, t, &mut s.o);
+            be.matmul(layer.wo.weight(), &s.att, t, &mut s.o);
             add_bias(&mut s.o, &layer.bo);
             add(&mut s.x, &s.o);
             s.h.copy_from_slice(&s.x);
             be.rms_norm(&mut s.h, &layer.ffn_norm, hp.rms_eps);
-            be.matmul_many(&[weight(&layer.w_gate), weight(&layer.w_up)], &s.h, t, &mut [&mut s.gate, &mut s.up]);
+            be.matmul_many(&[layer.w_gate.weight(), layer.w_up.weight()], &s.h, t, &mut [&mut s.gate, &mut s.up]);
             be.swiglu(&mut s.gate, &s.up);
-            be.matmul(weight(&layer.w_down), &s.gate, t, &mut s.o);
+            be.matmul(layer.w_down.weight(), &s.gate, t, &mut s.o);
             add(&mut s.x, &s.o);
         }
         // Only the rows whose logits are wanted go through the (large) output head.
@@ -296,7 +285,7 @@ impl Llama {
         be.rms_norm(&mut rows, &self.output_norm, hp.rms_eps);
         let vocab = hp.vocab;
         let mut logits = vec![0.0; m * vocab];
-        be.matmul(weight(&self.output), &rows, m, &mut logits);
+        be.matmul(self.output.weight(), &rows, m, &mut logits);
         let mut out = Vec::with_capacity(batch.len());
         let mut r = 0;
         for b in batch.iter() {

@@ -1,7 +1,8 @@
 //! A weight tensor: a typed, shaped, zero-copy view into a memory-mapped model file, or the
 //! backend's repacked copy of one.
 
-use crate::backend::{DType, Layout};
+use crate::backend::cpu::dequantize_row;
+use crate::backend::{DType, Layout, WeightRef};
 use std::sync::Arc;
 
 /// Bytes a tensor can point into: a memory map of a model file, or owned bytes (tests, and
@@ -72,6 +73,19 @@ impl Tensor {
         self.storage.release(self.offset, self.len);
         let len = bytes.len();
         Tensor { layout, storage: Arc::new(Storage::Owned(bytes)), offset: 0, len, ..self.clone() }
+    }
+
+    /// This matrix as the kernels take it. Shapes and byte lengths were checked when the
+    /// tensor was read.
+    pub fn weight(&self) -> WeightRef<'_> {
+        WeightRef { dtype: self.dtype, bytes: self.bytes(), rows: self.rows(), cols: self.cols(), layout: self.layout }
+    }
+
+    /// Every value as f32 (a file-layout tensor: norms, biases, small matrices).
+    pub fn to_f32(&self) -> Vec<f32> {
+        let mut out = vec![0.0; self.numel()];
+        dequantize_row(self.dtype, self.bytes(), &mut out);
+        out
     }
 
     pub fn bytes(&self) -> &[u8] {

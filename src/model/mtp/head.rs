@@ -4,7 +4,7 @@ use super::sidecar::Sidecar;
 use super::MtpTrunk;
 use crate::backend::cpu::repack::unpack_row;
 use crate::backend::cpu::{dequantize_row, quantize_row};
-use crate::backend::{AttnSeq, Backend, DType, Heads, Layout, WeightRef};
+use crate::backend::{AttnSeq, Backend, DType, Heads, Layout};
 use crate::model::tensor::Storage;
 use crate::model::{ForwardError, KvCache, LogitsWanted, ModelError, Tensor};
 use std::path::Path;
@@ -64,15 +64,13 @@ pub struct MtpHead {
     w_up: Tensor,
     w_down: Tensor,
     /// The trunk's output-head rows of the sub-vocabulary, gathered once, in the trunk's type.
-    sub_out: Vec<u8>,
-    sub_out_dtype: DType,
-    sub_out_layout: Layout,
+    sub_out: Tensor,
 }
 
 /// `t` as Q8_0 (when its rows are whole blocks) in `backend`'s preferred layout.
 fn fast(backend: &dyn Backend, t: &Tensor) -> Tensor {
     let q8 = if t.dtype != DType::Q8_0 && t.layout == Layout::Rows && t.cols().is_multiple_of(32) {
-        quantize_row(DType::Q8_0, &to_f32(t)).map(|bytes| {
+        quantize_row(DType::Q8_0, &t.to_f32()).map(|bytes| {
             let len = bytes.len();
             Tensor::new(t.name.clone(), DType::Q8_0, t.shape.clone(), Arc::new(Storage::Owned(bytes)), 0, len)
         })
@@ -80,20 +78,10 @@ fn fast(backend: &dyn Backend, t: &Tensor) -> Tensor {
         None
     };
     let t = q8.unwrap_or_else(|| t.clone());
-    match backend.repack(weight(&t)) {
+    match backend.repack(t.weight()) {
         Some((layout, bytes)) => t.repacked(layout, bytes),
         None => t,
     }
-}
-
-fn to_f32(t: &Tensor) -> Vec<f32> {
-    let mut out = vec![0.0; t.numel()];
-    dequantize_row(t.dtype, t.bytes(), &mut out);
-    out
-}
-
-fn weight(t: &Tensor) -> WeightRef<'_> {
-    WeightRef { dtype: t.dtype, bytes: t.bytes(), rows: t.rows(), cols: t.cols(), layout: t.layout }
 }
 
 /// Row `id` of `t` in the file's encoding, whatever layout the backend repacked it into.
@@ -125,10 +113,13 @@ impl MtpHead {
         let l = |k: &str, shape: &[usize]| sc.tensor(&format!("mtp.layer.{k}.weight"), shape);
         let shared = trunk.shared();
         let out = shared.output;
-        let mut sub_out = Vec::with_capacity(sc.subvocab.len() * (out.bytes().len() / out.rows().max(1)));
+        let mut rows = Vec::with_capacity(sc.subvocab.len() * (out.bytes().len() / out.rows().max(1)));
         for &id in &sc.subvocab {
-            file_row(out, id as usize, &mut sub_out);
+            file_row(out, id as usize, &mut rows);
         }
+        let len = rows.len();
+        let shape = vec![sc.subvocab.len(), h];
+        let sub_out = Tensor::new("mtp.sub_out".into(), out.dtype, shape, Arc::new(Storage::Owned(rows)), 0, len);
         Ok(MtpHead {
             depth_trained: m.depth_trained,
             hidden: h,
@@ -136,11 +127,11 @@ impl MtpHead {
             eps: m.rms_eps,
             heads: Heads { n_heads: m.n_heads, n_kv_heads: m.n_kv_heads, head_dim: m.head_dim },
             ffn,
-            enorm: to_f32(&sc.tensor("mtp.enorm.weight", &[h])?),
-            hnorm: to_f32(&sc.tensor("mtp.hnorm.weight", &[h])?),
-            final_norm: to_f32(&sc.tensor("mtp.final_norm.weight", &[h])?),
-            attn_norm: to_f32(&l("attn_norm", &[h])?),
-            ffn_norm: to_f32(&l("ffn_norm", &[h])?),
+            enorm: sc.tensor("mtp.enorm.weight", &[h])?.to_f32(),
+            hnorm: sc.tensor("mtp.hnorm.weight", &[h])?.to_f32(),
+            final_norm: sc.tensor("mtp.final_norm.weight", &[h])?.to_f32(),
+            attn_norm: l("attn_norm", &[h])?.to_f32(),
+            ffn_norm: l("ffn_norm", &[h])?.to_f32(),
             fc: sc.tensor("mtp.eh_proj.weight", &[h, 2 * h])?,
             wq: l("attn_q", &[qd, h])?,
             wk: l("attn_k", &[kvd, h])?,
@@ -151,8 +142,6 @@ impl MtpHead {
             w_down: l("ffn_down", &[h, ffn])?,
             subvocab: sc.subvocab,
             sub_out,
-            sub_out_dtype: out.dtype,
-            sub_out_layout: Layout::Rows,
         })
     }
 
@@ -167,17 +156,7 @@ impl MtpHead {
         for t in [&mut self.w_gate, &mut self.w_up, &mut self.w_down] {
             *t = fast(backend, t);
         }
-        let (s, hd) = (self.subvocab.len(), self.hidden);
-        let out = WeightRef {
-            dtype: self.sub_out_dtype,
-            bytes: &self.sub_out,
-            rows: s,
-            cols: hd,
-            layout: self.sub_out_layout,
-        };
-        if let Some((layout, bytes)) = backend.repack(out) {
-            (self.sub_out, self.sub_out_layout) = (bytes, layout);
-        }
+        self.sub_out = fast(backend, &self.sub_out);
         self
     }
 
@@ -229,7 +208,7 @@ impl MtpHead {
         let shared = trunk.shared();
         let be = shared.backend;
         let (qd, kvd, ffn) = (self.heads.q_dim(), self.heads.kv_dim(), self.ffn);
-        let embed = weight(shared.embed);
+        let embed = shared.embed.weight();
         let mut e = vec![0.0; n * hd];
         for (r, &tok) in tokens.iter().enumerate() {
             dequantize_row(embed.dtype, embed.row(tok as usize), &mut e[r * hd..(r + 1) * hd]);
@@ -243,14 +222,14 @@ impl MtpHead {
             cat.extend_from_slice(&hn[r * hd..(r + 1) * hd]);
         }
         let mut x = vec![0.0; n * hd];
-        be.matmul(weight(&self.fc), &cat, n, &mut x);
+        be.matmul(self.fc.weight(), &cat, n, &mut x);
 
         let start = cache.len();
         let positions: Vec<usize> = (start..start + n).collect();
         let mut h = x.clone();
         be.rms_norm(&mut h, &self.attn_norm, self.eps);
         let (mut q, mut k, mut v) = (vec![0.0; n * qd], vec![0.0; n * kvd], vec![0.0; n * kvd]);
-        be.matmul_many(&[weight(&self.wq), weight(&self.wk), weight(&self.wv)], &h, n, &mut [&mut q, &mut k, &mut v]);
+        be.matmul_many(&[self.wq.weight(), self.wk.weight(), self.wv.weight()], &h, n, &mut [&mut q, &mut k, &mut v]);
         be.rope(&mut q, self.heads.n_heads, self.heads.head_dim, &positions, shared.rope);
         be.rope(&mut k, self.heads.n_kv_heads, self.heads.head_dim, &positions, shared.rope);
         cache.k[0].extend_from_slice(&k);
@@ -260,14 +239,14 @@ impl MtpHead {
         be.attention(seq, self.heads, 1.0 / (self.heads.head_dim as f32).sqrt());
         cache.advance(n);
         let mut o = vec![0.0; n * hd];
-        be.matmul(weight(&self.wo), &att, n, &mut o);
+        be.matmul(self.wo.weight(), &att, n, &mut o);
         add(&mut x, &o);
         h.copy_from_slice(&x);
         be.rms_norm(&mut h, &self.ffn_norm, self.eps);
         let (mut gate, mut up) = (vec![0.0; n * ffn], vec![0.0; n * ffn]);
-        be.matmul_many(&[weight(&self.w_gate), weight(&self.w_up)], &h, n, &mut [&mut gate, &mut up]);
+        be.matmul_many(&[self.w_gate.weight(), self.w_up.weight()], &h, n, &mut [&mut gate, &mut up]);
         be.swiglu(&mut gate, &up);
-        be.matmul(weight(&self.w_down), &gate, n, &mut o);
+        be.matmul(self.w_down.weight(), &gate, n, &mut o);
         add(&mut x, &o);
 
         let mut rows = match logits {
@@ -277,15 +256,8 @@ impl MtpHead {
         let m = rows.len() / hd;
         be.rms_norm(&mut rows, &self.final_norm, self.eps);
         let s = self.subvocab.len();
-        let out = WeightRef {
-            dtype: self.sub_out_dtype,
-            bytes: &self.sub_out,
-            rows: s,
-            cols: hd,
-            layout: self.sub_out_layout,
-        };
         let mut lg = vec![0.0; m * s];
-        be.matmul(out, &rows, m, &mut lg);
+        be.matmul(self.sub_out.weight(), &rows, m, &mut lg);
         Ok(MtpStep { logits: lg, hidden: x })
     }
 
