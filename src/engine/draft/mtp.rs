@@ -95,34 +95,11 @@ impl Drafter for MtpDrafter {
             return;
         }
         let (Some(trunk), Some(last)) = (self.model.mtp_trunk(), self.last.as_ref()) else { return };
-        let (h, sub) = (self.head.hidden_size(), self.head.subvocab());
-        let mut logits = last.logits[last.logits.len() - sub.len()..].to_vec();
-        let mut hidden = last.hidden[last.hidden.len() - h..].to_vec();
         let aligned = self.cache.len();
-        for d in 0..max {
-            let token = sub[argmax(&logits)];
-            out.push(token);
-            if d + 1 == max {
-                break;
-            }
-            match self.head.forward(trunk, &mut self.cache, &hidden, &[token], LogitsWanted::Last) {
-                Ok(step) => {
-                    logits = step.logits;
-                    hidden = step.hidden;
-                }
-                Err(_) => break,
-            }
+        // A full head cache ends the chain early in `chain`'s error: no draft this step.
+        if let Ok(drafts) = self.head.chain(trunk, &mut self.cache, last, max) {
+            out.extend(drafts.into_iter().map(|(token, _)| token));
         }
         self.cache.truncate(aligned);
     }
-}
-
-fn argmax(xs: &[f32]) -> usize {
-    let mut best = 0;
-    for (i, &x) in xs.iter().enumerate() {
-        if x > xs[best] {
-            best = i;
-        }
-    }
-    best
 }

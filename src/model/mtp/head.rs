@@ -274,15 +274,31 @@ impl MtpHead {
         tokens: &[u32],
         depth: usize,
     ) -> Result<Vec<(u32, f32)>, MtpError> {
+        let step = self.forward(trunk, cache, hidden, tokens, LogitsWanted::Last)?;
+        self.chain(trunk, cache, &step, depth)
+    }
+
+    /// Greedy chained drafts from `last`, the head's output at its cache's last row: each draft is
+    /// the top-1 of the previous step, fed back with that step's hidden state. The cache ends
+    /// `depth - 1` entries longer.
+    pub fn chain(
+        &self,
+        trunk: &dyn MtpTrunk,
+        cache: &mut KvCache,
+        last: &MtpStep,
+        depth: usize,
+    ) -> Result<Vec<(u32, f32)>, MtpError> {
+        let s = self.subvocab.len();
+        let mut logits = last.logits[last.logits.len() - s..].to_vec();
+        let mut hidden = last.hidden[last.hidden.len() - self.hidden..].to_vec();
         let mut out = Vec::with_capacity(depth);
-        let mut step = self.forward(trunk, cache, hidden, tokens, LogitsWanted::Last)?;
         for d in 0..depth {
-            let (j, p) = top1(&step.logits);
+            let (j, p) = top1(&logits);
             let token = self.subvocab[j];
             out.push((token, p));
             if d + 1 < depth {
-                let h = step.hidden[step.hidden.len() - self.hidden..].to_vec();
-                step = self.forward(trunk, cache, &h, &[token], LogitsWanted::Last)?;
+                let step = self.forward(trunk, cache, &hidden, &[token], LogitsWanted::Last)?;
+                (logits, hidden) = (step.logits, step.hidden);
             }
         }
         Ok(out)
