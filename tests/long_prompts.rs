@@ -6,7 +6,7 @@
 mod common;
 
 use common::sse::Sse;
-use common::{demo_model, get, metric, post_json, Server};
+use common::{demo_model, get, metric, post_json, request_within, Server};
 use serde_json::{json, Value};
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -15,6 +15,9 @@ use std::time::{Duration, Instant};
 
 /// Bound on every poll for a state the server reaches asynchronously.
 const POLL_DEADLINE: Duration = Duration::from_secs(120);
+/// Bound on one answer over the whole context: a prefill of 8,000 tokens took about 2 minutes
+/// on a loaded 2-core machine.
+const FULL_CONTEXT_DEADLINE: Duration = Duration::from_secs(600);
 /// Step budget of these servers: the long prefill takes dozens of steps beside the stream.
 const MAX_BATCH_TOKENS: usize = 128;
 
@@ -134,4 +137,48 @@ fn a_long_prefill_whose_client_leaves_is_cancelled_and_recorded_as_interrupted()
     // The server goes on serving.
     let r = post_json(addr, "/v1/completions", &json!({"prompt": "Hi", "max_tokens": 2}));
     assert_eq!(r.status, 200, "{}", r.text());
+}
+
+#[test]
+fn the_full_context_is_usable_its_long_prefix_reused_and_one_more_token_refused() {
+    // The demo model at its whole 8,192-token context: a document that nearly fills it, then a
+    // second question about it (only the new part is prefilled), a completion that ends exactly
+    // at the last position, and a request one token over, refused by name.
+    let server = start();
+    let addr = server.addr;
+    let ctx = get(addr, "/v1/models").json()["data"][0]["context_length"].as_u64().expect("context_length");
+    assert_eq!(ctx, 8192, "the demo model's context");
+    let doc = long_text(6900); // about 7,960 tokens
+    let ask = |question: &str, max_tokens: Value| {
+        let body = json!({"prompt": format!("{doc}\n{question}"), "max_tokens": max_tokens, "temperature": 0});
+        let headers = [("Content-Type", "application/json")];
+        request_within(addr, ("POST", "/v1/completions"), &headers, body.to_string().as_bytes(), FULL_CONTEXT_DEADLINE)
+    };
+    let first = ask("Question: which item is the last?", json!(1));
+    assert_eq!(first.status, 200, "{}", first.text());
+    let n = first.json()["usage"]["prompt_tokens"].as_u64().unwrap();
+    assert!((7600..ctx - 8).contains(&n), "the document has {n} tokens");
+
+    let second = ask("Question: what is near the harbor?", json!(1));
+    assert_eq!(second.status, 200, "{}", second.text());
+    let m = second.json()["usage"]["prompt_tokens"].as_u64().unwrap();
+    let rec = history(addr).into_iter().last().expect("the second request's record");
+    assert_eq!(rec["prompt_tokens"].as_u64(), Some(m), "{rec}");
+    let prefix = &rec["session_prompt_prefix_commit"];
+    let prefilled = prefix["prefilled_tokens"].as_u64().expect("prefilled_tokens");
+    assert!(prefilled <= 16 && prefix["cached_tokens"].as_u64().unwrap() + prefilled == m, "{rec}");
+
+    // What is left of the context, and no more.
+    let over = ask("Question: what is near the harbor?", json!(ctx - m + 1));
+    assert_eq!(over.status, 400, "{}", over.text());
+    let err = over.json();
+    assert_eq!(err["error"]["code"], "context_length_exceeded", "{err}");
+    assert!(err["error"]["message"].as_str().unwrap().contains(&format!("at most {}", ctx - m)), "{err}");
+    let full = ask("Question: what is near the harbor?", json!(ctx - m));
+    assert_eq!(full.status, 200, "{}", full.text());
+    let usage = &full.json()["usage"];
+    assert_eq!(usage["prompt_tokens"].as_u64(), Some(m));
+    let done = usage["completion_tokens"].as_u64().unwrap();
+    let finish = full.json()["choices"][0]["finish_reason"].clone();
+    assert!(done == ctx - m || finish == "stop", "{done} of {} tokens, finish {finish}", ctx - m);
 }

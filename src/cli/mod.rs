@@ -10,6 +10,7 @@ pub mod serve;
 use argh::FromArgs;
 use mtplx_lite::api::state::{ApiConfig, Cidr, MetricsDefault, DEFAULT_MAX_MESSAGE_BYTES};
 use mtplx_lite::engine::step_budget::{DEFAULT_MAX_BATCH_TOKENS, DEFAULT_PREFILL_CHUNK};
+use mtplx_lite::engine::step_pacer::DEFAULT_MAX_STEP_RATIO;
 use mtplx_lite::engine::StepBudget;
 use mtplx_lite::engine::{Depth, DraftConfig, DraftMode};
 use mtplx_lite::http::{HttpConfig, DEFAULT_MAX_BODY_BYTES, DEFAULT_MAX_CONNECTIONS, DEFAULT_SHUTDOWN_GRACE};
@@ -103,6 +104,10 @@ pub struct Cli {
     /// prompt tokens one step prefills while no stream decodes (default 256)
     #[argh(option, default = "DEFAULT_PREFILL_CHUNK")]
     pub prefill_chunk: usize,
+    /// most time a step that prefills beside decoding streams may take, as a multiple of a step
+    /// of the streams alone, measured as it runs (default 2.5; 0: only --max-batch-tokens)
+    #[argh(option, default = "DEFAULT_MAX_STEP_RATIO")]
+    pub max_step_ratio: f64,
     /// speculative decoding's drafter: none, ngram, mtp (needs an MTP head) or auto (default
     /// auto: n-gram drafts with the depth chosen by measured cost; see docs/speculative.md)
     #[argh(option, default = "String::from(\"auto\")")]
@@ -338,8 +343,15 @@ impl Settings {
             shutdown_grace: Duration::from_secs_f64(cli.shutdown_grace),
             ..HttpConfig::default()
         };
-        let budget =
-            StepBudget { max_batch_tokens: cli.max_batch_tokens.max(1), prefill_chunk: cli.prefill_chunk.max(1) };
+        let r = cli.max_step_ratio;
+        if !(r == 0.0 || (r.is_finite() && r >= 1.0)) {
+            return Err(format!("--max-step-ratio must be 0 (off) or a number >= 1, got {r}"));
+        }
+        let budget = StepBudget {
+            max_batch_tokens: cli.max_batch_tokens.max(1),
+            prefill_chunk: cli.prefill_chunk.max(1),
+            max_step_ratio: r,
+        };
         let model = ModelOpts {
             model: cli.model.clone(),
             threads: cli.threads,

@@ -15,6 +15,7 @@ use super::sampler::Sampler;
 use super::sequence::{cancelled, emit, verify, Seq};
 use super::speculate::{CostModel, SpecState};
 use super::step_budget::{StepBudget, Want};
+use super::step_pacer::StepPacer;
 use crate::model::mtp::ForwardOutput;
 use crate::model::{ForwardError, LogitsWanted, Model, SeqBatch};
 use crossbeam_channel::{Receiver, TryRecvError};
@@ -47,6 +48,8 @@ pub(crate) struct Scheduler {
     mtp: Option<MtpSource>,
     /// Forward-pass times by rows fed, which auto depth weighs drafts against.
     costs: CostModel,
+    /// Prompt tokens per step beside decoding streams, by measured step time.
+    pacer: StepPacer,
     active: Vec<Seq>,
     /// A job taken off the queue that waits for cache room.
     held: Option<Job>,
@@ -62,8 +65,9 @@ impl Scheduler {
         budget: StepBudget,
         (draft, mtp): (DraftConfig, Option<MtpSource>),
     ) -> Scheduler {
-        let (active, held, costs) = (Vec::new(), None, CostModel::default());
-        Scheduler { model, decoder, caches, jobs, stop, shared, budget, draft, mtp, costs, active, held }
+        let (active, held, costs, pacer) =
+            (Vec::new(), None, CostModel::default(), StepPacer::new(budget.max_step_ratio));
+        Scheduler { model, decoder, caches, jobs, stop, shared, budget, draft, mtp, costs, pacer, active, held }
     }
 
     /// The decode thread's body; returns at shutdown, after ending every job it knows of.
@@ -196,7 +200,12 @@ impl Scheduler {
         let live: Vec<usize> = (0..self.active.len()).filter(|&i| self.active[i].done.is_none()).collect();
         let wants: Vec<Want> =
             live.iter().map(|&i| Want { prompt_left: self.active[i].job.prompt.len() - self.active[i].fed }).collect();
-        self.budget.plan(&wants).into_iter().map(|(w, n)| (live[w], n)).collect()
+        let decoding = wants.iter().filter(|w| w.prompt_left == 0).count();
+        let prefill = match decoding {
+            0 => self.budget.prefill_chunk.max(1),
+            d => self.pacer.allowance(self.budget.prefill_cap(d)),
+        };
+        self.budget.plan_with(&wants, prefill).into_iter().map(|(w, n)| (live[w], n)).collect()
     }
 
     /// One batched forward pass, then sampling for every sequence that got its logits.
@@ -212,6 +221,7 @@ impl Scheduler {
             self.caches.prepare(id, n);
         }
         let active = &self.active;
+        let prefilling: Vec<bool> = plan.iter().map(|&(i, _)| active[i].fed < active[i].job.prompt.len()).collect();
         let verifying: Vec<bool> = plan
             .iter()
             .map(|&(i, _)| active[i].fed == active[i].job.prompt.len() && active[i].feed.len() > 1)
@@ -265,7 +275,9 @@ impl Scheduler {
             self.caches.record(id, t);
         }
         let rows: usize = plan.iter().map(|&(_, n)| n).sum();
+        let prompt_rows: usize = plan.iter().zip(&prefilling).filter(|(_, &p)| p).map(|(&(_, n), _)| n).sum();
         self.costs.observe(rows, took);
+        self.pacer.observe(prompt_rows, rows - prompt_rows, took);
         hidden.resize_with(plan.len(), Vec::new);
         for (k, (&(i, n), row)) in plan.iter().zip(logits).enumerate() {
             let kept = self.absorb(i, n, &row, (plan.len(), verifying[k]), took);

@@ -12,6 +12,8 @@
 //! token after one step even behind a long prompt, and the oldest prefilling prompt is always
 //! given at least a quarter of it, so a stream of short requests cannot starve a long one.
 
+use super::step_pacer::DEFAULT_MAX_STEP_RATIO;
+
 /// Tokens per step while some sequence decodes, when not configured (`--max-batch-tokens`).
 /// A first choice, not yet tuned: on the demo model a 4,230-token prompt beside one stream was
 /// answered in 24 s, and that stream's p99 gap grew to 16x its plain one (docs/performance.md).
@@ -19,18 +21,25 @@ pub const DEFAULT_MAX_BATCH_TOKENS: usize = 32;
 /// Prompt tokens per step while no sequence decodes, when not configured (`--prefill-chunk`).
 pub const DEFAULT_PREFILL_CHUNK: usize = 256;
 
-/// The per-step token budget; both fields are at least 1.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+/// The per-step budget; both token counts are at least 1.
+#[derive(Clone, Copy, Debug, PartialEq)]
 pub struct StepBudget {
     /// Most tokens a step feeds, summed over sequences, while any sequence decodes.
     pub max_batch_tokens: usize,
     /// Most prompt tokens a step feeds while no sequence decodes.
     pub prefill_chunk: usize,
+    /// Most time a step beside a prefill may take, as a multiple of the decodes alone
+    /// (`step_pacer.rs`); 0 leaves only `max_batch_tokens`.
+    pub max_step_ratio: f64,
 }
 
 impl Default for StepBudget {
     fn default() -> Self {
-        StepBudget { max_batch_tokens: DEFAULT_MAX_BATCH_TOKENS, prefill_chunk: DEFAULT_PREFILL_CHUNK }
+        StepBudget {
+            max_batch_tokens: DEFAULT_MAX_BATCH_TOKENS,
+            prefill_chunk: DEFAULT_PREFILL_CHUNK,
+            max_step_ratio: DEFAULT_MAX_STEP_RATIO,
+        }
     }
 }
 
@@ -52,10 +61,21 @@ impl StepBudget {
         max.saturating_sub(decoding).max(max.div_ceil(4))
     }
 
+    /// Most prompt tokens a step beside `decoding` decoding sequences may feed (the pacer may
+    /// give fewer).
+    pub fn prefill_cap(&self, decoding: usize) -> usize {
+        self.prefill_tokens(decoding)
+    }
+
     /// `(index into wants, tokens)` for every sequence that feeds in this step, in index order.
     pub fn plan(&self, wants: &[Want]) -> Vec<(usize, usize)> {
         let decoding = wants.iter().filter(|w| w.prompt_left == 0).count();
-        let mut left = self.prefill_tokens(decoding);
+        self.plan_with(wants, self.prefill_tokens(decoding))
+    }
+
+    /// [`plan`](Self::plan) with `prefill` prompt tokens in all, shared as described above.
+    pub fn plan_with(&self, wants: &[Want], prefill: usize) -> Vec<(usize, usize)> {
+        let mut left = prefill;
         let mut give = vec![0usize; wants.len()];
         let mut prefilling: Vec<usize> = (0..wants.len()).filter(|&i| wants[i].prompt_left > 0).collect();
         if let Some(&oldest) = prefilling.first() {
@@ -89,14 +109,14 @@ mod tests {
 
     #[test]
     fn alone_a_prompt_goes_in_chunks_of_prefill_chunk() {
-        let b = StepBudget { max_batch_tokens: 16, prefill_chunk: 256 };
+        let b = StepBudget { max_batch_tokens: 16, prefill_chunk: 256, max_step_ratio: 0.0 };
         assert_eq!(b.plan(&wants(&[4000])), vec![(0, 256)]);
         assert_eq!(b.plan(&wants(&[100])), vec![(0, 100)]);
     }
 
     #[test]
     fn beside_decodes_a_step_feeds_at_most_max_batch_tokens() {
-        let b = StepBudget { max_batch_tokens: 16, prefill_chunk: 256 };
+        let b = StepBudget { max_batch_tokens: 16, prefill_chunk: 256, max_step_ratio: 0.0 };
         let plan = b.plan(&wants(&[0, 4000, 0]));
         assert_eq!(plan, vec![(0, 1), (1, 14), (2, 1)]);
         assert_eq!(plan.iter().map(|p| p.1).sum::<usize>(), 16);
@@ -104,7 +124,7 @@ mod tests {
 
     #[test]
     fn many_decodes_leave_a_quarter_of_the_budget_to_prompts() {
-        let b = StepBudget { max_batch_tokens: 16, prefill_chunk: 256 };
+        let b = StepBudget { max_batch_tokens: 16, prefill_chunk: 256, max_step_ratio: 0.0 };
         let mut w = wants(&[0; 20]);
         w.push(Want { prompt_left: 500 });
         let plan = b.plan(&w);
@@ -114,7 +134,7 @@ mod tests {
 
     #[test]
     fn a_short_prompt_passes_a_long_one_which_keeps_moving() {
-        let b = StepBudget { max_batch_tokens: 64, prefill_chunk: 256 };
+        let b = StepBudget { max_batch_tokens: 64, prefill_chunk: 256, max_step_ratio: 0.0 };
         // The long prompt is older; the short one still finishes its prefill in this step.
         let plan = b.plan(&wants(&[4000, 30]));
         assert_eq!(plan, vec![(0, 226), (1, 30)]);
@@ -124,7 +144,7 @@ mod tests {
 
     #[test]
     fn the_oldest_prompt_gets_a_quarter_even_behind_many_short_ones() {
-        let b = StepBudget { max_batch_tokens: 64, prefill_chunk: 64 };
+        let b = StepBudget { max_batch_tokens: 64, prefill_chunk: 64, max_step_ratio: 0.0 };
         let plan = b.plan(&wants(&[1000, 10, 10, 10, 10, 10, 10, 10]));
         assert_eq!(plan[0], (0, 16));
         assert_eq!(plan.iter().map(|p| p.1).sum::<usize>(), 64);
@@ -132,7 +152,7 @@ mod tests {
 
     #[test]
     fn zero_settings_still_make_progress() {
-        let b = StepBudget { max_batch_tokens: 0, prefill_chunk: 0 };
+        let b = StepBudget { max_batch_tokens: 0, prefill_chunk: 0, max_step_ratio: 0.0 };
         assert_eq!(b.plan(&wants(&[10])), vec![(0, 1)]);
         assert_eq!(b.plan(&wants(&[0, 10])), vec![(0, 1), (1, 1)]);
     }

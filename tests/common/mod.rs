@@ -343,10 +343,25 @@ pub fn read_response(r: &mut impl BufRead, head_request: bool) -> Resp {
     resp
 }
 
+/// How long a test waits for a response, unless it says otherwise.
+const RESPONSE_DEADLINE: Duration = Duration::from_secs(120);
+
 /// One request on a fresh connection.
 pub fn request(addr: SocketAddr, method: &str, path: &str, headers: &[(&str, &str)], body: &[u8]) -> Resp {
+    request_within(addr, (method, path), headers, body, RESPONSE_DEADLINE)
+}
+
+/// [`request`] with its own deadline, for answers that take longer (prefills of thousands of
+/// tokens on a loaded machine).
+pub fn request_within(
+    addr: SocketAddr,
+    (method, path): (&str, &str),
+    headers: &[(&str, &str)],
+    body: &[u8],
+    deadline: Duration,
+) -> Resp {
     let mut s = TcpStream::connect(addr).unwrap();
-    s.set_read_timeout(Some(Duration::from_secs(120))).unwrap();
+    s.set_read_timeout(Some(deadline)).unwrap();
     let mut req = format!("{method} {path} HTTP/1.1\r\nHost: test\r\nConnection: close\r\n");
     for (n, v) in headers {
         req.push_str(&format!("{n}: {v}\r\n"));
