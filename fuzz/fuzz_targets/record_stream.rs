@@ -80,6 +80,7 @@ impl Input<'_> {
             correction_tokens: self.u64(),
             draft_time_s: self.f64(),
             verify_time_s: self.f64(),
+            rollback_time_s: self.f64(),
             question_chars: self.u64(),
             answer_chars: self.u64(),
             session_prompt_prefix_commit: PrefixCommit {

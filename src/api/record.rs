@@ -51,6 +51,7 @@ pub fn outcome(
             correction_tokens: sp.correction as u64,
             draft_time: sp.draft_time,
             verify_time: sp.verify_time,
+            rollback_time: sp.rollback_time,
         };
         o.decode = Some(DecodeSpan { tokens: s.completion_tokens as u64, time: s.decode_time });
         o.completion_tokens = o.completion_tokens.max(if e.stopped { 0 } else { s.completion_tokens as u64 });

@@ -224,6 +224,8 @@ pub struct SpecCounts {
     pub draft_time: Duration,
     /// Time of the forward passes that verified this request's drafts (shared with the batch).
     pub verify_time: Duration,
+    /// Time spent dropping the cache positions of rejected draft tokens.
+    pub rollback_time: Duration,
 }
 
 /// Per-request numbers for the metrics record.

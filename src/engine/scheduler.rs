@@ -283,7 +283,11 @@ impl Scheduler {
             let kept = self.absorb(i, n, &row, (plan.len(), verifying[k]), took);
             // The cache keeps the positions of every emitted token but the last, as in plain
             // decoding: the last is fed at the next step.
+            let started = Instant::now();
             self.caches.truncate(ids[k], before[k] + kept);
+            if let (Some(spec), true) = (self.active[i].spec.as_mut(), kept < n) {
+                spec.stats.rollback_time += started.elapsed();
+            }
             let s = &mut self.active[i];
             if let (Some(spec), false) = (s.spec.as_mut(), hidden[k].is_empty()) {
                 let width = hidden[k].len() / n.max(1);

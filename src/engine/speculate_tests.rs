@@ -106,6 +106,7 @@ fn the_cache_after_rejections_gives_the_logits_of_a_fresh_prefill() {
     };
     let first = ask(&e, prompt(1));
     assert!(first.stats.spec.correction > 0, "{:?}", first.stats.spec);
+    assert!(first.stats.spec.rollback_time > std::time::Duration::ZERO, "rejections were rolled back untimed");
     // The next turn reuses the cache that verification rolled back; it must hold exactly the
     // prompt and every answer token but the last.
     let mut turn = prompt(1);

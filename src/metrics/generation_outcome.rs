@@ -104,6 +104,7 @@ pub struct SpecStats {
     pub correction_tokens: u64,
     pub draft_time: Duration,
     pub verify_time: Duration,
+    pub rollback_time: Duration,
 }
 
 /// The decode thread's own account of a generation: the tokens it sampled (the end-of-sequence
@@ -279,6 +280,7 @@ impl Metrics {
             correction_tokens: o.spec.correction_tokens,
             draft_time_s: o.spec.draft_time.as_secs_f64(),
             verify_time_s: o.spec.verify_time.as_secs_f64(),
+            rollback_time_s: o.spec.rollback_time.as_secs_f64(),
             question_chars: o.question_chars.unwrap_or(0),
             answer_chars: o.answer_chars,
             session_prompt_prefix_commit: o.prefix,

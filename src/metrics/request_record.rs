@@ -107,6 +107,9 @@ pub struct RequestRecord {
     /// Time of the forward passes that verified this request's drafts.
     #[serde(default)]
     pub verify_time_s: f64,
+    /// Time spent dropping the cache positions of rejected draft tokens.
+    #[serde(default)]
+    pub rollback_time_s: f64,
     pub question_chars: u64,
     pub answer_chars: u64,
     pub session_prompt_prefix_commit: PrefixCommit,
@@ -199,6 +202,7 @@ pub(crate) fn sample_record(seq: u64) -> RequestRecord {
         correction_tokens: 0,
         draft_time_s: 0.0,
         verify_time_s: 0.0,
+        rollback_time_s: 0.0,
         question_chars: 3,
         answer_chars: 7,
         session_prompt_prefix_commit: PrefixCommit::default(),
