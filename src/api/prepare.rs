@@ -57,8 +57,7 @@ fn render(
     params: GenParams,
     special_in_content: bool,
 ) -> Result<Prepared, ApiError> {
-    let content_bytes: usize = messages.iter().map(|m| m.content.len()).sum();
-    refuse_oversized(llm, content_bytes, "messages")?;
+    refuse_oversized(llm, messages.iter().map(|m| m.content.as_str()), "messages")?;
     // The template's own text becomes control tokens; message contents stay plain text.
     let prompt = llm
         .template
@@ -78,7 +77,7 @@ pub async fn completion(llm: &Arc<Llm>, body: Vec<u8>) -> Result<Prepared, ApiEr
     let llm = llm.clone();
     on_pool(move || {
         let r = parse_completion(&body)?;
-        refuse_oversized(&llm, r.prompt.len(), "prompt")?;
+        refuse_oversized(&llm, [r.prompt.as_str()], "prompt")?;
         let tokens = llm
             .tokenizer
             .encode(&r.prompt, llm.tokenizer.adds_bos())
@@ -100,10 +99,22 @@ async fn on_pool<T: Send + 'static>(
 }
 
 /// Every token stands for a bounded number of bytes of text (the tokenizer knows the bound), so
-/// a text needs at least so many tokens whatever the tokenizer makes of it: one that needs more
-/// than the context holds cannot fit, and is refused before any tokenizing.
-fn refuse_oversized(llm: &Llm, text_bytes: usize, param: &str) -> Result<(), ApiError> {
-    let least = llm.tokenizer.min_token_count(text_bytes);
+/// a text needs at least so many tokens whatever the tokenizer makes of it; finer, it needs at
+/// least the fewest vocabulary entries that spell it. One that needs more than the context holds
+/// cannot fit, and is refused before any tokenizing: the tokenizer's memory grows with the
+/// tokens it makes (some 300 bytes per token), and a text of short tokens only, such as a run of
+/// digits, makes a token per byte.
+fn refuse_oversized<'a>(
+    llm: &Llm,
+    texts: impl IntoIterator<Item = &'a str> + Clone,
+    param: &str,
+) -> Result<(), ApiError> {
+    let text_bytes: usize = texts.clone().into_iter().map(str::len).sum();
+    let mut least = llm.tokenizer.min_token_count(text_bytes);
+    // A text of no more bytes than the context holds tokens cannot need more tokens than that.
+    if least <= llm.ctx && text_bytes > llm.ctx {
+        least = least.max(texts.into_iter().map(|t| llm.tokenizer.min_tokens_within(t)).sum());
+    }
     if least > llm.ctx {
         return Err(ApiError::invalid(
             param,
