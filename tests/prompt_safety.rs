@@ -32,7 +32,8 @@ fn huge_prompts_are_refused_by_size_while_everyone_else_is_served() {
     // words that pass both bounds, tokenized, then refused for the room `max_tokens` asks.
     let big = std::thread::spawn(move || {
         let words = |bytes: usize| "lorem ipsum ".repeat(bytes / 12);
-        let digits: String = (0..DEMO_CTX * DEMO_MAX_TOKEN_BYTES).map(|i| char::from(b'0' + (i * 7 % 10) as u8)).collect();
+        let digits: String =
+            (0..DEMO_CTX * DEMO_MAX_TOKEN_BYTES).map(|i| char::from(b'0' + (i * 7 % 10) as u8)).collect();
         let bodies = [
             (json!({"messages": [{"role": "user", "content": words(4 * 1024 * 1024 - 192)}], "max_tokens": 1}), true),
             (json!({"messages": [{"role": "user", "content": digits}], "max_tokens": 1}), true),
