@@ -57,12 +57,14 @@ fn render(
     params: GenParams,
     special_in_content: bool,
 ) -> Result<Prepared, ApiError> {
-    refuse_oversized(llm, messages.iter().map(|m| m.content.as_str()), "messages")?;
+    let content_bytes: usize = messages.iter().map(|m| m.content.len()).sum();
+    refuse_oversized(llm, content_bytes, "messages")?;
     // The template's own text becomes control tokens; message contents stay plain text.
     let prompt = llm
         .template
         .render_prompt(&llm.tokenizer, messages, true, &Default::default())
         .map_err(|e| ApiError::invalid("messages", format!("the chat template refused the messages: {e}")))?;
+    refuse_unspellable(llm, &prompt.text, "messages")?;
     let tokens = llm
         .tokenizer
         .encode_chat(&prompt, special_in_content)
@@ -77,7 +79,8 @@ pub async fn completion(llm: &Arc<Llm>, body: Vec<u8>) -> Result<Prepared, ApiEr
     let llm = llm.clone();
     on_pool(move || {
         let r = parse_completion(&body)?;
-        refuse_oversized(&llm, [r.prompt.as_str()], "prompt")?;
+        refuse_oversized(&llm, r.prompt.len(), "prompt")?;
+        refuse_unspellable(&llm, &r.prompt, "prompt")?;
         let tokens = llm
             .tokenizer
             .encode(&r.prompt, llm.tokenizer.adds_bos())
@@ -99,22 +102,26 @@ async fn on_pool<T: Send + 'static>(
 }
 
 /// Every token stands for a bounded number of bytes of text (the tokenizer knows the bound), so
-/// a text needs at least so many tokens whatever the tokenizer makes of it; finer, it needs at
-/// least the fewest vocabulary entries that spell it. One that needs more than the context holds
-/// cannot fit, and is refused before any tokenizing: the tokenizer's memory grows with the
-/// tokens it makes (some 300 bytes per token), and a text of short tokens only, such as a run of
-/// digits, makes a token per byte.
-fn refuse_oversized<'a>(
-    llm: &Llm,
-    texts: impl IntoIterator<Item = &'a str> + Clone,
-    param: &str,
-) -> Result<(), ApiError> {
-    let text_bytes: usize = texts.clone().into_iter().map(str::len).sum();
-    let mut least = llm.tokenizer.min_token_count(text_bytes);
+/// a text needs at least so many tokens whatever the tokenizer makes of it: one that needs more
+/// than the context holds cannot fit, and is refused before any templating or tokenizing.
+fn refuse_oversized(llm: &Llm, text_bytes: usize, param: &str) -> Result<(), ApiError> {
+    check_least(llm, text_bytes, llm.tokenizer.min_token_count(text_bytes), param)
+}
+
+/// Finer than [`refuse_oversized`]: a text needs at least the fewest vocabulary entries that
+/// spell it. Taken on the text to be encoded, after templating, since a template may drop text
+/// (the reasoning of earlier turns). The tokenizer's memory grows with the tokens it makes (some
+/// 300 bytes per token), and a text of short tokens only, such as a run of digits, makes a token
+/// per byte: refused here, it is never encoded.
+fn refuse_unspellable(llm: &Llm, text: &str, param: &str) -> Result<(), ApiError> {
     // A text of no more bytes than the context holds tokens cannot need more tokens than that.
-    if least <= llm.ctx && text_bytes > llm.ctx {
-        least = least.max(texts.into_iter().map(|t| llm.tokenizer.min_tokens_within(t)).sum());
+    if text.len() <= llm.ctx {
+        return Ok(());
     }
+    check_least(llm, text.len(), llm.tokenizer.min_tokens_within(text), param)
+}
+
+fn check_least(llm: &Llm, text_bytes: usize, least: usize, param: &str) -> Result<(), ApiError> {
     if least > llm.ctx {
         return Err(ApiError::invalid(
             param,
