@@ -90,6 +90,12 @@ fn every_target_is_replayed() {
     binaries.sort();
     assert_eq!(binaries, mtplx_fuzz_harness::TARGETS, "fuzz/fuzz_targets/ against the harness's TARGETS");
     assert_eq!(REPLAYED, mtplx_fuzz_harness::TARGETS, "the replay tests against the harness's TARGETS");
+    // A regression filed under a misspelt target would never be replayed.
+    for dir in std::fs::read_dir(fuzz_dir().join("regressions")).into_iter().flatten() {
+        let name = dir.expect("a readable directory entry").file_name();
+        let name = name.to_string_lossy();
+        assert!(mtplx_fuzz_harness::TARGETS.contains(&&*name), "fuzz/regressions/{name} names no target");
+    }
 }
 
 /// The replay must fail when a target's invariant breaks, naming the input: a target that
