@@ -87,7 +87,23 @@ fn a_public_address_without_an_api_key_is_refused_before_anything_loads() {
         .unwrap();
     assert_eq!(out.status.code(), Some(2));
     let err = String::from_utf8_lossy(&out.stderr);
-    assert!(err.contains("--api-key-file") && err.contains("--allow-no-api-key"), "{err}");
+    // The message says how to set a key, both ways, and how to say that none is meant.
+    for how in ["--api-key-file", "MTPLX_API_KEY", "--allow-no-api-key"] {
+        assert!(err.contains(how), "the refusal does not mention {how}: {err}");
+    }
+}
+
+/// `--allow-no-api-key` says that an open public address is meant: the server starts on
+/// 0.0.0.0 and serves the generation routes without a key.
+#[test]
+fn a_public_address_without_an_api_key_starts_when_allowed() {
+    let mut args = model_args();
+    args.push("--allow-no-api-key".into());
+    let s = Server::start_on("0.0.0.0:0", &args.iter().map(String::as_str).collect::<Vec<_>>(), &[]);
+    assert!(s.addr.ip().is_unspecified(), "listening on {}", s.addr);
+    let local = std::net::SocketAddr::from(([127, 0, 0, 1], s.addr.port()));
+    assert_eq!(get(local, "/health").status, 200);
+    assert_eq!(get(local, "/v1/models").status, 200, "no key guards /v1/ when none is set");
 }
 
 #[test]

@@ -202,6 +202,34 @@ fn mtplx_snapshot_example_prints_the_latest_record() {
     assert_eq!(lines.next(), Some("Accept rate: 0.0%"), "{text}");
 }
 
+/// Seed 000's snapshot snippet with `BASE_URL` the server's root, so that it reads plain
+/// `/metrics` exactly as written: under `--metrics-format json` that is the JSON snapshot, and
+/// the snippet prints the latest record; under the default (Prometheus text) the same snippet
+/// fails in `.json()`, which is why the other test points it at `/v1/mtplx`.
+#[test]
+fn mtplx_snapshot_example_reads_plain_metrics_under_metrics_format_json() {
+    let snippet = |s: &Server| {
+        let code = with_base_url(&read(&py("mtplx_metrics_snapshot.py")), &format!("http://{}", s.addr));
+        output_within(python().args(["-c", &code]), CHILD_DEADLINE, "mtplx_metrics_snapshot.py")
+    };
+    let json = start(&["--metrics-format", "json"]);
+    let tok = chat(&json, 6)["mtplx_stats"]["tok_s"].as_f64().unwrap();
+    let out = snippet(&json);
+    assert!(out.status.success(), "{}", explain("mtplx_metrics_snapshot.py", &out, &json));
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    let mut lines = text.lines();
+    let printed: f64 =
+        lines.next().and_then(|l| l.strip_prefix("Tokens/sec: ")).unwrap_or_else(|| panic!("{text}")).parse().unwrap();
+    assert_eq!(printed, tok, "the snippet printed another record's rate: {text}");
+    assert_eq!(lines.next(), Some("Accept rate: 0.0%"), "{text}");
+
+    let prometheus = start(&[]);
+    chat(&prometheus, 2);
+    let out = snippet(&prometheus);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success() && err.contains("JSONDecodeError"), "{}", explain("snippet", &out, &prometheus));
+}
+
 /// The fenced blocks of `docs/api.md` whose info string is `lang`.
 fn doc_blocks(lang: &str) -> Vec<String> {
     let doc = read(&Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/api.md"));

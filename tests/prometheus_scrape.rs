@@ -1,10 +1,11 @@
 //! A real Prometheus server (Debian's `prometheus`) scrapes the real binary during a short load,
 //! and the dashboard queries `docs/metrics.md` gives answer with real values through
-//! Prometheus's HTTP API.
+//! Prometheus's HTTP API; under both `--metrics-format` settings, since Prometheus names the
+//! text formats in its `Accept` header. Also the metrics guide's `curl -sf .../metrics` under both.
 
 mod common;
 
-use common::{demo_model, get, post_json, Server};
+use common::{demo_model, get, output_within, post_json, Server, CHILD_DEADLINE};
 use serde_json::{json, Value};
 use std::net::{SocketAddr, TcpListener};
 use std::path::PathBuf;
@@ -33,7 +34,8 @@ struct Prometheus {
 
 impl Prometheus {
     fn start(target: SocketAddr) -> Prometheus {
-        let dir = std::env::temp_dir().join(format!("mtplx-prom-{}", std::process::id()));
+        // One per scraped server: the tests of this file run side by side.
+        let dir = std::env::temp_dir().join(format!("mtplx-prom-{}-{}", std::process::id(), target.port()));
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(dir.join("data")).unwrap();
         std::fs::write(
@@ -99,10 +101,26 @@ fn scalar(v: &Value) -> Option<f64> {
     result[0]["value"][1].as_str()?.parse().ok()
 }
 
+fn start(extra: &[&str]) -> Server {
+    let model = demo_model();
+    let mut args = vec!["--model", model.to_str().unwrap(), "--threads", "1"];
+    args.extend_from_slice(extra);
+    Server::start(&args)
+}
+
 #[test]
 fn prometheus_scrapes_and_answers_the_dashboard_queries() {
-    let model = demo_model();
-    let server = Server::start(&["--model", model.to_str().unwrap(), "--threads", "1"]);
+    scrape_under_load(&start(&[]));
+}
+
+/// `--metrics-format json` changes what `/metrics` serves to a client that names no format;
+/// Prometheus names the text formats, so it keeps scraping.
+#[test]
+fn prometheus_scrapes_under_metrics_format_json() {
+    scrape_under_load(&start(&["--metrics-format", "json"]));
+}
+
+fn scrape_under_load(server: &Server) {
     let prom = Prometheus::start(server.addr);
 
     // Prometheus is up and scraping us.
@@ -161,4 +179,38 @@ fn prometheus_scrapes_and_answers_the_dashboard_queries() {
     // The answer length query is a mean of real answers, each at least one character long.
     let mean_len = scalar(&prom.query(QUERIES[2]).unwrap()).unwrap();
     assert!(mean_len >= 1.0, "{mean_len}");
+}
+
+/// The metrics guide's command, `curl -sf http://127.0.0.1:8100/metrics | head -20`, on the
+/// test server: what curl's `Accept: */*` gets under each setting, and the text format it still
+/// gets under `json` by naming it.
+#[test]
+fn the_guides_curl_command_under_both_metrics_formats() {
+    let curl = |s: &Server, extra: &[&str]| {
+        let out = output_within(
+            Command::new("curl").args(["-sf", &format!("http://{}/metrics", s.addr)]).args(extra),
+            CHILD_DEADLINE,
+            "curl",
+        );
+        assert!(out.status.success(), "curl -sf failed: {out:?}");
+        String::from_utf8(out.stdout).unwrap()
+    };
+    let is_text_exposition = |body: &str| {
+        let head: Vec<&str> = body.lines().take(20).collect();
+        head.len() == 20
+            && head.iter().any(|l| l.starts_with("# TYPE "))
+            && head
+                .iter()
+                .all(|l| l.starts_with("# ") || l.split_whitespace().nth(1).is_some_and(|v| v.parse::<f64>().is_ok()))
+    };
+    let prometheus = start(&[]);
+    let body = curl(&prometheus, &[]);
+    assert!(is_text_exposition(&body), "the default is the text exposition:\n{body}");
+
+    let json = start(&["--metrics-format", "json"]);
+    let body = curl(&json, &[]);
+    let v: Value = serde_json::from_str(&body).unwrap_or_else(|e| panic!("not the JSON envelope ({e}): {body}"));
+    assert!(v["history"].is_array() && v.get("latest").is_some(), "{v}");
+    let body = curl(&json, &["-H", "Accept: text/plain"]);
+    assert!(is_text_exposition(&body), "a named text format wins over the setting:\n{body}");
 }

@@ -16,27 +16,41 @@ fn start(extra: &[&str]) -> Server {
     Server::start(&args)
 }
 
+/// The demo model's context, and the most bytes one of its tokens stands for (its longest
+/// token): the byte bound lets through up to their product.
+const DEMO_CTX: usize = 8192;
+const DEMO_MAX_TOKEN_BYTES: usize = 81;
+
 #[test]
 fn huge_prompts_are_refused_by_size_while_everyone_else_is_served() {
     let s = start(&[]);
     let addr = s.addr;
     let done = Arc::new(AtomicBool::new(false));
     let flag = done.clone();
-    // One client sends 4 MB prompts in a loop.
+    // One client sends big prompts in a loop: 4 MB of words; the largest run of digits the byte
+    // bound lets through (a token per digit: refused by the vocabulary bound, untokenized); and
+    // words that pass both bounds, tokenized, then refused for the room `max_tokens` asks.
     let big = std::thread::spawn(move || {
-        let content = "lorem ipsum ".repeat(4 * 1024 * 1024 / 12 - 16);
+        let words = |bytes: usize| "lorem ipsum ".repeat(bytes / 12);
+        let digits: String =
+            (0..DEMO_CTX * DEMO_MAX_TOKEN_BYTES).map(|i| char::from(b'0' + (i * 7 % 10) as u8)).collect();
+        let bodies = [
+            (json!({"messages": [{"role": "user", "content": words(4 * 1024 * 1024 - 192)}], "max_tokens": 1}), true),
+            (json!({"messages": [{"role": "user", "content": digits}], "max_tokens": 1}), true),
+            (json!({"messages": [{"role": "user", "content": words(16 * 1024)}], "max_tokens": DEMO_CTX - 16}), false),
+        ];
         let mut refused = 0;
-        while !flag.load(Ordering::Relaxed) || refused < 3 {
-            let r = post_json(
-                addr,
-                "/v1/chat/completions",
-                &json!({"messages": [{"role": "user", "content": content}], "max_tokens": 1}),
-            );
-            assert_eq!(r.status, 400, "{}", r.text());
-            let e = r.json();
-            assert_eq!(e["error"]["code"], "context_length_exceeded", "{e}");
-            assert!(e["error"]["message"].as_str().unwrap().contains("bytes"), "{e}");
-            refused += 1;
+        while !flag.load(Ordering::Relaxed) || refused < 3 * bodies.len() {
+            for (body, untokenized) in &bodies {
+                let r = post_json(addr, "/v1/chat/completions", body);
+                assert_eq!(r.status, 400, "{}", r.text());
+                let e = r.json();
+                assert_eq!(e["error"]["code"], "context_length_exceeded", "{e}");
+                // Refused before tokenizing: the message counts bytes, not the prompt's tokens.
+                let by_bound = e["error"]["message"].as_str().unwrap().contains("bytes of text");
+                assert_eq!(by_bound, *untokenized, "{e}");
+                refused += 1;
+            }
         }
         refused
     });
@@ -49,7 +63,7 @@ fn huge_prompts_are_refused_by_size_while_everyone_else_is_served() {
     assert_eq!(r.status, 200, "{}", r.text());
     assert_eq!(r.json()["usage"]["completion_tokens"], 8);
     done.store(true, Ordering::Relaxed);
-    assert!(big.join().unwrap() >= 3);
+    assert!(big.join().unwrap() >= 9);
     // None of it was a server error.
     let text = get(addr, "/metrics").text();
     assert!(!text.lines().any(|l| l.starts_with("http_request_errors_total{") && !l.ends_with(" 0")), "{text}");

@@ -4,6 +4,7 @@
 //! past its deadline (`--request-timeout`, as `timed_out`).
 
 use super::error::ApiError;
+use super::idle_timer::{IdleTimer, WallTimer};
 use super::openai_request::GenParams;
 use super::record;
 use super::state::{unix_now, InFlightGuard, Llm};
@@ -384,22 +385,24 @@ enum Step {
 /// Drives a streamed answer into `out` (one SSE event per chunk). Returns when the answer is
 /// complete or the client is gone; `guard` keeps the request counted in flight until then.
 pub async fn stream(gen: Generation, out: async_channel::Sender<Vec<u8>>, guard: InFlightGuard) {
-    stream_every(gen, out, guard, STREAM_KEEP_ALIVE).await
+    stream_every(gen, out, guard, STREAM_KEEP_ALIVE, WallTimer::new()).await
 }
 
-/// [`stream`] with a `: keep-alive` comment after every `keep_alive` without output.
+/// [`stream`] with a `: keep-alive` comment after every `keep_alive` without output, timed by
+/// `idle`. Each output's time is read before it is sent, so a reader that sees the output knows
+/// the silence after it counts from no later than that.
 async fn stream_every(
     mut gen: Generation,
     out: async_channel::Sender<Vec<u8>>,
     guard: InFlightGuard,
     keep_alive: Duration,
+    mut idle: impl IdleTimer,
 ) {
     let _guard = guard;
-    // One keep-alive timer for the whole stream, moved only when it fires: a timer made per
-    // token registers with the reactor (a wake-up of its thread) per token. The deadline is
-    // the generation's own single timer, raced in `recv_event`.
-    let mut idle = async_io::Timer::after(keep_alive);
-    let mut last_sent = Instant::now();
+    // One keep-alive timer for the whole stream, moved only when it fires. The deadline is the
+    // generation's own single timer, raced in `recv_event`.
+    let mut last_sent = idle.now();
+    idle.set_at(last_sent + keep_alive);
     if gen.kind == Kind::Chat && out.send(gen.chunk(None, true, &[], None)).await.is_err() {
         return;
     }
@@ -416,10 +419,11 @@ async fn stream_every(
                     (b, true)
                 }
             };
+            let now = idle.now();
             if out.send(bytes).await.is_err() || done {
                 return;
             }
-            last_sent = Instant::now();
+            last_sent = now;
         }
         let step = smol::future::or(
             smol::future::or(async { gen.recv_event().await.map_or(Step::Deadline, Step::Event) }, async {
@@ -427,7 +431,7 @@ async fn stream_every(
                 Step::ClientGone
             }),
             async {
-                (&mut idle).await;
+                idle.wait().await;
                 Step::Idle
             },
         )
@@ -436,11 +440,12 @@ async fn stream_every(
             Step::Event(ev) => gen.on_event(ev),
             Step::Deadline => gen.time_out(),
             Step::Idle => {
-                if last_sent.elapsed() >= keep_alive {
+                let now = idle.now();
+                if now.saturating_duration_since(last_sent) >= keep_alive {
                     if out.send(b": keep-alive\n\n".to_vec()).await.is_err() {
                         return;
                     }
-                    last_sent = Instant::now();
+                    last_sent = now;
                 }
                 idle.set_at(last_sent + keep_alive);
             }

@@ -3,6 +3,7 @@
 //! request's deadline (`--request-timeout`), streamed and whole.
 
 use super::*;
+use crate::api::idle_timer::ManualClock;
 use crate::engine::toy_model::{Gate, ToyModel};
 use crate::engine::{Engine, EngineConfig, GenStats, SamplingParams};
 use crate::metrics::BuildInfo;
@@ -73,8 +74,10 @@ fn generation(
 const OUTPUT_DEADLINE: Duration = Duration::from_secs(30);
 
 /// A streamed chat driven by hand: the test sends the engine's events and reads what the client
-/// would, piece by piece, so that it can wait for output before sending more.
+/// would, piece by piece, so that it can wait for output before sending more. Its keep-alives
+/// run on `clock`, which only the test moves.
 struct Live {
+    clock: Arc<ManualClock>,
     events: async_channel::Sender<Event>,
     out: async_channel::Receiver<Vec<u8>>,
     stream: std::thread::JoinHandle<()>,
@@ -92,8 +95,10 @@ impl Live {
         let (gen, events, cancel) = generation(&metrics, params, timeout, before);
         let (out_tx, out) = async_channel::unbounded();
         let guard = InFlightGuard::new(&metrics);
-        let stream = std::thread::spawn(move || smol::block_on(stream_every(gen, out_tx, guard, keep_alive)));
-        Live { events, out, stream, metrics, cancel }
+        let clock = ManualClock::new();
+        let timer = clock.timer();
+        let stream = std::thread::spawn(move || smol::block_on(stream_every(gen, out_tx, guard, keep_alive, timer)));
+        Live { clock, events, out, stream, metrics, cancel }
     }
 
     fn send(&self, ev: Event) {
@@ -172,55 +177,38 @@ fn an_engine_error_mid_stream_ends_with_an_error_chunk_then_done() {
     assert_eq!(metrics.http_requests_in_flight.get(), 0);
 }
 
-/// Keep-alive comments come while the engine is silent and never sooner than a tick after the
-/// last event. Asserted on the order of what the client reads, plus one bound that lateness
-/// can only help: the test waits for the output it expects instead of counting what arrived in
-/// a time window, so a loaded machine makes it slower, never red.
+/// Keep-alive comments come while the engine is silent, a tick after the last output and never
+/// sooner. The keep-alive clock is moved by the test, and the test reads each piece before it
+/// moves the clock again, so what it reads does not depend on how busy the machine is.
 #[test]
 fn keep_alive_comments_fill_the_silence_and_only_the_silence() {
-    let tick = Duration::from_millis(50);
+    let tick = Duration::from_secs(15);
     let live = Live::start(tick);
     assert!(live.next().contains("\"role\":\"assistant\""), "the role chunk comes first");
-    // Silence (a long prefill): keep-alives, and nothing else, until the engine speaks.
+    // Silence (a long prefill): a keep-alive each tick, and nothing else.
     for _ in 0..3 {
+        live.clock.advance(tick);
         assert_eq!(live.next(), KEEP_ALIVE);
     }
-    // Half a tick after a keep-alive, a token: the wait restarts from it, so the next keep-alive
-    // is a whole tick after the token, not one tick after the previous keep-alive.
-    std::thread::sleep(tick / 2);
-    let mut last_sent = Instant::now();
+    // A token half a tick after a keep-alive: the wait restarts from it, so a whole tick after
+    // the keep-alive (half a tick after the token) is still too soon for the next one.
+    live.clock.advance(tick / 2);
     live.send(token("a"));
-    let mut read = vec![live.next()];
-    read.push(live.next());
-    assert_eq!(read[1], KEEP_ALIVE, "silence after a token is filled too: {read:?}");
-    // A keep-alive is sent a tick after the stream's last output, which followed the last event
-    // the test sent; so at least a tick separates that send from its arrival here.
-    let check = |read_at: Instant, last_sent: Instant| {
-        let silence = read_at - last_sent;
-        assert!(silence >= tick, "a keep-alive {silence:?} after the last event, less than the {tick:?} tick");
-    };
-    check(Instant::now(), last_sent);
-    last_sent = Instant::now();
+    assert!(live.next().contains("\"content\":\"a\""));
+    live.clock.advance(tick / 2);
     live.send(token("b"));
+    assert!(live.next().contains("\"content\":\"b\""), "a keep-alive came half a tick after a token");
+    // Just short of a tick after a token: still none.
+    live.clock.advance(tick - Duration::from_millis(1));
+    live.send(token("c"));
+    assert!(live.next().contains("\"content\":\"c\""), "a keep-alive came before a tick of silence");
+    // A tick after a token: one.
+    live.clock.advance(tick);
+    assert_eq!(live.next(), KEEP_ALIVE, "silence after a token is filled too");
     live.send(Event::Done { finish: FinishReason::Length, text: String::new(), stats: GenStats::default() });
-    loop {
-        let piece = live.next();
-        if piece == KEEP_ALIVE {
-            // Allowed only if this thread was held up for a tick between the two sends.
-            check(Instant::now(), last_sent);
-        }
-        // The final chunk and `[DONE]` go out together.
-        let end = piece.ends_with("data: [DONE]\n\n");
-        read.push(piece);
-        if end {
-            break;
-        }
-    }
-    let data: Vec<&String> = read.iter().filter(|p| *p != KEEP_ALIVE).collect();
-    assert_eq!(data.len(), 3, "{read:?}");
-    assert!(data[0].contains("\"content\":\"a\""), "{read:?}");
-    assert!(data[1].contains("\"content\":\"b\""), "{read:?}");
-    assert!(data[2].contains("\"finish_reason\":\"length\""), "{read:?}");
+    // The final chunk and `[DONE]` go out together.
+    let end = live.next();
+    assert!(end.contains("\"finish_reason\":\"length\"") && end.ends_with("data: [DONE]\n\n"), "{end:?}");
     let (rest, metrics) = live.finish();
     assert_eq!(rest, "", "nothing after [DONE]");
     assert_eq!(metrics.http_requests_in_flight.get(), 0);

@@ -3,7 +3,7 @@
 //! `app` routes a request, applies admission and calls a handler (`health`,
 //! `metrics_handlers`, `openai`, `dashboard`); `openai_request` validates bodies, `prepare` turns them into
 //! prompt tokens off the I/O thread, `generation` drives one generation (stop sequences,
-//! streaming, the request's deadline), `record` turns its end into a metrics record, and `wire` spells every answer.
+//! streaming, the request's deadline; `idle_timer` times its keep-alives), `record` turns its end into a metrics record, and `wire` spells every answer.
 //! `chats` serves the persisted conversations (`chats_request` validates their bodies,
 //! `client_geo` says where a client is) on the `store` layer.
 //! `state` holds what the files share, and imports none of them.
@@ -20,6 +20,7 @@ pub mod dashboard;
 pub mod error;
 pub mod generation;
 pub mod health;
+pub mod idle_timer;
 pub mod metrics_handlers;
 pub mod openai;
 pub mod openai_request;

@@ -64,6 +64,7 @@ fn render(
         .template
         .render_prompt(&llm.tokenizer, messages, true, &Default::default())
         .map_err(|e| ApiError::invalid("messages", format!("the chat template refused the messages: {e}")))?;
+    refuse_unspellable(llm, &prompt.text, "messages")?;
     let tokens = llm
         .tokenizer
         .encode_chat(&prompt, special_in_content)
@@ -79,6 +80,7 @@ pub async fn completion(llm: &Arc<Llm>, body: Vec<u8>) -> Result<Prepared, ApiEr
     on_pool(move || {
         let r = parse_completion(&body)?;
         refuse_oversized(&llm, r.prompt.len(), "prompt")?;
+        refuse_unspellable(&llm, &r.prompt, "prompt")?;
         let tokens = llm
             .tokenizer
             .encode(&r.prompt, llm.tokenizer.adds_bos())
@@ -101,9 +103,25 @@ async fn on_pool<T: Send + 'static>(
 
 /// Every token stands for a bounded number of bytes of text (the tokenizer knows the bound), so
 /// a text needs at least so many tokens whatever the tokenizer makes of it: one that needs more
-/// than the context holds cannot fit, and is refused before any tokenizing.
+/// than the context holds cannot fit, and is refused before any templating or tokenizing.
 fn refuse_oversized(llm: &Llm, text_bytes: usize, param: &str) -> Result<(), ApiError> {
-    let least = llm.tokenizer.min_token_count(text_bytes);
+    check_least(llm, text_bytes, llm.tokenizer.min_token_count(text_bytes), param)
+}
+
+/// Finer than [`refuse_oversized`]: a text needs at least the fewest vocabulary entries that
+/// spell it. Taken on the text to be encoded, after templating, since a template may drop text
+/// (the reasoning of earlier turns). The tokenizer's memory grows with the tokens it makes (some
+/// 300 bytes per token), and a text of short tokens only, such as a run of digits, makes a token
+/// per byte: refused here, it is never encoded.
+fn refuse_unspellable(llm: &Llm, text: &str, param: &str) -> Result<(), ApiError> {
+    // A text of no more bytes than the context holds tokens cannot need more tokens than that.
+    if text.len() <= llm.ctx {
+        return Ok(());
+    }
+    check_least(llm, text.len(), llm.tokenizer.min_tokens_within(text), param)
+}
+
+fn check_least(llm: &Llm, text_bytes: usize, least: usize, param: &str) -> Result<(), ApiError> {
     if least > llm.ctx {
         return Err(ApiError::invalid(
             param,

@@ -26,6 +26,7 @@ pub mod tokenizer;
 mod tokenizer_bytes;
 mod tokenizer_chat;
 mod tokenizer_chunks;
+mod tokenizer_cover;
 mod tokenizer_error;
 mod tokenizer_gguf;
 mod tokenizer_spm;

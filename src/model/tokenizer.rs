@@ -14,6 +14,7 @@ use super::tokenizer_bytes::TokenBytes;
 pub use super::tokenizer_chat::ChatPrompt;
 use super::tokenizer_chat::PlainEncoder;
 use super::tokenizer_chunks::{Cutter, PIECE_BYTES};
+use super::tokenizer_cover::Cover;
 pub use super::tokenizer_error::TokenizerError;
 
 /// Longest text `encode` accepts, in bytes. Far above any context window the server offers (a
@@ -58,6 +59,8 @@ pub struct Tokenizer {
     bytes: TokenBytes,
     /// Where long texts may be cut into pieces encoded one at a time, if anywhere.
     pub(super) cutter: Option<Cutter>,
+    /// The vocabulary as a trie, for a token-count bound finer than the byte bound.
+    cover: Option<Cover>,
     /// What the inner post-processor adds around a sequence, when that is known.
     post_affixes: Option<(Vec<u32>, Vec<u32>)>,
 }
@@ -173,9 +176,11 @@ impl Tokenizer {
                 }
             }
         }
+        let bytes = TokenBytes::new(&inner, vocab_size);
         Tokenizer {
             plain: PlainEncoder::new(&inner),
-            bytes: TokenBytes::new(&inner, vocab_size),
+            cover: Cover::for_tokenizer(&inner, &bytes, vocab_size),
+            bytes,
             cutter: Cutter::for_tokenizer(&inner, super::tokenizer_gguf::LOCAL_SPLIT_RULES),
             post_affixes: super::tokenizer_chunks::post_affixes(&inner),
             inner,
@@ -326,6 +331,14 @@ impl Tokenizer {
     /// cannot fit, so can be refused before the tokenizer spends time and memory on it.
     pub fn min_token_count(&self, text_bytes: usize) -> usize {
         self.max_input_bytes_per_token().map_or(0, |per| text_bytes.div_ceil(per))
+    }
+
+    /// A lower bound on the tokens of any prompt that holds `text`, templated or not, found
+    /// without encoding it: the fewest vocabulary entries that spell it (`tokenizer_cover.rs`),
+    /// less what tokens reaching into it from either side could cover (a token's length each).
+    /// 0 when the tokenizer allows no such bound.
+    pub fn min_tokens_within(&self, text: &str) -> usize {
+        self.cover.as_ref().map_or(0, |c| c.min_tokens(text.as_bytes()).saturating_sub(2 * c.max_len()))
     }
 
     /// The text of `ids`, special tokens included. Ids outside the vocabulary are skipped;

@@ -78,6 +78,10 @@ impl TokenBytes {
         }
     }
 
+    pub(super) fn spelling(&self) -> Spelling {
+        self.spelling
+    }
+
     pub(super) fn max_token_bytes(&self) -> usize {
         self.max_token_bytes
     }
