@@ -73,7 +73,12 @@ fn page_and_files_come_with_etag_csp_and_their_types() {
     assert_eq!(page.header("cache-control"), Some("no-cache"));
     assert_eq!(page.header("x-content-type-options"), Some("nosniff"));
     let etag = page.header("etag").expect("an ETag").to_string();
-    assert_eq!(get(server.addr, "/dashboard").body, page.body, "/dashboard is the same page");
+    for alias in ["/dashboard", "/dashboard/"] {
+        let r = get(server.addr, alias);
+        assert_eq!(r.status, 200, "{alias}: {}", r.text());
+        assert_eq!(r.header("content-type"), Some("text/html; charset=utf-8"), "{alias}");
+        assert_eq!(r.body, page.body, "{alias} is the same page");
+    }
 
     // A browser's revalidation: the same ETag gets a 304 and no body; another one the file.
     let again = request(server.addr, "GET", "/", &[("If-None-Match", &etag)], b"");
@@ -116,7 +121,7 @@ fn page_and_files_come_with_etag_csp_and_their_types() {
 #[test]
 fn no_metrics_withholds_the_dashboard() {
     let server = Server::start(&["--no-metrics"]);
-    for path in ["/", "/dashboard", "/dashboard/app.js", "/favicon.ico", "/metrics"] {
+    for path in ["/", "/dashboard", "/dashboard/", "/dashboard/app.js", "/favicon.ico", "/metrics"] {
         let r = get(server.addr, path);
         assert_eq!(r.status, 404, "{path} is served with --no-metrics: {}", r.text());
     }

@@ -18,7 +18,7 @@ pub enum Route {
     Model,
     ChatCompletions,
     Completions,
-    /// The dashboard page (`/`, `/dashboard`, its `/favicon.ico`) and its files; withheld with the metrics routes.
+    /// The dashboard page (`/`, `/dashboard`, `/dashboard/`, its `/favicon.ico`) and its files; withheld with the metrics routes.
     Dashboard,
     DashboardAsset,
     ChatsCreate,
@@ -71,6 +71,7 @@ pub const ROUTES: &[(&str, &str, Route)] = &[
     ("POST", "/v1/completions", Route::Completions),
     ("GET", "/", Route::Dashboard),
     ("GET", "/dashboard", Route::Dashboard),
+    ("GET", "/dashboard/", Route::Dashboard),
     ("GET", "/favicon.ico", Route::Dashboard),
     ("GET", "/dashboard/{asset}", Route::DashboardAsset),
     ("POST", "/v1/chats", Route::ChatsCreate),
