@@ -17,9 +17,6 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-/// A comment line sent while nothing else is (long prefills), so proxies keep the stream open.
-pub const STREAM_KEEP_ALIVE: Duration = Duration::from_secs(15);
-
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Kind {
     Chat,
@@ -383,11 +380,11 @@ enum Step {
 
 /// Drives a streamed answer into `out` (one SSE event per chunk). Returns when the answer is
 /// complete or the client is gone; `guard` keeps the request counted in flight until then.
-pub async fn stream(gen: Generation, out: async_channel::Sender<Vec<u8>>, guard: InFlightGuard) {
-    stream_every(gen, out, guard, STREAM_KEEP_ALIVE).await
+/// `keep_alive`: see [`Pacer`].
+pub async fn stream(gen: Generation, out: async_channel::Sender<Vec<u8>>, guard: InFlightGuard, keep_alive: Duration) {
+    stream_every(gen, out, guard, keep_alive).await
 }
 
-/// [`stream`] with a `: keep-alive` comment after every `keep_alive` without output.
 async fn stream_every(
     mut gen: Generation,
     out: async_channel::Sender<Vec<u8>>,
@@ -395,56 +392,84 @@ async fn stream_every(
     keep_alive: Duration,
 ) {
     let _guard = guard;
-    // One keep-alive timer for the whole stream, moved only when it fires: a timer made per
-    // token registers with the reactor (a wake-up of its thread) per token. The deadline is
-    // the generation's own single timer, raced in `recv_event`.
-    let mut idle = async_io::Timer::after(keep_alive);
-    let mut last_sent = Instant::now();
+    let mut pacer = Pacer::new(keep_alive);
     if gen.kind == Kind::Chat && out.send(gen.chunk(None, true, &[], None)).await.is_err() {
         return;
     }
-    loop {
-        while let Some(piece) = gen.take_queued() {
-            let (bytes, done) = match piece {
-                Piece::Delta { text, logprobs } => (gen.chunk(Some(&text), false, &logprobs, None), false),
-                Piece::End(end) => {
-                    let mut b = gen.chunk(None, false, &[], Some(&end));
-                    if gen.params.include_usage {
-                        b.extend_from_slice(&gen.usage_chunk());
-                    }
-                    b.extend_from_slice(b"data: [DONE]\n\n");
-                    (b, true)
+    pacer.sent();
+    while let Some(piece) = pacer.next(&mut gen, &out).await {
+        let (bytes, done) = match piece {
+            Piece::Delta { text, logprobs } => (gen.chunk(Some(&text), false, &logprobs, None), false),
+            Piece::End(end) => {
+                let mut b = gen.chunk(None, false, &[], Some(&end));
+                if gen.params.include_usage {
+                    b.extend_from_slice(&gen.usage_chunk());
                 }
-            };
-            if out.send(bytes).await.is_err() || done {
-                return;
+                b.extend_from_slice(b"data: [DONE]\n\n");
+                (b, true)
             }
-            last_sent = Instant::now();
+        };
+        if out.send(bytes).await.is_err() || done {
+            return;
         }
-        let step = smol::future::or(
-            smol::future::or(async { gen.recv_event().await.map_or(Step::Deadline, Step::Event) }, async {
-                out.closed().await;
-                Step::ClientGone
-            }),
-            async {
-                (&mut idle).await;
-                Step::Idle
-            },
-        )
-        .await;
-        match step {
-            Step::Event(ev) => gen.on_event(ev),
-            Step::Deadline => gen.time_out(),
-            Step::Idle => {
-                if last_sent.elapsed() >= keep_alive {
-                    if out.send(b": keep-alive\n\n".to_vec()).await.is_err() {
-                        return;
-                    }
-                    last_sent = Instant::now();
-                }
-                idle.set_at(last_sent + keep_alive);
+        pacer.sent();
+    }
+}
+
+/// What every streamed route waits with between pieces: the engine's next event, the request's
+/// deadline and the client leaving, raced; and a `: keep-alive` comment after each `every`
+/// without output (a long prefill), so that proxies and clients keep the stream open.
+pub struct Pacer {
+    every: Duration,
+    // One keep-alive timer for the whole stream, moved only when it fires: a timer made per
+    // token registers with the reactor (a wake-up of its thread) per token. The deadline is
+    // the generation's own single timer, raced in `recv_event`.
+    idle: async_io::Timer,
+    last_sent: Instant,
+}
+
+impl Pacer {
+    pub fn new(every: Duration) -> Pacer {
+        Pacer { every, idle: async_io::Timer::after(every), last_sent: Instant::now() }
+    }
+
+    /// Output was just sent: the next keep-alive is a whole `every` from now.
+    pub fn sent(&mut self) {
+        self.last_sent = Instant::now();
+    }
+
+    /// The generation's next piece, or `None` once the client is gone.
+    pub async fn next(&mut self, gen: &mut Generation, out: &async_channel::Sender<Vec<u8>>) -> Option<Piece> {
+        loop {
+            if let Some(piece) = gen.take_queued() {
+                return Some(piece);
             }
-            Step::ClientGone => return,
+            let idle = &mut self.idle;
+            let step = smol::future::or(
+                smol::future::or(async { gen.recv_event().await.map_or(Step::Deadline, Step::Event) }, async {
+                    out.closed().await;
+                    Step::ClientGone
+                }),
+                async {
+                    idle.await;
+                    Step::Idle
+                },
+            )
+            .await;
+            match step {
+                Step::Event(ev) => gen.on_event(ev),
+                Step::Deadline => gen.time_out(),
+                Step::Idle => {
+                    if self.last_sent.elapsed() >= self.every {
+                        if out.send(b": keep-alive\n\n".to_vec()).await.is_err() {
+                            return None;
+                        }
+                        self.last_sent = Instant::now();
+                    }
+                    self.idle.set_at(self.last_sent + self.every);
+                }
+                Step::ClientGone => return None,
+            }
         }
     }
 }
