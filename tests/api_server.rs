@@ -255,3 +255,101 @@ fn metrics_stream_replays_after_last_event_id_then_goes_live() {
     assert!(rec["tok_s"].as_f64().unwrap() > 0.0 && rec["accept_rate"].as_f64() == Some(0.0), "{rec}");
     assert!(rec["ttft_s"].as_f64().unwrap() <= rec["ttlt_s"].as_f64().unwrap());
 }
+
+/// Longest wait for the server's state to settle after a client left; only a broken server
+/// takes this long.
+const SETTLE_DEADLINE: std::time::Duration = std::time::Duration::from_secs(60);
+
+#[test]
+fn the_json_envelope_carries_the_server_state_of_real_traffic() {
+    use common::sse::Sse;
+    use serde_json::{json, Value};
+    let s = start(&["--rate-limit-per-minute", "3", "--trusted-proxy", "127.0.0.1/32"]);
+    let state = || {
+        let r = request(s.addr, "GET", "/metrics?limit=0", &[("Accept", "application/json")], b"");
+        assert_eq!(r.status, 200, "{}", r.text());
+        r.json()
+    };
+    let idle = state();
+    let srv = &idle["server"];
+    assert_eq!((srv["requests_in_flight"].as_i64(), srv["requests_running"].as_i64()), (Some(0), Some(0)), "{srv}");
+    assert_eq!(srv["build"], json!({"version": "0.1.0", "backend": "cpu", "model": "SmolLM2-135M-Instruct.Q4_1"}));
+    assert!(srv["uptime_s"].as_f64().unwrap() > 0.0, "{srv}");
+    assert!(srv["kv_cache"]["capacity_bytes"].as_i64().unwrap() > 0, "{srv}");
+    assert!(srv["kv_cache"]["capacity_tokens"].as_i64().unwrap() > 0, "{srv}");
+
+    // Traffic: two health probes, a client over its rate limit, one whole completion.
+    for _ in 0..2 {
+        assert_eq!(get(s.addr, "/health").status, 200);
+    }
+    let statuses: Vec<u16> = (0..4)
+        .map(|_| request(s.addr, "GET", "/v1/models", &[("X-Forwarded-For", "198.51.100.7")], b"").status)
+        .collect();
+    assert_eq!(statuses, [200, 200, 200, 429]);
+    let body = json!({"messages": [{"role": "user", "content": "Say hi."}], "max_tokens": 4});
+    assert_eq!(common::post_json(s.addr, "/v1/chat/completions", &body).status, 200);
+
+    // A streamed answer under way: in flight, running, and holding part of the KV cache.
+    let long = json!({"messages": [{"role": "user", "content": "Write a very long essay about the history of Rome."}],
+        "max_tokens": 400, "stream": true});
+    let mut sse = Sse::open(s.addr, "/v1/chat/completions", &long);
+    assert_eq!(sse.status, 200);
+    for _ in 0..3 {
+        sse.next_data().expect("a chunk of the long answer");
+    }
+    let busy = state();
+    let srv = &busy["server"];
+    assert_eq!(srv["requests_in_flight"], 1, "the stream, not the scrape: {srv}");
+    assert_eq!((srv["requests_running"].as_i64(), srv["requests_waiting"].as_i64()), (Some(1), Some(0)), "{srv}");
+    let kv = &srv["kv_cache"];
+    let (used, cap) = (kv["used_tokens"].as_i64().unwrap(), kv["capacity_tokens"].as_i64().unwrap());
+    assert!(used > 10 && used <= cap, "{kv}");
+    assert!(kv["used_bytes"].as_i64().unwrap() > 0 && kv["sequences"].as_i64().unwrap() >= 1, "{kv}");
+    drop(sse);
+
+    let deadline = std::time::Instant::now() + SETTLE_DEADLINE;
+    let done = loop {
+        let v = state();
+        if v["server"]["requests_running"] == 0 && v["server"]["requests_in_flight"] == 0 {
+            break v;
+        }
+        assert!(std::time::Instant::now() < deadline, "the stream never ended: {}", v["server"]);
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    };
+    let srv = &done["server"];
+    let count = |method: &str, route: &str, status: u64| {
+        srv["requests"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|c| c["method"] == method && c["route"] == route && c["status"] == status)
+            .map(|c| c["count"].as_u64().unwrap())
+    };
+    assert_eq!(count("GET", "/health", 200), Some(2), "{srv}");
+    assert_eq!(count("GET", "/v1/models", 200), Some(3), "{srv}");
+    assert_eq!(count("GET", "/v1/models", 429), Some(1), "{srv}");
+    assert_eq!(count("POST", "/v1/chat/completions", 200), Some(2), "{srv}");
+    assert_eq!(count("GET", "/metrics", 200), None, "/metrics does not count itself: {srv}");
+    assert_eq!(srv["rate_limited_total"], 1, "{srv}");
+    assert_eq!(srv["rate_limited"], json!([{"route": "/v1/models", "count": 1}]));
+    // `limit=0`: no history, but the newest record and the quantiles are there.
+    assert_eq!(done["history"], json!([]));
+    assert!(done["latest"]["request_id"].is_string(), "{}", done["latest"]);
+    assert_eq!(done["quantiles"]["llm_time_to_first_token_seconds"]["count"], 2);
+
+    // The text exposition shows the same KV gauges; the JSON routes the same state.
+    let text = get(s.addr, "/metrics").text();
+    let json_kv = &state()["server"]["kv_cache"];
+    for (series, field) in [
+        ("mtplx_kv_cache_used_bytes", "used_bytes"),
+        ("mtplx_kv_cache_capacity_bytes", "capacity_bytes"),
+        ("mtplx_kv_cache_used_tokens", "used_tokens"),
+        ("mtplx_kv_cache_capacity_tokens", "capacity_tokens"),
+        ("mtplx_kv_cache_sequences", "sequences"),
+    ] {
+        assert_eq!(sample(&text, series), json_kv[field].as_f64(), "{series} against {json_kv}");
+    }
+    let snap: Value = get(s.addr, "/v1/mtplx/metrics?limit=1").json();
+    assert_eq!(snap["server"]["rate_limited_total"], 1);
+    assert_eq!(snap["history"].as_array().unwrap().len(), 1);
+}

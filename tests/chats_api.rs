@@ -234,3 +234,89 @@ fn the_api_key_and_the_rate_limiter_guard_the_chat_routes() {
     let m = get(s.addr, "/metrics").text();
     assert!(m.contains("rejected_requests_total{route=\"/v1/chats\"} 1"), "{m}");
 }
+
+#[test]
+fn a_long_prefill_gets_keep_alive_comments_like_a_completion_stream() {
+    let dir = TempDir::new("chats-keep-alive");
+    // A keep-alive after 20 ms of silence: the prefill of the long question below is far longer
+    // on any machine.
+    let s = start(&dir.join("chats.db"), &["--stream-keep-alive", "0.02"]);
+    let id = create(s.addr, &json!({"temperature": 0}));
+    let question = "The quick brown fox jumps over the lazy dog, again and again. ".repeat(120);
+    let mut sse = Sse::open(
+        s.addr,
+        &format!("/v1/chats/{id}/messages"),
+        &json!({"content": question, "stream": true, "max_tokens": 2}),
+    );
+    assert_eq!(sse.status, 200);
+    let (mut keep_alives, mut role_seen) = (0, false);
+    let first_text = loop {
+        let line = sse.next_line().expect("the stream ended before any answer text");
+        if line == b": keep-alive" {
+            assert!(role_seen, "a keep-alive before the first chunk");
+            keep_alives += 1;
+        } else if let Some(d) = line.strip_prefix(b"data: ") {
+            let v: Value = serde_json::from_slice(d).unwrap();
+            role_seen |= v["choices"][0]["delta"]["role"] == "assistant";
+            if let Some(t) = v["choices"][0]["delta"]["content"].as_str() {
+                break t.to_string();
+            }
+            assert_ne!(v["object"], "chat.turn", "the turn ended without text: {v}");
+        }
+    };
+    assert!(keep_alives >= 1, "no keep-alive comment while the question was prefilled");
+    let events = sse.rest();
+    let end = events.last().unwrap();
+    assert_eq!(end["object"], "chat.turn", "{end}");
+    assert!(end["assistant_message"]["content"].as_str().unwrap().starts_with(&first_text), "{end}");
+    assert_eq!(messages(s.addr, &id).len(), 2);
+}
+
+#[test]
+fn a_turn_refused_before_generation_leaves_the_chat_as_it_was() {
+    let dir = TempDir::new("chats-refused");
+    let s = start(&dir.join("chats.db"), &["--ctx", "256"]);
+    let id = create(s.addr, &json!({"temperature": 0, "max_tokens": 3}));
+    let t = turn(s.addr, &id, "Say hi.", 3);
+    let before = messages(s.addr, &id);
+    assert_eq!(before.len(), 2);
+    let records = || get(s.addr, "/v1/mtplx/metrics").json()["history"].as_array().unwrap().len();
+    let records_before = records();
+
+    // Refused by the API once the conversation is known, each whole and streamed: a completion
+    // that cannot fit the context, and a question that alone is longer than the context.
+    let long = "Tell me everything about the sea and its fish. ".repeat(40);
+    let refused = [
+        (json!({"content": "Again.", "max_tokens": 1000}), "max_tokens"),
+        (json!({"content": "Again.", "max_tokens": 1000, "stream": true}), "max_tokens"),
+        (json!({"content": long}), "messages"),
+        (json!({"content": long, "stream": true}), "messages"),
+    ];
+    for (body, param) in refused {
+        let r = call(s.addr, "POST", &format!("/v1/chats/{id}/messages"), Some(&body));
+        assert_eq!(r.status, 400, "{body}: {}", r.text());
+        assert_eq!(r.header("content-type"), Some("application/json"), "{body}: a refusal, not a stream");
+        let e = r.json();
+        assert_eq!(
+            (e["error"]["code"].as_str(), e["error"]["param"].as_str()),
+            (Some("context_length_exceeded"), Some(param))
+        );
+        // No phantom answer, and no question left behind to hold the chat.
+        assert_eq!(messages(s.addr, &id), before, "{body}");
+    }
+    assert_eq!(records(), records_before, "a refused turn makes no metrics record");
+    let m = get(s.addr, "/metrics").text();
+    assert!(m.contains("mtplx_messages_total{role=\"user\"} 1"), "{m}");
+    assert!(m.contains("mtplx_messages_total{role=\"assistant\"} 1"), "{m}");
+    assert_eq!(metric(&m, "llm_question_length_chars_count"), Some(1.0));
+
+    // The chat is free at once, and every stored answer has its record.
+    let again = turn(s.addr, &id, "Again.", 2);
+    let all = messages(s.addr, &id);
+    assert_eq!(all.len(), 4);
+    let env = get(s.addr, "/v1/mtplx/metrics").json();
+    for a in [&t["assistant_message"], &again["assistant_message"]] {
+        let rid = &a["request_id"];
+        assert!(env["history"].as_array().unwrap().iter().any(|r| &r["request_id"] == rid), "no record for {a}");
+    }
+}

@@ -4,6 +4,7 @@
 
 mod common;
 
+use common::chats::TempDir;
 use common::{get, python, request, Server, Watched};
 use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
@@ -73,7 +74,12 @@ fn page_and_files_come_with_etag_csp_and_their_types() {
     assert_eq!(page.header("cache-control"), Some("no-cache"));
     assert_eq!(page.header("x-content-type-options"), Some("nosniff"));
     let etag = page.header("etag").expect("an ETag").to_string();
-    assert_eq!(get(server.addr, "/dashboard").body, page.body, "/dashboard is the same page");
+    for alias in ["/dashboard", "/dashboard/"] {
+        let r = get(server.addr, alias);
+        assert_eq!(r.status, 200, "{alias}: {}", r.text());
+        assert_eq!(r.header("content-type"), Some("text/html; charset=utf-8"), "{alias}");
+        assert_eq!(r.body, page.body, "{alias} is the same page");
+    }
 
     // A browser's revalidation: the same ETag gets a 304 and no body; another one the file.
     let again = request(server.addr, "GET", "/", &[("If-None-Match", &etag)], b"");
@@ -116,16 +122,22 @@ fn page_and_files_come_with_etag_csp_and_their_types() {
 #[test]
 fn no_metrics_withholds_the_dashboard() {
     let server = Server::start(&["--no-metrics"]);
-    for path in ["/", "/dashboard", "/dashboard/app.js", "/favicon.ico", "/metrics"] {
+    for path in ["/", "/dashboard", "/dashboard/", "/dashboard/app.js", "/favicon.ico", "/metrics"] {
         let r = get(server.addr, path);
         assert_eq!(r.status, 404, "{path} is served with --no-metrics: {}", r.text());
     }
     assert_eq!(get(server.addr, "/health").status, 200);
 }
 
+/// A server for a browser scenario, keeping its chats in `dir`, not in the user's data directory.
+fn server_for_browser(dir: &TempDir, env: &[(&str, &str)]) -> Server {
+    Server::start_with_env(&["--database", &dir.join("chats.db")], env)
+}
+
 #[test]
 fn browser_page_loads_clean_and_shows_completions_live() {
-    let server = Server::start(&[]);
+    let dir = TempDir::new("dashboard-live");
+    let server = server_for_browser(&dir, &[]);
     browser("live", &server);
     let shot = artifacts().join("dashboard-under-load.png");
     let len = std::fs::metadata(&shot).map(|m| m.len()).unwrap_or(0);
@@ -133,21 +145,24 @@ fn browser_page_loads_clean_and_shows_completions_live() {
 }
 
 #[test]
-fn browser_chat_streams_and_markup_in_prompts_stays_text() {
-    let server = Server::start(&[]);
+fn browser_chat_streams_through_the_chats_api_and_markup_in_prompts_stays_text() {
+    let dir = TempDir::new("dashboard-chat");
+    let server = server_for_browser(&dir, &[]);
     browser("chat", &server);
 }
 
 #[test]
 fn browser_asks_for_the_token_and_the_key_then_works() {
+    let dir = TempDir::new("dashboard-token");
     let server =
-        Server::start_with_env(&[], &[("MTPLX_METRICS_TOKEN", "metrics-secret"), ("MTPLX_API_KEY", "api-secret")]);
+        server_for_browser(&dir, &[("MTPLX_METRICS_TOKEN", "metrics-secret"), ("MTPLX_API_KEY", "api-secret")]);
     browser("token", &server);
 }
 
 #[test]
 fn browser_stream_reconnects_after_a_restart_on_the_same_port() {
-    let server = Server::start(&[]);
+    let dir = TempDir::new("dashboard-reconnect");
+    let server = server_for_browser(&dir, &[]);
     let addr = server.addr;
     let child = python()
         .arg(script())
@@ -179,7 +194,7 @@ fn browser_stream_reconnects_after_a_restart_on_the_same_port() {
         }
     }
     drop(server);
-    let server = Server::start_on(&addr.to_string(), &[], &[]);
+    let server = Server::start_on(&addr.to_string(), &["--database", &dir.join("chats.db")], &[]);
     assert_eq!(server.addr, addr);
     writeln!(stdin, "restarted").expect("tell the browser script");
     let out = watched.finish_within(BROWSER_DEADLINE);

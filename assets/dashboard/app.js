@@ -1,12 +1,12 @@
 // The dashboard: wires the live stream to the charts and the table, the server state, the chat.
 
 import * as auth from "./auth.js";
-import { LineChart, BarChart, redrawOnResize } from "./charts.js";
+import { LineChart, BarChart } from "./charts.js";
 import { startLive } from "./live.js";
 import { startState } from "./state.js";
 import { RequestTable } from "./table.js";
 import { startChat } from "./chat.js";
-import { quantile, fmtSecs, fmtBytes } from "./stats.js";
+import { quantile, fmtSecs } from "./stats.js";
 
 // Requests the quantiles and the draft-position bars are computed over.
 const WINDOW = 100;
@@ -20,21 +20,32 @@ const charts = {
   tokens: new LineChart(canvas("c-tokens"), ["prompt", "completion"]),
   prefix: new LineChart(canvas("c-prefix"), ["reused", "prefilled"]),
 };
-redrawOnResize(Object.values(charts));
 
 const table = new RequestTable();
 const recent = [];
 
-// Records are applied in batches, at most one batch per REDRAW_MS: at 10 requests/s a redraw
-// per record would cost the browser a third of a core; a batch a second costs a few percent.
+// Records are applied in batches, at most one batch per REDRAW_MS and in an animation frame
+// (so never while the tab is hidden): at 10 requests/s a redraw per record would cost the
+// browser a third of a core. While hidden, only the records a flush would still show are kept.
 const REDRAW_MS = 1000;
+// Records a hidden tab holds for its next flush: as many as the longest chart keeps.
+const PENDING_MAX = 240;
 let pending = [];
+// Records left out of `pending` while hidden: counted in the table's total all the same.
+let skipped = 0;
 let lastFlush = 0;
 let flushTimer = 0;
 
 function onRecord(r) {
   pending.push(r);
-  if (!flushTimer) flushTimer = setTimeout(flush, Math.max(0, lastFlush + REDRAW_MS - performance.now()));
+  if (pending.length > PENDING_MAX) {
+    skipped += pending.length - PENDING_MAX;
+    pending.splice(0, pending.length - PENDING_MAX);
+  }
+  if (!flushTimer) {
+    const wait = Math.max(0, lastFlush + REDRAW_MS - performance.now());
+    flushTimer = setTimeout(() => requestAnimationFrame(flush), wait);
+  }
 }
 
 function flush() {
@@ -42,8 +53,12 @@ function flush() {
   lastFlush = performance.now();
   const batch = pending;
   pending = [];
+  if (!batch.length) return;
   for (const r of batch) apply(r);
-  summarize(batch[batch.length - 1]);
+  table.total += skipped;
+  skipped = 0;
+  table.addMany(batch);
+  summarize();
 }
 
 function apply(r) {
@@ -56,11 +71,11 @@ function apply(r) {
   charts.prefix.push(x, [p.cached_tokens, p.prefilled_tokens]);
   recent.push(r);
   if (recent.length > WINDOW) recent.shift();
-  table.add(r);
 }
 
-// What depends on the whole window: the draft-position bars, the quantiles, the KV card.
-function summarize(r) {
+// What depends on the whole window: the draft-position bars and the quantiles.
+let quantilesText = "";
+function summarize() {
   const acc = [], drafted = [];
   for (const q of recent) {
     (q.accepted_by_depth || []).forEach((v, i) => { acc[i] = (acc[i] || 0) + v; });
@@ -71,18 +86,15 @@ function summarize(r) {
     drafted[i] = drafted[i] || 0;
   }
   charts.depth.set([acc, drafted]);
-  document.getElementById("depth-n").textContent = String(recent.length);
   const ttft = recent.map((q) => q.ttft_s).filter((v) => v !== null);
   const ttlt = recent.map((q) => q.ttlt_s);
   const qs = (v) => [0.5, 0.9, 0.99].map((q) => fmtSecs(quantile(v, q))).join(" / ");
-  document.getElementById("q-lat").textContent =
-    `p50/p90/p99 of last ${recent.length}: TTFT ${qs(ttft)} · TTLT ${qs(ttlt)}`;
-  const kv = r.session_postcommit_snapshot;
-  if (kv && kv.capacity_tokens) {
-    const pct = (100 * kv.total_tokens / kv.capacity_tokens).toFixed(0);
-    document.getElementById("s-kv").textContent = `${pct} % · ${fmtBytes(kv.used_bytes)}`;
+  const text = `p50/p90/p99 of last ${recent.length}: TTFT ${qs(ttft)} · TTLT ${qs(ttlt)}`;
+  if (text !== quantilesText) {
+    quantilesText = text;
+    document.getElementById("q-lat").textContent = text;
+    document.getElementById("depth-n").textContent = String(recent.length);
   }
-  document.body.dataset.records = String(table.total);
 }
 
 const LABELS = { connecting: "connecting…", live: "live", reconnecting: "reconnecting…", auth: "waiting for the token" };

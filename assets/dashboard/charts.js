@@ -1,5 +1,7 @@
 // Line and bar charts drawn on a canvas: a few hundred points each, redrawn only when data
-// changed and at most once per animation frame (none while the tab is hidden).
+// changed and at most once per animation frame (none while the tab is hidden). A chart knows its
+// size from a ResizeObserver, so that drawing never asks for layout (a forced reflow per chart
+// after the table changed was most of the page's cost).
 
 const COLORS = ["#4fa3ff", "#ffb547", "#6dd38c", "#e86a8a"];
 const PAD = { l: 44, r: 8, t: 18, b: 18 };
@@ -17,14 +19,35 @@ function schedule(chart) {
   });
 }
 
-function setup(canvas) {
+// Every chart's CSS size, kept by one observer (its first report draws the chart).
+const sizes = new WeakMap();
+const observed = new Map();
+const observer = new ResizeObserver((entries) => {
+  for (const e of entries) {
+    const box = e.contentBoxSize?.[0];
+    const w = box ? box.inlineSize : e.contentRect.width;
+    const h = box ? box.blockSize : e.contentRect.height;
+    sizes.set(e.target, { w, h });
+    const chart = observed.get(e.target);
+    if (chart) schedule(chart);
+  }
+});
+
+function observe(chart) {
+  observed.set(chart.canvas, chart);
+  observer.observe(chart.canvas);
+}
+
+function setup(chart) {
+  const canvas = chart.canvas;
   const dpr = window.devicePixelRatio || 1;
-  const w = canvas.clientWidth, h = canvas.clientHeight;
+  const { w, h } = sizes.get(canvas) || { w: 0, h: 0 };
   if (canvas.width !== Math.round(w * dpr) || canvas.height !== Math.round(h * dpr)) {
     canvas.width = Math.round(w * dpr);
     canvas.height = Math.round(h * dpr);
   }
-  const ctx = canvas.getContext("2d");
+  chart.ctx ||= canvas.getContext("2d");
+  const ctx = chart.ctx;
   ctx.setTransform(dpr, 0, 0, dpr, 0, 0);
   ctx.clearRect(0, 0, w, h);
   ctx.font = "11px system-ui, sans-serif";
@@ -53,6 +76,9 @@ function yAxis(ctx, w, h, max, fmt) {
   }
 }
 
+// Legend widths, measured once per name (the font never changes).
+const widths = new Map();
+
 function legend(ctx, names) {
   let x = PAD.l;
   ctx.textAlign = "left";
@@ -62,7 +88,8 @@ function legend(ctx, names) {
     ctx.fillRect(x, 4, 8, 8);
     ctx.fillStyle = "#dde3ea";
     ctx.fillText(n, x + 11, 2);
-    x += ctx.measureText(n).width + 24;
+    if (!widths.has(n)) widths.set(n, ctx.measureText(n).width);
+    x += widths.get(n) + 24;
   });
 }
 
@@ -78,6 +105,8 @@ export class LineChart {
     this.fmt = fmt;
     this.maxY = maxY;
     this.count = 0;
+    this.ctx = null;
+    observe(this);
   }
 
   push(x, ys) {
@@ -87,12 +116,13 @@ export class LineChart {
       if (s.length > this.keep) s.shift();
     });
     this.count++;
-    this.canvas.dataset.points = String(this.count);
     schedule(this);
   }
 
   draw() {
-    const { ctx, w, h } = setup(this.canvas);
+    // What the browser test reads; written once per drawn frame, not per point.
+    this.canvas.dataset.points = String(this.count);
+    const { ctx, w, h } = setup(this);
     let x0 = Infinity, x1 = -Infinity, ymax = 0;
     for (const s of this.series) for (const [x, y] of s) {
       x0 = Math.min(x0, x); x1 = Math.max(x1, x);
@@ -136,15 +166,21 @@ export class BarChart {
     this.names = names;
     this.values = names.map(() => []);
     this.fmt = fmt;
+    this.ctx = null;
+    this.key = "";
+    observe(this);
   }
 
   set(values) {
+    const key = values.join("|");
+    if (key === this.key) return;
+    this.key = key;
     this.values = values;
     schedule(this);
   }
 
   draw() {
-    const { ctx, w, h } = setup(this.canvas);
+    const { ctx, w, h } = setup(this);
     const n = Math.max(1, ...this.values.map((v) => v.length));
     const max = niceMax(Math.max(0, ...this.values.flat()));
     yAxis(ctx, w, h, max, this.fmt);
@@ -164,13 +200,4 @@ export class BarChart {
       ctx.fillText(String(g + 1), PAD.l + g * gw + gw / 2, h);
     }
   }
-}
-
-// Charts are drawn at the canvas's CSS size; a resize redraws them.
-export function redrawOnResize(charts) {
-  let t = 0;
-  window.addEventListener("resize", () => {
-    clearTimeout(t);
-    t = setTimeout(() => charts.forEach(schedule), 100);
-  });
 }

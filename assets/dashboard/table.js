@@ -12,9 +12,15 @@ export class RequestTable {
     this.records = new Map();
     this.open = null;
     this.total = 0;
+    // One listener for every row, rather than one per row made.
+    this.body.addEventListener("click", (e) => {
+      const tr = e.target.closest("tr");
+      const r = tr && this.records.get(tr.dataset.requestId);
+      if (r) this.show(tr, r);
+    });
   }
 
-  add(r) {
+  row(r) {
     const tr = document.createElement("tr");
     tr.dataset.requestId = r.request_id;
     const cells = [
@@ -26,25 +32,42 @@ export class RequestTable {
       td.textContent = String(c);
       tr.append(td);
     }
-    tr.addEventListener("click", () => this.show(tr, r));
-    this.records.set(r.request_id, r);
-    this.body.prepend(tr);
-    while (this.body.rows.length > ROWS_MAX) {
+    return tr;
+  }
+
+  // Records in the order they finished: one insertion and one trim for the whole batch, and
+  // rows only for those that stay.
+  addMany(batch) {
+    if (!batch.length) return;
+    this.total += batch.length;
+    const kept = batch.slice(-ROWS_MAX);
+    const rows = document.createDocumentFragment();
+    for (let i = kept.length - 1; i >= 0; i--) {
+      this.records.set(kept[i].request_id, kept[i]);
+      rows.append(this.row(kept[i]));
+    }
+    this.body.prepend(rows);
+    let extra = this.body.rows.length - ROWS_MAX;
+    while (extra-- > 0) {
       const last = this.body.lastElementChild;
+      // An open record stays shown after its row scrolled out.
+      if (last === this.open) this.open = null;
       this.records.delete(last.dataset.requestId);
       last.remove();
     }
-    this.total++;
     this.count.textContent = `(${this.total} seen)`;
   }
 
-  show(tr, r) {
+  close() {
     this.open?.classList.remove("open");
-    if (this.open === tr) {
-      this.open = null;
-      this.detail.hidden = true;
-      return;
-    }
+    this.open = null;
+    this.detail.hidden = true;
+  }
+
+  show(tr, r) {
+    const same = this.open === tr;
+    this.close();
+    if (same) return;
     this.open = tr;
     tr.classList.add("open");
     this.detail.textContent = JSON.stringify(r, null, 2);

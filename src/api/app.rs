@@ -92,14 +92,13 @@ impl App {
                 // Like `http_requests_total`, the in-flight gauge leaves the scrape itself out, so
                 // that an idle server reads 0.
                 drop(guard);
-                // The engine's gauges are sampled here, at scrape time, and nowhere else.
-                if let Some(llm) = &self.llm {
-                    self.metrics.llm_requests_running.set(llm.engine.running() as i64);
-                    self.metrics.llm_requests_waiting.set(llm.engine.waiting() as i64);
-                }
-                Ok(metrics_handlers::prometheus(&req, &self.metrics, self.cfg.metrics_default))
+                self.sample_engine();
+                metrics_handlers::prometheus(&req, &self.metrics, self.cfg.metrics_default)
             }
-            Route::MtplxMetrics => metrics_handlers::snapshot(&req, &self.metrics),
+            Route::MtplxMetrics => {
+                self.sample_engine();
+                metrics_handlers::snapshot(&req, &self.metrics)
+            }
             Route::MtplxMetricsStream => metrics_handlers::stream(&req, &self.metrics),
             Route::ChatsCreate
             | Route::ChatsList
@@ -120,6 +119,21 @@ impl App {
             },
         };
         (rid, resp.unwrap_or_else(ApiError::into_response))
+    }
+
+    /// The engine's gauges, sampled here, when a metrics route is read, and nowhere else: the
+    /// decode thread never pays for them.
+    fn sample_engine(&self) {
+        let Some(llm) = &self.llm else { return };
+        let m = &self.metrics;
+        m.llm_requests_running.set(llm.engine.running() as i64);
+        m.llm_requests_waiting.set(llm.engine.waiting() as i64);
+        let kv = llm.engine.kv_snapshot();
+        m.mtplx_kv_cache_used_bytes.set(kv.bytes as i64);
+        m.mtplx_kv_cache_capacity_bytes.set(kv.budget_bytes as i64);
+        m.mtplx_kv_cache_used_tokens.set(kv.positions() as i64);
+        m.mtplx_kv_cache_capacity_tokens.set(kv.capacity_positions() as i64);
+        m.mtplx_kv_cache_sequences.set(kv.sequences as i64);
     }
 
     /// The persisted-chat routes; `id` is the path's `{chat_id}`.

@@ -3,12 +3,13 @@
 //! A turn stores the user's message (committed before any answer starts), generates from the
 //! whole conversation through the very path of `/v1/chat/completions` (chat template, tokenizer,
 //! engine, prefix reuse), and stores the answer when generation ends, however it ends: a
-//! `Drop` stores what was generated as `interrupted` when the client leaves mid-stream.
+//! `Drop` stores what was generated as `interrupted` when the client leaves mid-stream. A turn
+//! refused before the engine takes it stores nothing: its user message is withdrawn.
 
 use super::chats_request::{self as wire, ChatOut, DeletedOut, ListOut, MessageOut, TurnOut};
 use super::client_geo::{locate, CountrySource};
 use super::error::ApiError;
-use super::generation::{End, Generation, Kind, Piece};
+use super::generation::{End, Generation, Kind, Pacer, Piece};
 use super::openai::{request_id, submit};
 use super::prepare;
 use super::state::{ApiConfig, InFlightGuard, Llm};
@@ -178,10 +179,17 @@ impl Answer {
         Ok(m)
     }
 
-    /// The turn failed before any generation: an empty answer says so.
-    async fn fail(mut self, e: ApiError) -> ApiError {
-        let _ = self.store("error").await;
-        e
+    /// The turn was refused before the engine took it (a bad parameter, a conversation too long
+    /// for the context, a full queue): nothing was generated and no record made, so no answer
+    /// is stored; the user message is withdrawn, leaving the chat as it was for the client to
+    /// send again, and the refusal is the turn's answer.
+    async fn withdraw(mut self, refusal: ApiError) -> ApiError {
+        self.stored = true;
+        let id = self.user.message_id.clone();
+        match self.answering.chats.db.call(true, move |s| s.withdraw_turn(&id)).await {
+            Ok(_) => refusal,
+            Err(e) => store_error(e),
+        }
     }
 }
 
@@ -233,7 +241,6 @@ pub async fn post(
     let lease = cfg.request_timeout.map_or(ANSWER_LEASE_SECS, |t| t.as_secs() as i64 + 1);
     let u = user.clone();
     let Turn { chat, messages } = chats.db.call(true, move |s| s.begin_turn(&u, lease)).await.map_err(store_error)?;
-    metrics.record_chat_message(false, user.content.chars().count() as u64);
     let mut answer = Answer {
         metrics: metrics.clone(),
         user,
@@ -245,7 +252,7 @@ pub async fn post(
     };
     let params = match wire::turn_params(&chat.defaults, &p.overrides) {
         Ok(p) => p,
-        Err(e) => return Err(answer.fail(e).await),
+        Err(e) => return Err(answer.withdraw(e).await),
     };
     let system = chat.system.map(|s| ChatMessage { role: "system".into(), content: s });
     let conversation = system
@@ -258,13 +265,15 @@ pub async fn post(
     };
     let mut gen = match gen {
         Ok(g) => g,
-        Err(e) => return Err(answer.fail(e).await),
+        Err(e) => return Err(answer.withdraw(e).await),
     };
+    // Accepted only now that its answer has begun: a withdrawn question is not counted.
+    metrics.record_chat_message(false, answer.user.content.chars().count() as u64);
     gen.observe_lengths = false;
     answer.prompt_tokens = gen.prompt_tokens;
     if gen.params.stream {
         let (tx, body) = async_channel::bounded(64);
-        Ok(Response::sse_produced(body, Box::pin(stream(gen, answer, tx, guard))))
+        Ok(Response::sse_produced(body, Box::pin(stream(gen, answer, tx, guard, cfg.keep_alive()))))
     } else {
         whole(gen, answer).await
     }
@@ -292,21 +301,31 @@ async fn whole(mut gen: Generation, mut answer: Answer) -> Result<Response, ApiE
     }
 }
 
-/// Streams the answer as `chat.completion.chunk` events; the last one is followed by the
-/// stored turn (`chat.turn`) and `[DONE]`. The answer is committed before that end is sent.
-async fn stream(mut gen: Generation, mut answer: Answer, out: async_channel::Sender<Vec<u8>>, guard: InFlightGuard) {
+/// Streams the answer as `chat.completion.chunk` events, with the keep-alive comments of every
+/// stream (see [`Pacer`]); the last one is followed by the stored turn (`chat.turn`) and
+/// `[DONE]`. The answer is committed before that end is sent.
+async fn stream(
+    mut gen: Generation,
+    mut answer: Answer,
+    out: async_channel::Sender<Vec<u8>>,
+    guard: InFlightGuard,
+    keep_alive: std::time::Duration,
+) {
     let _guard = guard;
+    let mut pacer = Pacer::new(keep_alive);
     if out.send(gen.chunk(None, true, &[], None)).await.is_err() {
         return;
     }
-    loop {
-        match gen.next_piece().await {
+    pacer.sent();
+    while let Some(piece) = pacer.next(&mut gen, &out).await {
+        match piece {
             Piece::Delta { text, logprobs } => {
                 answer.text.push_str(&text);
                 answer.completion_tokens = gen.completion_tokens;
                 if out.send(gen.chunk(Some(&text), false, &logprobs, None)).await.is_err() {
                     return;
                 }
+                pacer.sent();
             }
             Piece::End(end) => {
                 answer.completion_tokens = gen.completion_tokens;

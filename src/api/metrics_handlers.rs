@@ -11,14 +11,18 @@ use std::sync::Arc;
 pub const MAX_LIMIT: usize = 100_000;
 
 /// `GET /metrics`: the format `Accept` names, or `default` when it names none (`*/*`, or no
-/// header, as curl and Python's requests send).
-pub fn prometheus(req: &Request, metrics: &Metrics, default: MetricsDefault) -> Response {
+/// header, as curl and Python's requests send). The JSON envelope honours `?limit=` as on
+/// `/v1/mtplx/metrics` (a poller of the server's state asks for `limit=0`).
+pub fn prometheus(req: &Request, metrics: &Metrics, default: MetricsDefault) -> Result<Response, ApiError> {
     let fallback = match default {
         MetricsDefault::Prometheus => Format::Prometheus,
         MetricsDefault::Json => Format::Json,
     };
     let format = negotiate_or(req.header("accept"), fallback);
-    Response::shared(200, format.content_type(), metrics.render_shared(format))
+    if format == Format::Json {
+        return snapshot(req, metrics);
+    }
+    Ok(Response::shared(200, format.content_type(), metrics.render_shared(format)))
 }
 
 fn limit(req: &Request) -> Result<Option<usize>, ApiError> {

@@ -18,7 +18,7 @@ pub enum Route {
     Model,
     ChatCompletions,
     Completions,
-    /// The dashboard page (`/`, `/dashboard`, its `/favicon.ico`) and its files; withheld with the metrics routes.
+    /// The dashboard page (`/`, `/dashboard`, `/dashboard/`, its `/favicon.ico`) and its files; withheld with the metrics routes.
     Dashboard,
     DashboardAsset,
     ChatsCreate,
@@ -71,6 +71,7 @@ pub const ROUTES: &[(&str, &str, Route)] = &[
     ("POST", "/v1/completions", Route::Completions),
     ("GET", "/", Route::Dashboard),
     ("GET", "/dashboard", Route::Dashboard),
+    ("GET", "/dashboard/", Route::Dashboard),
     ("GET", "/favicon.ico", Route::Dashboard),
     ("GET", "/dashboard/{asset}", Route::DashboardAsset),
     ("POST", "/v1/chats", Route::ChatsCreate),
@@ -80,6 +81,10 @@ pub const ROUTES: &[(&str, &str, Route)] = &[
     ("POST", "/v1/chats/{chat_id}/messages", Route::ChatMessagesPost),
     ("GET", "/v1/chats/{chat_id}/messages", Route::ChatMessagesList),
 ];
+
+/// Silence after which a stream gets a `: keep-alive` comment: well under the idle timeouts of
+/// common proxies (nginx and AWS load balancers cut at 60 s).
+pub const DEFAULT_STREAM_KEEP_ALIVE: Duration = Duration::from_secs(15);
 
 /// Largest chat message (and system prompt) accepted, in bytes; larger gets 413
 /// (`--max-message-bytes`).
@@ -164,12 +169,20 @@ pub struct ApiConfig {
     pub max_message_bytes: usize,
     /// Header a trusted proxy sets to the client's country (`--country-header`), lower-case.
     pub country_header: Option<String>,
+    /// Silence after which a streamed answer gets a `: keep-alive` comment
+    /// (`--stream-keep-alive`); `None` is [`DEFAULT_STREAM_KEEP_ALIVE`].
+    pub stream_keep_alive: Option<Duration>,
 }
 
 impl ApiConfig {
     /// The settings a server has with no flags given.
     pub fn new() -> ApiConfig {
         ApiConfig { metrics_enabled: true, max_message_bytes: DEFAULT_MAX_MESSAGE_BYTES, ..ApiConfig::default() }
+    }
+
+    /// How long a stream may stay silent before a `: keep-alive` comment.
+    pub fn keep_alive(&self) -> Duration {
+        self.stream_keep_alive.unwrap_or(DEFAULT_STREAM_KEEP_ALIVE)
     }
 }
 

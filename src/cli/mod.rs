@@ -8,7 +8,7 @@ mod demo_head;
 pub mod serve;
 
 use argh::FromArgs;
-use mtplx_lite::api::state::{ApiConfig, Cidr, MetricsDefault, DEFAULT_MAX_MESSAGE_BYTES};
+use mtplx_lite::api::state::{ApiConfig, Cidr, MetricsDefault, DEFAULT_MAX_MESSAGE_BYTES, DEFAULT_STREAM_KEEP_ALIVE};
 use mtplx_lite::engine::step_budget::{DEFAULT_MAX_BATCH_TOKENS, DEFAULT_PREFILL_CHUNK};
 use mtplx_lite::engine::step_pacer::DEFAULT_MAX_STEP_RATIO;
 use mtplx_lite::engine::StepBudget;
@@ -18,6 +18,9 @@ use mtplx_lite::store::url::DatabaseUrl;
 use std::net::{SocketAddr, ToSocketAddrs};
 use std::path::PathBuf;
 use std::time::Duration;
+
+/// Shortest `--stream-keep-alive`: below it the comments would cost more than the stream.
+const MIN_STREAM_KEEP_ALIVE: Duration = Duration::from_millis(10);
 
 /// mtplx-lite: an OpenAI-compatible server for a local language model, with Prometheus, JSON and
 /// SSE metrics. With no --model it serves the demo model (SmolLM2-135M-Instruct), fetching it
@@ -50,6 +53,10 @@ pub struct Cli {
     /// generation is cancelled and its answer ends with a request_timeout error (default: no limit)
     #[argh(option)]
     pub request_timeout: Option<f64>,
+    /// seconds a streamed answer may stay silent (a long prompt being read) before the server
+    /// sends a ': keep-alive' comment, so that proxies keep the stream open (default 15)
+    #[argh(option, default = "DEFAULT_STREAM_KEEP_ALIVE.as_secs_f64()")]
+    pub stream_keep_alive: f64,
     /// seconds in-flight responses get to finish after SIGINT/SIGTERM (default 10)
     #[argh(option, default = "DEFAULT_SHUTDOWN_GRACE.as_secs_f64()")]
     pub shutdown_grace: f64,
@@ -308,6 +315,16 @@ impl Settings {
                 _ => return Err(format!("--request-timeout must be a number of seconds > 0, got {t}")),
             },
         };
+        let stream_keep_alive = match Duration::try_from_secs_f64(cli.stream_keep_alive) {
+            Ok(d) if d >= MIN_STREAM_KEEP_ALIVE => d,
+            _ => {
+                return Err(format!(
+                    "--stream-keep-alive must be a number of seconds >= {}, got {}",
+                    MIN_STREAM_KEEP_ALIVE.as_secs_f64(),
+                    cli.stream_keep_alive
+                ))
+            }
+        };
         if cli.io_threads == 0 {
             return Err("--io-threads must be at least 1".into());
         }
@@ -334,6 +351,7 @@ impl Settings {
             request_timeout,
             max_message_bytes: cli.max_message_bytes.max(1),
             country_header: cli.country_header.as_ref().map(|h| h.trim().to_ascii_lowercase()),
+            stream_keep_alive: Some(stream_keep_alive),
         };
         let database = mtplx_lite::store::url::resolve(cli.database.as_deref(), cli.data_dir.as_deref())?;
         let http = HttpConfig {

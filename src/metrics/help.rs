@@ -36,3 +36,9 @@ pub const SUBSCRIBERS: &str = "Open subscriptions to the live record stream (not
 pub const CHATS: &str = "Chats created.";
 pub const MESSAGES: &str = "Chat messages persisted, labelled by role (user, assistant).";
 pub const DB_WRITE: &str = "Time of each write transaction of the chat database, measured on its thread.";
+pub const KV_USED_BYTES: &str = "Bytes the KV caches hold now (active sequences and idle ones kept for prefix reuse).";
+pub const KV_CAPACITY_BYTES: &str =
+    "Bytes the KV cache budget holds (--kv-cache-bytes, or what the model's context needs).";
+pub const KV_USED_TOKENS: &str = "Positions (tokens) the KV caches hold now.";
+pub const KV_CAPACITY_TOKENS: &str = "Positions (tokens) the whole KV cache budget holds.";
+pub const KV_SEQUENCES: &str = "Sequences holding a KV cache now (active and idle).";

@@ -12,6 +12,7 @@
 //!   `request_log`: the ring buffer of the last `--metrics-history` records and its fan-out to
 //!   live stream subscribers.
 //! - `process`: `process_*` from `/proc/self`.
+//! - `server_state`: the JSON envelope: records, quantiles and the server's state now.
 //!
 //! See `docs/metrics.md` for every series, bucket and field.
 #![forbid(unsafe_code)]
@@ -29,6 +30,7 @@ pub mod request_log;
 pub mod request_record;
 pub mod route_labels;
 pub mod series;
+pub mod server_state;
 
 pub use generation_outcome::{DecodeSpan, GenerationClock, GenerationOutcome, SpecStats};
 pub use negotiate::negotiate_or;

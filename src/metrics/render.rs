@@ -1,4 +1,5 @@
-//! Walking every family of [`Metrics`] into one text exposition (or the JSON envelope).
+//! Walking every family of [`Metrics`] into one text exposition (the JSON envelope is
+//! `server_state.rs`).
 
 use super::help;
 use super::histogram::{Histogram, MAX_BUCKETS};
@@ -74,7 +75,11 @@ impl Out<'_> {
     }
 
     fn gauge(&mut self, name: &str, help: &str, g: &Gauge) {
-        self.head(name, Kind::Gauge, None, help);
+        self.gauge_in(name, None, help, g);
+    }
+
+    fn gauge_in(&mut self, name: &str, unit: Option<&str>, help: &str, g: &Gauge) {
+        self.head(name, Kind::Gauge, unit, help);
         self.put(name);
         self.put(" ");
         self.i64(g.get());
@@ -260,6 +265,17 @@ impl Metrics {
         );
         o.gauge("llm_requests_running", help::RUNNING, &self.llm_requests_running);
         o.gauge("llm_requests_waiting", help::WAITING, &self.llm_requests_waiting);
+        let bytes = Some("bytes");
+        o.gauge_in("mtplx_kv_cache_used_bytes", bytes, help::KV_USED_BYTES, &self.mtplx_kv_cache_used_bytes);
+        o.gauge_in(
+            "mtplx_kv_cache_capacity_bytes",
+            bytes,
+            help::KV_CAPACITY_BYTES,
+            &self.mtplx_kv_cache_capacity_bytes,
+        );
+        o.gauge("mtplx_kv_cache_used_tokens", help::KV_USED_TOKENS, &self.mtplx_kv_cache_used_tokens);
+        o.gauge("mtplx_kv_cache_capacity_tokens", help::KV_CAPACITY_TOKENS, &self.mtplx_kv_cache_capacity_tokens);
+        o.gauge("mtplx_kv_cache_sequences", help::KV_SEQUENCES, &self.mtplx_kv_cache_sequences);
         o.counter("llm_spec_decode_num_drafts_total", help::DRAFTS, &self.llm_spec_decode_num_drafts_total);
         o.counter(
             "llm_spec_decode_num_draft_tokens_total",

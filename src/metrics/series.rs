@@ -99,6 +99,13 @@ pub struct Metrics {
     pub llm_generation_tokens_delivered_total: Counter,
     pub llm_requests_running: Gauge,
     pub llm_requests_waiting: Gauge,
+    /// The KV cache now: bytes and positions held (active and idle sequences), what the budget
+    /// holds, and the sequences holding a cache. Sampled from the engine at scrape time.
+    pub mtplx_kv_cache_used_bytes: Gauge,
+    pub mtplx_kv_cache_capacity_bytes: Gauge,
+    pub mtplx_kv_cache_used_tokens: Gauge,
+    pub mtplx_kv_cache_capacity_tokens: Gauge,
+    pub mtplx_kv_cache_sequences: Gauge,
     pub llm_spec_decode_num_drafts_total: Counter,
     pub llm_spec_decode_num_draft_tokens_total: Counter,
     pub llm_spec_decode_num_accepted_tokens_total: Counter,
@@ -154,6 +161,11 @@ impl Metrics {
             llm_generation_tokens_delivered_total: Counter::default(),
             llm_requests_running: Gauge::default(),
             llm_requests_waiting: Gauge::default(),
+            mtplx_kv_cache_used_bytes: Gauge::default(),
+            mtplx_kv_cache_capacity_bytes: Gauge::default(),
+            mtplx_kv_cache_used_tokens: Gauge::default(),
+            mtplx_kv_cache_capacity_tokens: Gauge::default(),
+            mtplx_kv_cache_sequences: Gauge::default(),
             llm_spec_decode_num_drafts_total: Counter::default(),
             llm_spec_decode_num_draft_tokens_total: Counter::default(),
             llm_spec_decode_num_accepted_tokens_total: Counter::default(),
@@ -240,22 +252,5 @@ impl Metrics {
     /// Records of finished requests; see [`RequestLog`].
     pub fn latest(&self) -> Option<Arc<Entry>> {
         self.requests.latest()
-    }
-
-    /// `{"latest": ..., "history": [...], "quantiles": {...}}` (newest last; `limit` caps the
-    /// history). `quantiles` holds hdrhistogram count/mean/p50/p90/p99/max per histogram.
-    pub fn envelope_json(&self, limit: Option<usize>) -> Vec<u8> {
-        let q = serde_json::json!({
-            "llm_time_to_first_token_seconds": self.llm_time_to_first_token_seconds.quantiles(),
-            "llm_time_to_last_token_seconds": self.llm_time_to_last_token_seconds.quantiles(),
-            "llm_inter_token_latency_seconds": self.llm_inter_token_latency_seconds.quantiles(),
-            "llm_decode_tokens_per_second": self.llm_decode_tokens_per_second.quantiles(),
-            "llm_question_length_chars": self.llm_question_length_chars.quantiles(),
-            "llm_answer_length_chars": self.llm_answer_length_chars.quantiles(),
-            "mtplx_db_write_seconds": self.mtplx_db_write_seconds.quantiles(),
-        });
-        let mut extra = b"\"quantiles\":".to_vec();
-        extra.extend_from_slice(&serde_json::to_vec(&q).unwrap_or_default());
-        self.requests.envelope_json(limit, Some(&extra))
     }
 }

@@ -81,6 +81,13 @@ fn turns_alternate_and_lease_expires(s: &mut dyn Store) {
     // A turn whose answer never came (a crash) holds the chat only for the lease.
     let t = s.begin_turn(&user("c1", "m5", 190), 60).unwrap();
     assert_eq!(t.messages.len(), 4);
+    // A turn refused before its answer began leaves the chat as it was, and free at once.
+    assert!(s.withdraw_turn("m5").unwrap());
+    assert!(!s.withdraw_turn("m5").unwrap(), "withdrawn once");
+    assert!(!s.withdraw_turn("m3").unwrap(), "an answer is never withdrawn");
+    let t = s.begin_turn(&user("c1", "m6", 191), 60).unwrap();
+    let ids: Vec<_> = t.messages.iter().map(|m| m.message_id.as_str()).collect();
+    assert_eq!(ids, ["m1", "m3", "m4", "m6"]);
 }
 
 fn pages_are_ordered_and_counted(s: &mut dyn Store) {

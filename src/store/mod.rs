@@ -123,6 +123,9 @@ pub trait Store: Send {
     /// Stores a user message unless the chat is still answering (its last message a user message
     /// newer than `lease_secs`): `NotFound`, `Busy`, or the whole conversation.
     fn begin_turn(&mut self, user: &Message, lease_secs: i64) -> Result<Turn, StoreError>;
+    /// Deletes the user message of a turn refused before its answer began, so that the chat is
+    /// as it was before the turn; false when there was no such user message.
+    fn withdraw_turn(&mut self, user_message_id: &str) -> Result<bool, StoreError>;
     /// Stores a message as it is (an assistant's answer); `NotFound` if the chat was deleted.
     fn append_message(&mut self, msg: &Message) -> Result<(), StoreError>;
     /// Oldest first, and how many messages the chat has; `NotFound` for an unknown chat.

@@ -156,6 +156,13 @@ impl Store for PgStore {
         Ok(Turn { chat, messages: rows.iter().map(msg_row).collect() })
     }
 
+    fn withdraw_turn(&mut self, user_message_id: &str) -> Result<bool, StoreError> {
+        let mut tx = self.client.transaction()?;
+        let n = tx.execute("DELETE FROM messages WHERE message_id = $1 AND role = 'user'", &[&user_message_id])?;
+        tx.commit()?;
+        Ok(n > 0)
+    }
+
     fn append_message(&mut self, m: &Message) -> Result<(), StoreError> {
         let mut tx = self.client.transaction()?;
         if get_chat(&mut tx, &m.chat_id, true)?.is_none() {

@@ -178,6 +178,13 @@ impl Store for SqliteStore {
         Ok(Turn { chat, messages })
     }
 
+    fn withdraw_turn(&mut self, user_message_id: &str) -> Result<bool, StoreError> {
+        let tx = self.conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+        let n = tx.execute("DELETE FROM messages WHERE message_id = ?1 AND role = 'user'", [user_message_id])?;
+        tx.commit()?;
+        Ok(n > 0)
+    }
+
     fn append_message(&mut self, m: &Message) -> Result<(), StoreError> {
         let tx = self.conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
         if get_chat(&tx, &m.chat_id)?.is_none() {

@@ -61,6 +61,21 @@ impl Sse {
         size > 0
     }
 
+    /// The next line of the body as it came, comments and blank lines included, without its
+    /// newline; `None` at the end.
+    pub fn next_line(&mut self) -> Option<Vec<u8>> {
+        loop {
+            if let Some(i) = self.buf.iter().position(|&b| b == b'\n') {
+                let line: Vec<u8> = self.buf.drain(..=i).collect();
+                return Some(line[..line.len() - 1].to_vec());
+            }
+            if self.ended || !self.fill() {
+                self.ended = true;
+                return None;
+            }
+        }
+    }
+
     /// The raw bytes of the next `data:` line (comments skipped); `None` at the end.
     pub fn next_data(&mut self) -> Option<Vec<u8>> {
         loop {

@@ -58,10 +58,11 @@ def console_errors(d):
     return [e for e in d.get_log("browser") if e["level"] == "SEVERE"]
 
 
-def failed_requests(d, allowed_status=()):
-    """Requests that failed at the network level or answered >= 400 (but `allowed_status`)."""
+def failed_requests(d, allowed_status=(), entries=None):
+    """Requests that failed at the network level or answered >= 400 (but `allowed_status`).
+    `entries`: the performance log already read (reading it empties it)."""
     bad = []
-    for entry in d.get_log("performance"):
+    for entry in d.get_log("performance") if entries is None else entries:
         m = json.loads(entry["message"])["message"]
         if m["method"] == "Network.loadingFailed" and not m["params"].get("canceled"):
             bad.append(m["params"])
@@ -173,9 +174,34 @@ def scenario_chat(d, base, _artifacts):
         pass
     rid = answer.find_element(By.CSS_SELECTOR, ".rec").text.split(" · ")[-1]
     wait_for(f"the chat's request {rid} in the table", lambda: row_shown(d, rid))
+    # The pane is on the chats API: one chat, created by the first message, kept by the server
+    # with both turns, the answers as streamed and under the records' ids.
+    chat_id = d.find_element(By.ID, "chat-log").get_attribute("data-chat-id")
+    assert chat_id and chat_id.startswith("chat_"), chat_id
+    r = requests.get(f"{base}/v1/chats/{chat_id}/messages", timeout=WAIT)
+    assert r.status_code == 200, r.text
+    stored = r.json()["data"]
+    assert [m["role"] for m in stored] == ["user", "assistant"] * 2, stored
+    assert stored[0]["content"] == "Write a long story about a cat." and stored[2]["content"] == XSS, stored
+    shown = [b.text for b in d.find_elements(By.CSS_SELECTOR, "#chat-log .msg.assistant .body")]
+    assert [" ".join(m["content"].split()) for m in stored[1::2]] == [" ".join(t.split()) for t in shown], (stored, shown)
+    assert stored[3]["request_id"] == rid, (stored[3], rid)
+    perf = d.get_log("performance")
+    urls = [json.loads(e["message"])["message"]["params"].get("request", {}).get("url", "") for e in perf]
+    assert any(f"/v1/chats/{chat_id}/messages" in u for u in urls), "no request to the chat's messages"
+    assert not any(u.endswith("/v1/chat/completions") for u in urls), "the pane still uses /v1/chat/completions"
+    # A new chat empties the pane; the list reopens the stored one, markup still as text.
+    d.find_element(By.ID, "chat-clear").click()
+    wait_for("the pane is empty", lambda: not d.find_elements(By.CSS_SELECTOR, "#chat-log .msg"))
+    wait_for("the list offers the chat", lambda: d.find_elements(By.CSS_SELECTOR, f'#chat-list option[value="{chat_id}"]'))
+    d.find_element(By.CSS_SELECTOR, f'#chat-list option[value="{chat_id}"]').click()
+    wait_for("the reopened chat shows its four messages", lambda: len(d.find_elements(By.CSS_SELECTOR, "#chat-log .msg")) == 4)
+    assert d.find_elements(By.CSS_SELECTOR, "#chat-log .msg.user .body")[1].text == XSS
+    assert not d.find_elements(By.CSS_SELECTOR, "#chat-log img, #chat-log script")
+    assert d.find_element(By.ID, "chat-log").get_attribute("data-chat-id") == chat_id
     errs = console_errors(d)
     assert not errs, f"console errors: {errs}"
-    bad = failed_requests(d)
+    bad = failed_requests(d, entries=perf + d.get_log("performance"))
     assert not bad, f"failed requests: {bad}"
 
 
