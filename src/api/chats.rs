@@ -9,10 +9,11 @@
 use super::chats_request::{self as wire, ChatOut, DeletedOut, ListOut, MessageOut, TurnOut};
 use super::client_geo::{locate, CountrySource};
 use super::error::ApiError;
-use super::generation::{End, Generation, Kind, Pacer, Piece};
+use super::generation::{End, Generation, Kind, Piece};
 use super::openai::{request_id, submit};
 use super::prepare;
 use super::state::{ApiConfig, InFlightGuard, Llm};
+use super::stream::KeepAlive;
 use crate::http::{Request, Response};
 use crate::metrics::Metrics;
 use crate::model::ChatMessage;
@@ -302,7 +303,7 @@ async fn whole(mut gen: Generation, mut answer: Answer) -> Result<Response, ApiE
 }
 
 /// Streams the answer as `chat.completion.chunk` events, with the keep-alive comments of every
-/// stream (see [`Pacer`]); the last one is followed by the stored turn (`chat.turn`) and
+/// stream (see [`KeepAlive`]); the last one is followed by the stored turn (`chat.turn`) and
 /// `[DONE]`. The answer is committed before that end is sent.
 async fn stream(
     mut gen: Generation,
@@ -312,12 +313,12 @@ async fn stream(
     keep_alive: std::time::Duration,
 ) {
     let _guard = guard;
-    let mut pacer = Pacer::new(keep_alive);
+    let mut keep = KeepAlive::new(keep_alive);
     if out.send(gen.chunk(None, true, &[], None)).await.is_err() {
         return;
     }
-    pacer.sent();
-    while let Some(piece) = pacer.next(&mut gen, &out).await {
+    keep.sent();
+    while let Some(piece) = keep.next(&mut gen, &out).await {
         match piece {
             Piece::Delta { text, logprobs } => {
                 answer.text.push_str(&text);
@@ -325,7 +326,7 @@ async fn stream(
                 if out.send(gen.chunk(Some(&text), false, &logprobs, None)).await.is_err() {
                     return;
                 }
-                pacer.sent();
+                keep.sent();
             }
             Piece::End(end) => {
                 answer.completion_tokens = gen.completion_tokens;

@@ -4,6 +4,8 @@
 
 use super::*;
 use crate::api::idle_timer::ManualClock;
+use crate::api::state::InFlightGuard;
+use crate::api::stream::stream_every;
 use crate::engine::toy_model::{Gate, ToyModel};
 use crate::engine::{Engine, EngineConfig, GenStats, SamplingParams};
 use crate::metrics::BuildInfo;

@@ -29,4 +29,5 @@ pub mod record;
 pub mod router;
 pub mod state;
 pub mod stop;
+pub mod stream;
 pub mod wire;

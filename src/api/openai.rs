@@ -125,7 +125,7 @@ async fn start(
     let gen = submit(llm, cfg, metrics, route, p, id)?;
     if gen.params.stream {
         let (tx, body) = async_channel::bounded(64);
-        Ok(Response::sse_produced(body, Box::pin(super::generation::stream(gen, tx, guard, cfg.keep_alive()))))
+        Ok(Response::sse_produced(body, Box::pin(super::stream::stream(gen, tx, guard, cfg.keep_alive()))))
     } else {
         whole(gen).await
     }

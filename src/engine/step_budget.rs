@@ -14,9 +14,8 @@
 
 use super::step_pacer::DEFAULT_MAX_STEP_RATIO;
 
-/// Tokens per step while some sequence decodes, when not configured (`--max-batch-tokens`).
-/// A first choice, not yet tuned: on the demo model a 4,230-token prompt beside one stream was
-/// answered in 24 s, and that stream's p99 gap grew to 16x its plain one (docs/performance.md).
+/// Most tokens per step while some sequence decodes, when not configured (`--max-batch-tokens`);
+/// the step pacer (`--max-step-ratio`) usually gives prompts fewer (docs/performance.md).
 pub const DEFAULT_MAX_BATCH_TOKENS: usize = 32;
 /// Prompt tokens per step while no sequence decodes, when not configured (`--prefill-chunk`).
 pub const DEFAULT_PREFILL_CHUNK: usize = 256;
