@@ -74,36 +74,30 @@ PROMPTS = {
 }
 
 
-def ask(port, prompt, mode, max_tokens, temperature):
+def post_chat(port, prompt, max_tokens, temperature, **extra):
     body = {
         "messages": [{"role": "user", "content": prompt}],
         "max_tokens": max_tokens,
         "temperature": temperature,
         "seed": 7,
-        "mtplx": {"draft": mode},
+        **extra,
     }
     c = http.client.HTTPConnection("127.0.0.1", port, timeout=600)
     c.request("POST", "/v1/chat/completions", json.dumps(body), {"Content-Type": "application/json"})
     r = c.getresponse()
     v = json.loads(r.read())
     if r.status != 200:
-        sys.exit(f"request failed: {r.status} {v}")
+        sys.exit(f"request to port {port} failed: {r.status} {v}")
+    return v
+
+
+def ask(port, prompt, mode, max_tokens, temperature):
+    v = post_chat(port, prompt, max_tokens, temperature, mtplx={"draft": mode})
     return v["id"], v["choices"][0]["message"]["content"]
 
 
 def ask_llama(port, prompt, max_tokens, temperature):
-    body = {
-        "messages": [{"role": "user", "content": prompt}],
-        "max_tokens": max_tokens,
-        "temperature": temperature,
-        "seed": 7,
-    }
-    c = http.client.HTTPConnection("127.0.0.1", port, timeout=600)
-    c.request("POST", "/v1/chat/completions", json.dumps(body), {"Content-Type": "application/json"})
-    r = c.getresponse()
-    v = json.loads(r.read())
-    if r.status != 200:
-        sys.exit(f"llama-server request failed: {r.status} {v}")
+    v = post_chat(port, prompt, max_tokens, temperature)
     t = v.get("timings", {})
     rec = {
         "decode_tok_s": t.get("predicted_per_second", 0.0),

@@ -50,8 +50,9 @@ pub struct Want {
 }
 
 impl StepBudget {
-    /// Prompt tokens the step may feed, given how many sequences decode in it.
-    fn prefill_tokens(&self, decoding: usize) -> usize {
+    /// Most prompt tokens a step may feed, given how many sequences decode in it (beside
+    /// decodes, the pacer may give fewer).
+    pub fn prefill_cap(&self, decoding: usize) -> usize {
         if decoding == 0 {
             return self.prefill_chunk.max(1);
         }
@@ -60,16 +61,10 @@ impl StepBudget {
         max.saturating_sub(decoding).max(max.div_ceil(4))
     }
 
-    /// Most prompt tokens a step beside `decoding` decoding sequences may feed (the pacer may
-    /// give fewer).
-    pub fn prefill_cap(&self, decoding: usize) -> usize {
-        self.prefill_tokens(decoding)
-    }
-
     /// `(index into wants, tokens)` for every sequence that feeds in this step, in index order.
     pub fn plan(&self, wants: &[Want]) -> Vec<(usize, usize)> {
         let decoding = wants.iter().filter(|w| w.prompt_left == 0).count();
-        self.plan_with(wants, self.prefill_tokens(decoding))
+        self.plan_with(wants, self.prefill_cap(decoding))
     }
 
     /// [`plan`](Self::plan) with `prefill` prompt tokens in all, shared as described above.
