@@ -7,7 +7,6 @@ use super::step_budget::StepBudget;
 use super::toy_model::*;
 use super::{DraftConfig, Engine, EngineConfig};
 use crate::engine::detok::tests::ByteDecoder;
-use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 fn engine(model: &Arc<ToyModel>, max_batch_tokens: usize, prefill_chunk: usize) -> Engine {
@@ -78,14 +77,7 @@ fn a_cancelled_long_prefill_stops_within_one_chunk_and_frees_its_cache() {
     let model = Arc::new(ToyModel::new(Gate::closed()));
     let e = engine(&model, 8, 16);
     let _open = OpenOnDrop(model.clone());
-    let (j, rx) = greedy(long_prompt(1000), 4);
-    let cancel = j.cancel.clone();
-    e.submit(j).unwrap();
-    model.gate.allow(2);
-    wait_until("two chunks went through", || model.gate.passed() == 2);
-    cancel.store(true, Ordering::Relaxed);
-    model.gate.allow(1); // the pass the thread may already be waiting in
-    let o = collect(&rx);
+    let o = cancel_after(&model, &e, greedy(long_prompt(1000), 4), 2);
     assert_eq!(o.finish, FinishReason::Cancelled);
     assert!(o.tokens.is_empty());
     assert!(o.stats.prefill_chunks <= 3, "{} chunks", o.stats.prefill_chunks);

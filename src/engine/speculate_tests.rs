@@ -9,7 +9,6 @@ use super::sampler::Sampler;
 use super::toy_model::*;
 use super::{Engine, EngineConfig, StepBudget};
 use crate::engine::detok::tests::ByteDecoder;
-use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 const PERIOD: usize = 5;
@@ -127,14 +126,7 @@ fn a_sequence_cancelled_between_verify_passes_ends_cancelled_and_frees_its_cache
     let model = Arc::new(ToyModel::new(Gate::closed()).echoing(PERIOD));
     let _open = OpenOnDrop(model.clone());
     let e = engine(&model, DraftConfig { mode: DraftMode::Ngram, depth: Depth::Fixed(4) });
-    let (j, rx) = job(prompt(2), SamplingParams::greedy(), 500, DraftRequest::default());
-    let cancel = j.cancel.clone();
-    e.submit(j).unwrap();
-    model.gate.allow(12);
-    wait_until("twelve passes went through", || model.gate.passed() == 12);
-    cancel.store(true, Ordering::Relaxed);
-    model.gate.allow(1); // the pass the thread may already be waiting in
-    let o = collect(&rx);
+    let o = cancel_after(&model, &e, job(prompt(2), SamplingParams::greedy(), 500, DraftRequest::default()), 12);
     assert_eq!(o.finish, FinishReason::Cancelled);
     let sp = &o.stats.spec;
     assert!(sp.verify_calls > 0 && sp.drafted > 0 && sp.accepted > 0, "{sp:?}");

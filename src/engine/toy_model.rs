@@ -194,6 +194,23 @@ impl Drop for OpenOnDrop {
     }
 }
 
+/// Submits `job` to an engine over `model` (whose gate is closed), lets `passes` forward passes
+/// through, sets the job's cancel flag, and returns what the client received to the end.
+pub(crate) fn cancel_after(
+    model: &ToyModel,
+    e: &super::Engine,
+    (job, rx): (super::job::Job, async_channel::Receiver<Event>),
+    passes: u64,
+) -> Outcome {
+    let cancel = job.cancel.clone();
+    e.submit(job).unwrap();
+    model.gate.allow(passes);
+    wait_until(&format!("{passes} passes went through"), || model.gate.passed() == passes);
+    cancel.store(true, std::sync::atomic::Ordering::Relaxed);
+    model.gate.allow(1); // the pass the thread may already be waiting in
+    collect(&rx)
+}
+
 /// What a sequence generates alone, greedily: one fresh cache, full prefill, argmax each step.
 pub(crate) fn greedy_alone(prompt: &[u32], n: usize, stop: &[u32]) -> Vec<u32> {
     greedy_on(&ToyModel::new(Gate::open_gate()), prompt, n, stop)
