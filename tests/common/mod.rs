@@ -362,6 +362,9 @@ pub fn request_within(
 ) -> Resp {
     let mut s = TcpStream::connect(addr).unwrap();
     s.set_read_timeout(Some(deadline)).unwrap();
+    // Head and body go in two writes: without this, Nagle's algorithm holds the body for the
+    // server's delayed ACK, about 40 ms on every POST.
+    s.set_nodelay(true).unwrap();
     let mut req = format!("{method} {path} HTTP/1.1\r\nHost: test\r\nConnection: close\r\n");
     for (n, v) in headers {
         req.push_str(&format!("{n}: {v}\r\n"));

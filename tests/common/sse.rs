@@ -22,6 +22,9 @@ impl Sse {
     pub fn open(addr: SocketAddr, path: &str, body: &Value) -> Sse {
         let mut s = TcpStream::connect(addr).unwrap();
         s.set_read_timeout(Some(READ_DEADLINE)).unwrap();
+        // `write!` writes in pieces; Nagle's algorithm would hold the last for the server's
+        // delayed ACK (about 40 ms).
+        s.set_nodelay(true).unwrap();
         let body = body.to_string();
         write!(
             s,
