@@ -1,9 +1,9 @@
 // The dashboard: wires the live stream to the charts and the table, the server state, the chat.
 
 import * as auth from "./auth.js";
-import { LineChart, BarChart } from "./charts.js";
+import { LineChart, BarChart, drawDirty } from "./charts.js";
 import { startLive } from "./live.js";
-import { startState } from "./state.js";
+import { startState, render as renderState } from "./state.js";
 import { RequestTable } from "./table.js";
 import { startChat } from "./chat.js";
 import { quantile, fmtSecs } from "./stats.js";
@@ -36,12 +36,24 @@ let skipped = 0;
 let lastFlush = 0;
 let flushTimer = 0;
 
+// The server state last polled, drawn by the next flush: one frame a second for both.
+let pendingState = null;
+
+function onServerState(s) {
+  pendingState = s;
+  scheduleFlush();
+}
+
 function onRecord(r) {
   pending.push(r);
   if (pending.length > PENDING_MAX) {
     skipped += pending.length - PENDING_MAX;
     pending.splice(0, pending.length - PENDING_MAX);
   }
+  scheduleFlush();
+}
+
+function scheduleFlush() {
   if (!flushTimer) {
     const wait = Math.max(0, lastFlush + REDRAW_MS - performance.now());
     flushTimer = setTimeout(() => requestAnimationFrame(flush), wait);
@@ -51,6 +63,8 @@ function onRecord(r) {
 function flush() {
   flushTimer = 0;
   lastFlush = performance.now();
+  if (pendingState) renderState(pendingState);
+  pendingState = null;
   const batch = pending;
   pending = [];
   if (!batch.length) return;
@@ -59,6 +73,7 @@ function flush() {
   skipped = 0;
   table.addMany(batch);
   summarize();
+  drawDirty();
 }
 
 function apply(r) {
@@ -106,5 +121,5 @@ function onState(s) {
 
 auth.init();
 startLive({ onRecord, onState, history: WINDOW });
-startState();
+startState(onServerState);
 startChat();

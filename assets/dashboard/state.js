@@ -21,7 +21,7 @@ function kvText(kv) {
   return `${pct} % · ${fmtBytes(kv.used_bytes)}`;
 }
 
-function render(s) {
+export function render(s) {
   set("s-inflight", String(s.requests_in_flight));
   set("s-running", String(s.requests_running));
   set("s-waiting", String(s.requests_waiting));
@@ -55,7 +55,7 @@ function render(s) {
   body.replaceChildren(...rows);
 }
 
-export function startState() {
+export function startState(apply = render) {
   let timer = 0;
   async function poll() {
     timer = 0;
@@ -68,7 +68,7 @@ export function startState() {
         await resp.body?.cancel();
         await ask("metrics", true);
       } else if (resp.ok) {
-        render((await resp.json()).server);
+        apply((await resp.json()).server);
       }
     } catch (e) {
       // The server is away; the stream's badge says so. Try again at the next tick.
