@@ -159,3 +159,35 @@ pub fn spec_prior(opts: &ModelOpts, path: &Path) -> Result<SpecPrior, String> {
     }
     Ok(prior)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cli::{Cli, Command, Settings};
+    use argh::FromArgs;
+
+    #[test]
+    fn tune_parses_its_flags_and_refuses_a_token_count_out_of_bounds_before_loading_anything() {
+        let args = ["--tune-profile", "p.json", "--threads", "3", "tune", "--max-tokens", "0", "--out", "o.json"];
+        let cli = Cli::from_args(&["mtplx-lite"], &args).unwrap();
+        let Some(Command::Tune(t)) = &cli.command else { panic!("tune is a subcommand") };
+        assert_eq!((t.max_tokens, t.reps, t.out.as_deref()), (0, 20, Some(Path::new("o.json"))));
+        let s = Settings::from_cli(&cli).unwrap();
+        assert_eq!(s.model.tune_profile.as_deref(), Some(Path::new("p.json")));
+        // A model path that does not exist: the bound is checked first, so this never loads it.
+        let opts = ModelOpts { model: Some("/nonexistent.gguf".into()), ..s.model };
+        for n in [0, MAX_TUNE_TOKENS + 1] {
+            let e = run(&opts, None, n, 1).unwrap_err();
+            assert!(e.contains(&format!("from 1 to {MAX_TUNE_TOKENS}, got {n}")), "{e}");
+        }
+        assert_eq!(resolved_threads(3), 3);
+        assert!(resolved_threads(0) >= 1);
+    }
+
+    #[test]
+    fn a_fixed_depth_never_reads_a_profile() {
+        let cli = Cli::from_args(&["mtplx-lite"], &["--depth", "2", "--tune-profile", "/nonexistent.json"]).unwrap();
+        let s = Settings::from_cli(&cli).unwrap();
+        assert!(spec_prior(&s.model, Path::new("/nonexistent.gguf")).unwrap().is_empty());
+    }
+}
