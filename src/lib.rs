@@ -16,3 +16,4 @@ pub mod http;
 pub mod metrics;
 pub mod model;
 pub mod store;
+pub mod tune;

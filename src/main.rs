@@ -29,6 +29,7 @@ fn main() {
         Some(Command::Generate(g)) => {
             cli::bench::generate(&settings.model, &g.prompt, g.max_tokens, g.temperature, g.seed, g.chat)
         }
+        Some(Command::Tune(t)) => cli::tune::run(&settings.model, t.out.as_deref(), t.max_tokens, t.reps.max(1)),
     };
     if let Err(e) = result {
         eprintln!("mtplx-lite: {e}");

@@ -160,6 +160,7 @@ pub fn generate(
     let ecfg = EngineConfig {
         budget: cfg.budget,
         draft: cfg.draft,
+        prior: super::tune::spec_prior(cfg, &path)?,
         ..EngineConfig::for_model(&*loaded.model, 1, cfg.ctx, cfg.kv_cache_bytes)
     };
     let max_tokens = max_tokens.min(ecfg.ctx.saturating_sub(tokens.len()));

@@ -6,6 +6,7 @@ pub mod bench;
 pub mod bench_rows;
 mod demo_head;
 pub mod serve;
+pub mod tune;
 
 use argh::FromArgs;
 use mtplx_lite::api::state::{ApiConfig, Cidr, MetricsDefault, DEFAULT_MAX_MESSAGE_BYTES, DEFAULT_STREAM_KEEP_ALIVE};
@@ -126,6 +127,10 @@ pub struct Cli {
     /// with; the demo model gets its own when no --model is given
     #[argh(option)]
     pub mtp_head: Option<PathBuf>,
+    /// the profile `mtplx-lite tune` saved, which --depth auto starts from (default: the one for
+    /// this model and --threads in the cache directory, if any; see docs/speculative.md)
+    #[argh(option)]
+    pub tune_profile: Option<PathBuf>,
     /// where chats are kept: a SQLite file path, sqlite://PATH or postgres://USER@HOST/DB
     /// (default: chats.db in --data-dir)
     #[argh(option)]
@@ -154,6 +159,23 @@ pub struct Cli {
 pub enum Command {
     Bench(BenchCmd),
     Generate(GenerateCmd),
+    Tune(TuneCmd),
+}
+
+/// measure verify-pass costs and each drafter's acceptance on this machine, print whether
+/// drafting pays, and save the profile the server's --depth auto starts from
+#[derive(FromArgs)]
+#[argh(subcommand, name = "tune")]
+pub struct TuneCmd {
+    /// where to save the profile (default: tune/MODEL.<threads>t.json in the cache directory)
+    #[argh(option)]
+    pub out: Option<PathBuf>,
+    /// most tokens generated per prompt of the set (default 128)
+    #[argh(option, default = "128")]
+    pub max_tokens: usize,
+    /// passes per row count, the median kept (default 20)
+    #[argh(option, default = "20")]
+    pub reps: usize,
 }
 
 /// measure prefill and decode tokens/s, like llama.cpp's llama-bench
@@ -219,6 +241,8 @@ pub struct ModelOpts {
     pub budget: StepBudget,
     pub draft: DraftConfig,
     pub mtp_head: Option<PathBuf>,
+    /// `--tune-profile`: the profile named on the command line, if any.
+    pub tune_profile: Option<PathBuf>,
 }
 
 impl ModelOpts {
@@ -382,6 +406,7 @@ impl Settings {
                 depth: Depth::parse(&cli.depth).map_err(|e| format!("--depth: {e}"))?,
             },
             mtp_head: cli.mtp_head.clone(),
+            tune_profile: cli.tune_profile.clone(),
         };
         Ok(Settings {
             listen,

@@ -31,6 +31,7 @@ pub fn run(s: Settings) -> Result<(), String> {
     let engine_cfg = EngineConfig {
         budget: s.model.budget,
         draft: s.model.draft,
+        prior: super::tune::spec_prior(&s.model, &path)?,
         ..EngineConfig::for_model(&*loaded.model, s.model.queue_depth, s.model.ctx, s.model.kv_cache_bytes)
     };
     let ctx = engine_cfg.ctx;

@@ -8,8 +8,14 @@ use crate::engine::step_budget::{DEFAULT_MAX_BATCH_TOKENS, DEFAULT_PREFILL_CHUNK
 use crate::engine::toy_model::*;
 
 fn engine(model: &Arc<ToyModel>, queue_depth: usize, ctx: usize, kv_cache_bytes: usize) -> Engine {
-    let cfg =
-        EngineConfig { queue_depth, ctx, kv_cache_bytes, budget: StepBudget::default(), draft: DraftConfig::default() };
+    let cfg = EngineConfig {
+        queue_depth,
+        ctx,
+        kv_cache_bytes,
+        budget: StepBudget::default(),
+        draft: DraftConfig::default(),
+        prior: Default::default(),
+    };
     Engine::start(model.clone(), Arc::new(ByteDecoder), cfg)
 }
 
@@ -276,7 +282,8 @@ fn config_defaults_come_from_the_model() {
             ctx: 1024,
             kv_cache_bytes: DEFAULT_KV_CACHE_BYTES,
             budget: StepBudget::default(),
-            draft: DraftConfig::default()
+            draft: DraftConfig::default(),
+            prior: Default::default(),
         }
     );
     let cfg = EngineConfig::for_model(&model, 2, Some(100), Some(5000));
@@ -287,7 +294,8 @@ fn config_defaults_come_from_the_model() {
             ctx: 100,
             kv_cache_bytes: 5000,
             budget: StepBudget::default(),
-            draft: DraftConfig::default()
+            draft: DraftConfig::default(),
+            prior: Default::default(),
         }
     );
     // A budget never defaults below one full context.

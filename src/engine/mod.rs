@@ -19,6 +19,7 @@ pub mod scheduler;
 #[cfg(test)]
 mod scheduler_tests;
 mod sequence;
+pub mod spec_prior;
 pub mod speculate;
 #[cfg(test)]
 mod speculate_tests;
@@ -30,6 +31,7 @@ pub(crate) mod toy_model;
 pub use detok::{StreamDecoder, TokenDecoder};
 pub use draft::{Depth, DraftConfig, DraftMode, DraftRequest};
 pub use job::{Event, FinishReason, GenStats, Job, JobSpec, KvSnapshot, SamplingParams, SpecCounts, MAX_TOP_LOGPROBS};
+pub use spec_prior::SpecPrior;
 pub use step_budget::StepBudget;
 
 use crate::model::mtp::MtpHead;
@@ -58,6 +60,8 @@ pub struct EngineConfig {
     pub budget: StepBudget,
     /// Speculative decoding: which drafter, how deep (`--draft`, `--depth`).
     pub draft: DraftConfig,
+    /// Where `--depth auto` starts: a `tune` profile's measurements, or empty (built-in guesses).
+    pub prior: SpecPrior,
 }
 
 impl EngineConfig {
@@ -76,7 +80,14 @@ impl EngineConfig {
         let kv_cache_bytes = kv_cache_bytes.unwrap_or_else(|| DEFAULT_KV_CACHE_BYTES.max(ctx * per_position));
         // A sequence can never grow past what the whole budget holds, so that is its context.
         let ctx = ctx.min(kv_cache_bytes / per_position).max(1);
-        EngineConfig { queue_depth, ctx, kv_cache_bytes, budget: StepBudget::default(), draft: DraftConfig::default() }
+        EngineConfig {
+            queue_depth,
+            ctx,
+            kv_cache_bytes,
+            budget: StepBudget::default(),
+            draft: DraftConfig::default(),
+            prior: SpecPrior::default(),
+        }
     }
 }
 
@@ -134,8 +145,15 @@ impl Engine {
         let shared = Arc::new(Shared::default());
         let per_position = model.new_cache(0).bytes_per_position();
         let caches = KvCacheManager::new(cfg.ctx, cfg.kv_cache_bytes, per_position);
-        let sched =
-            Scheduler::new(model, decoder, caches, (jobs_rx, stop_rx), shared.clone(), cfg.budget, (cfg.draft, mtp));
+        let sched = Scheduler::new(
+            model,
+            decoder,
+            caches,
+            (jobs_rx, stop_rx),
+            shared.clone(),
+            cfg.budget,
+            (cfg.draft, mtp, cfg.prior.clone()),
+        );
         let thread = std::thread::Builder::new()
             .name("mtplx-decode".into())
             .spawn(move || sched.run())

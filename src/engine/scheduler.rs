@@ -13,6 +13,7 @@ use super::job::{Event, FinishReason, GenStats, Job, KvSnapshot, SpecCounts};
 use super::kv_cache::{KvCacheManager, SeqId};
 use super::sampler::Sampler;
 use super::sequence::{cancelled, emit, verify, Seq};
+use super::spec_prior::SpecPrior;
 use super::speculate::{CostModel, SpecState};
 use super::step_budget::{StepBudget, Want};
 use super::step_pacer::StepPacer;
@@ -48,6 +49,8 @@ pub(crate) struct Scheduler {
     mtp: Option<MtpSource>,
     /// Forward-pass times by rows fed, which auto depth weighs drafts against.
     costs: CostModel,
+    /// What `tune` measured: each new sequence's drafter starts from its acceptance.
+    prior: SpecPrior,
     /// Prompt tokens per step beside decoding streams, by measured step time.
     pacer: StepPacer,
     active: Vec<Seq>,
@@ -63,11 +66,11 @@ impl Scheduler {
         (jobs, stop): (Receiver<Job>, Receiver<()>),
         shared: Arc<Shared>,
         budget: StepBudget,
-        (draft, mtp): (DraftConfig, Option<MtpSource>),
+        (draft, mtp, prior): (DraftConfig, Option<MtpSource>, SpecPrior),
     ) -> Scheduler {
         let (active, held, costs, pacer) =
-            (Vec::new(), None, CostModel::default(), StepPacer::new(budget.max_step_ratio));
-        Scheduler { model, decoder, caches, jobs, stop, shared, budget, draft, mtp, costs, pacer, active, held }
+            (Vec::new(), None, CostModel::from_prior(&prior), StepPacer::new(budget.max_step_ratio));
+        Scheduler { model, decoder, caches, jobs, stop, shared, budget, draft, mtp, costs, prior, pacer, active, held }
     }
 
     /// The decode thread's body; returns at shutdown, after ending every job it knows of.
@@ -164,7 +167,10 @@ impl Scheduler {
         let p = &job.params;
         let reproducible = p.seed.is_some() && p.temperature > 0.0 && job.draft.mode.is_none();
         let mode = if reproducible { DraftMode::None } else { job.draft.mode.unwrap_or(self.draft.mode) };
-        let spec = drafter_for(mode, self.mtp.as_ref()).map(|d| SpecState::new(d, depth));
+        let spec = drafter_for(mode, self.mtp.as_ref()).map(|d| {
+            let measured = self.prior.accept_for(d.name());
+            SpecState::new(d, depth).with_prior(measured)
+        });
         self.active.push(Seq {
             sampler: Sampler::new(&job.params),
             detok: StreamDecoder::new(),

@@ -12,8 +12,14 @@ use std::sync::Arc;
 fn engine(model: &Arc<ToyModel>, max_batch_tokens: usize, prefill_chunk: usize) -> Engine {
     // Unpaced: these tests count tokens per step, which pacing would tie to the clock.
     let budget = StepBudget { max_batch_tokens, prefill_chunk, max_step_ratio: 0.0 };
-    let cfg =
-        EngineConfig { queue_depth: 8, ctx: 1024, kv_cache_bytes: 1 << 24, budget, draft: DraftConfig::default() };
+    let cfg = EngineConfig {
+        queue_depth: 8,
+        ctx: 1024,
+        kv_cache_bytes: 1 << 24,
+        budget,
+        draft: DraftConfig::default(),
+        prior: Default::default(),
+    };
     Engine::start(model.clone(), Arc::new(ByteDecoder), cfg)
 }
 

@@ -14,6 +14,7 @@
 
 use super::draft::{Depth, Drafter, MAX_DRAFT_DEPTH};
 use super::job::SpecCounts;
+use super::spec_prior::SpecPrior;
 use std::time::Duration;
 
 /// Acceptance assumed at a draft position before the request has verified any there: high
@@ -45,6 +46,18 @@ impl Default for CostModel {
 }
 
 impl CostModel {
+    /// A cost model that starts from the pass times `tune` measured: until the decode thread
+    /// has timed a row count itself, the measured time stands for it (not the prior slope).
+    pub fn from_prior(prior: &SpecPrior) -> CostModel {
+        let mut c = CostModel::default();
+        for (r, &t) in prior.pass_secs.iter().enumerate().take(COST_ROWS) {
+            if t.is_finite() && t > 0.0 {
+                c.secs[r + 1] = Some(t);
+            }
+        }
+        c
+    }
+
     pub fn observe(&mut self, rows: usize, took: Duration) {
         if let Some(slot) = self.secs.get_mut(rows) {
             let t = took.as_secs_f64();
@@ -80,8 +93,9 @@ pub struct SpecState {
     pub depth: Depth,
     /// P(draft position j accepted | positions before it accepted), running.
     accept: [f64; MAX_DRAFT_DEPTH],
-    /// Whether position j was ever verified; an unverified position is assumed to do as well as
-    /// the deepest verified one before it (drafts that hold up tend to go on holding up).
+    /// Whether position j was ever verified (or measured by `tune`); an unverified position is
+    /// assumed to do as well as the deepest verified one before it (drafts that hold up tend to
+    /// go on holding up).
     seen: [bool; MAX_DRAFT_DEPTH],
     /// Steps since the last round that drafted.
     idle_steps: u32,
@@ -105,6 +119,18 @@ impl SpecState {
             draft: Vec::new(),
             stats: SpecCounts::default(),
         }
+    }
+
+    /// Starts the running acceptance from what `tune` measured for this drafter (`None`
+    /// positions keep the built-in rule), instead of [`PRIOR_ACCEPT`] everywhere.
+    pub fn with_prior(mut self, measured: Option<&[Option<f64>; MAX_DRAFT_DEPTH]>) -> SpecState {
+        for (j, a) in measured.into_iter().flatten().enumerate() {
+            if let Some(a) = a.filter(|a| (0.0..=1.0).contains(a)) {
+                self.accept[j] = a;
+                self.seen[j] = true;
+            }
+        }
+        self
     }
 
     /// Expected tokens a round of depth `k` yields: the bonus-or-correction token, plus each
@@ -269,6 +295,36 @@ mod tests {
         // Only position 0 was ever verified, always kept: cheap rows make deeper drafts worth
         // trying, where a prior of 0.5 for position 1 onwards would stop at depth 1.
         assert!(s.choose_depth(8, 0, 0, &costs(0.1)) >= 4);
+    }
+
+    #[test]
+    fn a_measured_prior_turns_drafting_off_where_the_built_in_one_would_draft() {
+        // Cheap rows: with 0.5 assumed at every position, drafting pays.
+        assert!(state(Depth::Auto).choose_depth(8, 0, 0, &costs(0.1)) >= 1);
+        // tune measured this drafter at 0.05: the same rows no longer pay for a draft.
+        let low = [Some(0.05); MAX_DRAFT_DEPTH];
+        assert_eq!(state(Depth::Auto).with_prior(Some(&low)).choose_depth(8, 0, 0, &costs(0.1)), 0);
+        // Before any pass is timed the prior slope makes a 2-row pass cost 1.3x, so 0.5 drafts;
+        // tune measured every row as dear as a whole pass, and then it does not.
+        assert!(state(Depth::Auto).choose_depth(8, 0, 0, &CostModel::default()) >= 1);
+        let steep = SpecPrior { pass_secs: (1..=9).map(|r| 0.010 * r as f64).collect(), accept: vec![] };
+        assert_eq!(state(Depth::Auto).choose_depth(8, 0, 0, &CostModel::from_prior(&steep)), 0);
+        // A drafter the profile did not measure keeps the built-in start.
+        assert!(state(Depth::Auto).with_prior(None).choose_depth(8, 0, 0, &costs(0.1)) >= 1);
+    }
+
+    #[test]
+    fn a_prior_is_a_starting_point_that_verification_moves() {
+        let mut s = state(Depth::Auto).with_prior(Some(&[Some(0.05); MAX_DRAFT_DEPTH]));
+        for _ in 0..60 {
+            s.learn(0, true);
+            s.learn(1, true);
+        }
+        assert!(s.choose_depth(8, 0, 0, &costs(0.1)) >= 2);
+        let mut c = CostModel::from_prior(&SpecPrior { pass_secs: vec![0.010, 0.020], accept: vec![] });
+        assert!((c.cost(2) - 0.020).abs() < 1e-12);
+        c.observe(2, Duration::from_millis(10));
+        assert!((c.cost(2) - 0.018).abs() < 1e-12);
     }
 
     #[test]

@@ -18,8 +18,14 @@ fn echo_model() -> Arc<ToyModel> {
 }
 
 fn engine(model: &Arc<ToyModel>, draft: DraftConfig) -> Engine {
-    let cfg =
-        EngineConfig { queue_depth: 64, ctx: 1024, kv_cache_bytes: 1 << 26, budget: StepBudget::default(), draft };
+    let cfg = EngineConfig {
+        queue_depth: 64,
+        ctx: 1024,
+        kv_cache_bytes: 1 << 26,
+        budget: StepBudget::default(),
+        draft,
+        prior: Default::default(),
+    };
     Engine::start(model.clone(), Arc::new(ByteDecoder), cfg)
 }
 
