@@ -8,7 +8,7 @@ use mtplx_lite::engine::draft::{Depth, DraftConfig, DraftMode};
 use mtplx_lite::engine::{Engine, EngineConfig, Event, JobSpec, SamplingParams, SpecCounts, TokenDecoder};
 use mtplx_lite::model::llama::Llama;
 use mtplx_lite::model::load::checkpoint_head;
-use mtplx_lite::model::mtp::tiny::{self, TinyMtp, Written};
+use mtplx_lite::model::mtp::tiny::{self, TinyMtp};
 use mtplx_lite::model::{Model, ModelFiles};
 use std::path::PathBuf;
 use std::sync::Arc;

@@ -16,7 +16,11 @@ fn open(naming: Written, tensors: &[tiny::Named], tag: &str) -> Result<(ModelFil
 /// The head's draft logits (every row) and output rows over a fixed prompt, through the exact
 /// (unquantized) head.
 fn head_outputs(naming: Written, m: &TinyMtp) -> (Vec<f32>, Vec<f32>) {
-    let (files, model) = open(naming, &m.named(naming), "ckpt-same").unwrap();
+    outputs_of(naming, &m.named(naming))
+}
+
+fn outputs_of(naming: Written, tensors: &[tiny::Named]) -> (Vec<f32>, Vec<f32>) {
+    let (files, model) = open(naming, tensors, "ckpt-same").unwrap();
     assert_eq!(model.info().n_layers, tiny::LAYERS, "{naming:?}: the MTP block is not a trunk block");
     let head = MtpHead::from_checkpoint(&files, &model).unwrap().expect("a head");
     assert_eq!(head.subvocab().len(), tiny::VOCAB, "a checkpoint head drafts over every token");
@@ -47,6 +51,15 @@ fn each_naming_is_detected_and_the_trunk_keeps_its_own_blocks() {
     }
 }
 
+/// Bit-equal: the same weights in other names must give the very same arithmetic. Reports the
+/// first difference rather than two thousand values.
+fn assert_same(what: &str, got: &[f32], want: &[f32]) {
+    assert_eq!(got.len(), want.len(), "{what}: lengths");
+    if let Some(i) = (0..got.len()).find(|&i| got[i].to_bits() != want[i].to_bits()) {
+        panic!("{what}: value {i} is {}, expected {}", got[i], want[i]);
+    }
+}
+
 #[test]
 fn the_three_namings_give_the_same_head() {
     // Random everywhere (no part of the head zeroed), so that every tensor, hnorm's and the
@@ -56,12 +69,19 @@ fn the_three_namings_give_the_same_head() {
     assert!(qwen_logits.iter().all(|x| x.is_finite()) && qwen_logits.iter().any(|&x| x != 0.0));
     for naming in [Written::DeepSeek, Written::Gguf] {
         let (logits, hidden) = head_outputs(naming, &m);
-        assert_eq!(logits, qwen_logits, "{naming:?}: draft logits");
-        assert_eq!(hidden, qwen_hidden, "{naming:?}: head output rows");
+        assert_same(&format!("{naming:?}: draft logits"), &logits, &qwen_logits);
+        assert_same(&format!("{naming:?}: head output rows"), &hidden, &qwen_hidden);
     }
     // And another head's weights give other logits: the comparison can fail.
     let other = TinyMtp::new(12, false, 1.0);
     assert_ne!(head_outputs(Written::Gguf, &other).0, qwen_logits);
+    // The block is a qwen3 block: its per-head q and k norms are read and applied.
+    for norm in ["mtp.layers.0.self_attn.q_norm.weight", "mtp.layers.0.self_attn.k_norm.weight"] {
+        let mut tensors = m.named(Written::Qwen);
+        let t = tensors.iter_mut().find(|(n, _, _)| n == norm).unwrap();
+        t.2.iter_mut().enumerate().for_each(|(i, x)| *x *= if i % 2 == 0 { 3.0 } else { 0.2 });
+        assert_ne!(outputs_of(Written::Qwen, &tensors).0, qwen_logits, "{norm} is not applied");
+    }
 }
 
 #[test]
