@@ -50,9 +50,15 @@ impl CheckpointNaming {
             Format::HuggingFace => {
                 let extra = format!("model.layers.{n}.");
                 let names = || files.tensors.iter().map(|t| t.name.as_str());
+                let in_extra = || names().filter_map(|name| name.strip_prefix(extra.as_str()));
+                // A block past the trunk's is an MTP block when the config says there is one or
+                // it has a head's own tensors; a plain extra block (a checkpoint cut down by
+                // lowering num_hidden_layers) is left alone, as before heads were read.
+                let said = files.metadata.get_u64("num_nextn_predict_layers").unwrap_or(0) > 0;
+                let head_only = ["eh_proj.", "enorm.", "hnorm.", "shared_head."];
                 if names().any(|name| name.starts_with("mtp.")) {
                     Some(CheckpointNaming::Qwen)
-                } else if names().any(|name| name.starts_with(&extra)) {
+                } else if in_extra().any(|rest| said || head_only.iter().any(|p| rest.starts_with(p))) {
                     Some(CheckpointNaming::DeepSeek { block: n })
                 } else {
                     None

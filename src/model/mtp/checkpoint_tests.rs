@@ -96,6 +96,16 @@ fn a_model_without_head_tensors_has_no_head() {
         let (files, model) = open(naming, &trunk, "ckpt-none").unwrap();
         assert!(MtpHead::from_checkpoint(&files, &model).unwrap().is_none(), "{naming:?}");
     }
+    // A plain block past the trunk's (no head tensors, no num_nextn_predict_layers in the
+    // config: Written::Qwen writes none) is not taken for a head.
+    let plain_extra: Vec<_> = m
+        .named(Written::DeepSeek)
+        .into_iter()
+        .filter(|(n, _, _)| !["eh_proj", "enorm", "hnorm", "shared_head"].iter().any(|h| n.contains(h)))
+        .collect();
+    let (files, model) = open(Written::Qwen, &plain_extra, "ckpt-plain-extra").unwrap();
+    assert!(files.tensors.contains(&format!("model.layers.{}.mlp.up_proj.weight", tiny::LAYERS)));
+    assert!(MtpHead::from_checkpoint(&files, &model).unwrap().is_none());
 }
 
 fn refusal(naming: Written, edit: impl Fn(&mut Vec<tiny::Named>)) -> ModelError {
