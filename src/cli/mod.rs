@@ -124,7 +124,8 @@ pub struct Cli {
     #[argh(option, default = "String::from(\"auto\")")]
     pub depth: String,
     /// an MTP head (a `.mtp.safetensors` sidecar made for this model by tools/forge) to draft
-    /// with; the demo model gets its own when no --model is given
+    /// with, used instead of any head the model's checkpoint carries; the demo model gets its
+    /// own when no --model is given
     #[argh(option)]
     pub mtp_head: Option<PathBuf>,
     /// the profile `mtplx-lite tune` saved, which --depth auto starts from (default: the one for
@@ -265,7 +266,9 @@ impl ModelOpts {
     }
 }
 
-/// The MTP head `opts` name for the model loaded from `path`; `--draft mtp` needs one.
+/// The MTP head to draft with for the model loaded from `path`: the sidecar `opts` name (an
+/// explicit `--mtp-head` wins over a head in the checkpoint, so that a forged head can be tried
+/// against the model's own), else the checkpoint's own. `--draft mtp` needs one.
 pub fn load_head(
     opts: &ModelOpts,
     path: &std::path::Path,
@@ -274,14 +277,20 @@ pub fn load_head(
     let head = match opts.head_path(path)? {
         Some(p) => {
             let head = mtplx_lite::model::load::load_mtp_head(path, &p, &*loaded.model).map_err(|e| e.to_string())?;
-            eprintln!("mtplx-lite: MTP head {} ({} draft tokens)", p.display(), head.subvocab().len());
+            let instead = if loaded.mtp_head.is_some() { ", instead of the checkpoint's own" } else { "" };
+            eprintln!("mtplx-lite: MTP head {} ({} draft tokens{instead})", p.display(), head.subvocab().len());
             Some(std::sync::Arc::new(head))
         }
-        None => None,
+        None => {
+            if let Some(h) = &loaded.mtp_head {
+                eprintln!("mtplx-lite: MTP head from the checkpoint (over all {} tokens)", h.subvocab().len());
+            }
+            loaded.mtp_head.clone()
+        }
     };
     if head.is_none() && opts.draft.mode == DraftMode::Mtp {
         return Err(format!(
-            "--draft mtp: {} (give one with --mtp-head)",
+            "--draft mtp: {} (the checkpoint carries none; give one with --mtp-head)",
             mtplx_lite::engine::draft::DraftError::NoMtpHead
         ));
     }

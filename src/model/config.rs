@@ -123,7 +123,19 @@ impl HParams {
                 Ok(None)
             }
         };
-        let n_layers = get("block_count", MAX_LAYERS)?;
+        let block_count = get("block_count", MAX_LAYERS)?;
+        // llama.cpp's converter counts a checkpoint's MTP ("NextN") blocks in block_count and says
+        // how many of the last blocks they are in nextn_predict_layers: the trunk is the rest.
+        let nextn_key = format!("{a}.nextn_predict_layers");
+        let n_layers = match meta.get(&nextn_key).map(|_| meta.get_u64(&nextn_key)) {
+            None | Some(Some(0)) => block_count,
+            Some(Some(n)) if n < block_count as u64 => block_count - n as usize,
+            Some(Some(n)) => {
+                let problem = format!("{n} MTP blocks leave no trunk of the {block_count} blocks");
+                return Err(bad(file, &nextn_key, problem));
+            }
+            Some(None) => return Err(bad(file, &nextn_key, "not a non-negative integer".into())),
+        };
         let hidden = get("embedding_length", MAX_WIDTH)?;
         let n_heads = get("attention.head_count", MAX_HEADS)?;
         let n_kv_heads = opt("attention.head_count_kv", MAX_HEADS)?.unwrap_or(n_heads);

@@ -62,6 +62,13 @@ pub enum ModelError {
         file: PathBuf,
         tensor: String,
     },
+    /// The MTP head a checkpoint carries beside its trunk is incomplete or misshapen (`problem`
+    /// names the tensor, and its shape against the expected one); `naming` says which of the
+    /// checkpoint namings the head was found in.
+    BadMtpHead {
+        naming: &'static str,
+        problem: Box<ModelError>,
+    },
     /// An MTP sidecar trained for another trunk than the one loaded.
     WrongTrunk {
         file: PathBuf,
@@ -154,6 +161,9 @@ impl fmt::Display for ModelError {
             DuplicateTensor { file, tensor } => {
                 write!(f, "{}: tensor {tensor:?} appears twice", file.display())
             }
+            BadMtpHead { naming, problem } => {
+                write!(f, "the MTP head in the checkpoint ({naming}) is incomplete or misshapen: {problem}")
+            }
             WrongTrunk { file, expected_sha256, found_sha256 } => {
                 write!(
                     f,
@@ -184,6 +194,7 @@ impl std::error::Error for ModelError {
     fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
         match self {
             ModelError::Io { source, .. } => Some(source),
+            ModelError::BadMtpHead { problem, .. } => Some(problem.as_ref()),
             _ => None,
         }
     }

@@ -4,7 +4,7 @@
 
 use super::llama::Llama;
 use super::mtp::MtpHead;
-use super::{ChatTemplate, Model, ModelFiles, Tokenizer};
+use super::{ChatTemplate, Model, ModelError, ModelFiles, Tokenizer};
 use std::path::Path;
 use std::sync::Arc;
 
@@ -14,6 +14,8 @@ pub struct Loaded {
     pub template: ChatTemplate,
     /// The id clients see: the file name without `.gguf`, or the directory name.
     pub name: String,
+    /// The MTP head the checkpoint itself carries, made fast for the model's backend.
+    pub mtp_head: Option<Arc<MtpHead>>,
 }
 
 #[derive(Debug)]
@@ -38,7 +40,19 @@ pub fn load(path: &Path, threads: usize) -> Result<Loaded, LoadError> {
     let tokenizer = Tokenizer::from_model_files(&files).map_err(|e| err(e.to_string()))?;
     let template = ChatTemplate::from_tokenizer(&tokenizer).map_err(|e| err(e.to_string()))?;
     let model = Llama::load(&files, threads).map_err(|e| err(e.to_string()))?;
-    Ok(Loaded { model: Arc::new(model), tokenizer: Arc::new(tokenizer), template, name: model_id(path, &files) })
+    // A checkpoint whose head is broken is refused like one whose trunk is: it is one file set.
+    let mtp_head = checkpoint_head(&files, &model).map_err(|e| err(e.to_string()))?.map(Arc::new);
+    let name = model_id(path, &files);
+    Ok(Loaded { model: Arc::new(model), tokenizer: Arc::new(tokenizer), template, name, mtp_head })
+}
+
+/// The MTP head `files` carry in their own checkpoint (`mtp.*`, DeepSeek's extra block, GGUF
+/// `nextn`), on `model` (built from the same files), made fast for its backend; `Ok(None)` when
+/// they carry none. Missing or misshapen head tensors are an error naming the tensor.
+pub fn checkpoint_head(files: &ModelFiles, model: &dyn Model) -> Result<Option<MtpHead>, ModelError> {
+    let Some(trunk) = model.mtp_trunk() else { return Ok(None) };
+    let head = MtpHead::from_checkpoint(files, trunk)?;
+    Ok(head.map(|h| h.quantized(trunk.shared().backend)))
 }
 
 /// The id clients see: the file name without `.gguf`, or the directory name.

@@ -42,48 +42,51 @@ pub enum Slot {
 
 impl Naming {
     pub fn layer(self, layer: usize, slot: Slot) -> String {
+        match self {
+            Naming::Gguf => format!("blk.{layer}.{}", self.slot(slot)),
+            Naming::HuggingFace => format!("model.layers.{layer}.{}", self.slot(slot)),
+        }
+    }
+
+    /// A block tensor's name inside its block (`attn_q.weight`, `self_attn.q_proj.weight`): what
+    /// follows the block's prefix, which an MTP head's block has its own of (`mtp.layers.0.`).
+    pub fn slot(self, slot: Slot) -> &'static str {
         use Slot::*;
         match self {
-            Naming::Gguf => {
-                let s = match slot {
-                    AttnNorm => "attn_norm.weight",
-                    Q => "attn_q.weight",
-                    K => "attn_k.weight",
-                    V => "attn_v.weight",
-                    O => "attn_output.weight",
-                    QBias => "attn_q.bias",
-                    KBias => "attn_k.bias",
-                    VBias => "attn_v.bias",
-                    OBias => "attn_output.bias",
-                    QNorm => "attn_q_norm.weight",
-                    KNorm => "attn_k_norm.weight",
-                    FfnNorm => "ffn_norm.weight",
-                    Gate => "ffn_gate.weight",
-                    Up => "ffn_up.weight",
-                    Down => "ffn_down.weight",
-                };
-                format!("blk.{layer}.{s}")
-            }
-            Naming::HuggingFace => {
-                let s = match slot {
-                    AttnNorm => "input_layernorm.weight",
-                    Q => "self_attn.q_proj.weight",
-                    K => "self_attn.k_proj.weight",
-                    V => "self_attn.v_proj.weight",
-                    O => "self_attn.o_proj.weight",
-                    QBias => "self_attn.q_proj.bias",
-                    KBias => "self_attn.k_proj.bias",
-                    VBias => "self_attn.v_proj.bias",
-                    OBias => "self_attn.o_proj.bias",
-                    QNorm => "self_attn.q_norm.weight",
-                    KNorm => "self_attn.k_norm.weight",
-                    FfnNorm => "post_attention_layernorm.weight",
-                    Gate => "mlp.gate_proj.weight",
-                    Up => "mlp.up_proj.weight",
-                    Down => "mlp.down_proj.weight",
-                };
-                format!("model.layers.{layer}.{s}")
-            }
+            Naming::Gguf => match slot {
+                AttnNorm => "attn_norm.weight",
+                Q => "attn_q.weight",
+                K => "attn_k.weight",
+                V => "attn_v.weight",
+                O => "attn_output.weight",
+                QBias => "attn_q.bias",
+                KBias => "attn_k.bias",
+                VBias => "attn_v.bias",
+                OBias => "attn_output.bias",
+                QNorm => "attn_q_norm.weight",
+                KNorm => "attn_k_norm.weight",
+                FfnNorm => "ffn_norm.weight",
+                Gate => "ffn_gate.weight",
+                Up => "ffn_up.weight",
+                Down => "ffn_down.weight",
+            },
+            Naming::HuggingFace => match slot {
+                AttnNorm => "input_layernorm.weight",
+                Q => "self_attn.q_proj.weight",
+                K => "self_attn.k_proj.weight",
+                V => "self_attn.v_proj.weight",
+                O => "self_attn.o_proj.weight",
+                QBias => "self_attn.q_proj.bias",
+                KBias => "self_attn.k_proj.bias",
+                VBias => "self_attn.v_proj.bias",
+                OBias => "self_attn.o_proj.bias",
+                QNorm => "self_attn.q_norm.weight",
+                KNorm => "self_attn.k_norm.weight",
+                FfnNorm => "post_attention_layernorm.weight",
+                Gate => "mlp.gate_proj.weight",
+                Up => "mlp.up_proj.weight",
+                Down => "mlp.down_proj.weight",
+            },
         }
     }
 
@@ -157,13 +160,16 @@ pub struct ModelWeights {
     pub rope_layout: RopeLayout,
 }
 
-struct Picker<'a> {
-    tensors: &'a TensorSet,
-    file: &'a Path,
+/// Picks tensors by name from a set, checking each one's shape; `file` names the model in errors.
+pub struct Picker<'a> {
+    pub tensors: &'a TensorSet,
+    pub file: &'a Path,
 }
 
 impl Picker<'_> {
-    fn get(&self, name: &str, shape: &[usize]) -> Result<Tensor, ModelError> {
+    /// The tensor `name`, which must have exactly `shape`: [`ModelError::MissingTensor`] or
+    /// [`ModelError::WrongShape`] (naming the tensor and both shapes) otherwise.
+    pub fn get(&self, name: &str, shape: &[usize]) -> Result<Tensor, ModelError> {
         let t = self
             .tensors
             .get(name)
@@ -186,6 +192,29 @@ impl Picker<'_> {
             Ok(None)
         }
     }
+
+    /// One transformer block of `hp`'s shapes, each slot's tensor named by `name`. The trunk's
+    /// layers and an MTP head's layer (which sits under other names) are read by this one path.
+    pub fn layer(&self, hp: &HParams, name: &dyn Fn(Slot) -> String) -> Result<LayerWeights, ModelError> {
+        let (h, q, kv, ffn) = (hp.hidden, hp.q_dim(), hp.kv_dim(), hp.ffn);
+        Ok(LayerWeights {
+            attn_norm: self.get(&name(Slot::AttnNorm), &[h])?,
+            wq: self.get(&name(Slot::Q), &[q, h])?,
+            wk: self.get(&name(Slot::K), &[kv, h])?,
+            wv: self.get(&name(Slot::V), &[kv, h])?,
+            wo: self.get(&name(Slot::O), &[h, q])?,
+            bq: self.opt(hp.qkv_bias, &name(Slot::QBias), &[q])?,
+            bk: self.opt(hp.qkv_bias, &name(Slot::KBias), &[kv])?,
+            bv: self.opt(hp.qkv_bias, &name(Slot::VBias), &[kv])?,
+            bo: self.opt(hp.o_bias, &name(Slot::OBias), &[h])?,
+            q_norm: self.opt(hp.qk_norm, &name(Slot::QNorm), &[hp.head_dim])?,
+            k_norm: self.opt(hp.qk_norm, &name(Slot::KNorm), &[hp.head_dim])?,
+            ffn_norm: self.get(&name(Slot::FfnNorm), &[h])?,
+            w_gate: self.get(&name(Slot::Gate), &[ffn, h])?,
+            w_up: self.get(&name(Slot::Up), &[ffn, h])?,
+            w_down: self.get(&name(Slot::Down), &[h, ffn])?,
+        })
+    }
 }
 
 impl ModelWeights {
@@ -197,29 +226,9 @@ impl ModelWeights {
         file: &Path,
     ) -> Result<ModelWeights, ModelError> {
         let p = Picker { tensors, file };
-        let (h, q, kv, ffn) = (hp.hidden, hp.q_dim(), hp.kv_dim(), hp.ffn);
+        let h = hp.hidden;
         let embed = p.get(naming.embed(), &[hp.vocab, h])?;
-        let mut layers = Vec::with_capacity(hp.n_layers);
-        for l in 0..hp.n_layers {
-            let n = |s: Slot| naming.layer(l, s);
-            layers.push(LayerWeights {
-                attn_norm: p.get(&n(Slot::AttnNorm), &[h])?,
-                wq: p.get(&n(Slot::Q), &[q, h])?,
-                wk: p.get(&n(Slot::K), &[kv, h])?,
-                wv: p.get(&n(Slot::V), &[kv, h])?,
-                wo: p.get(&n(Slot::O), &[h, q])?,
-                bq: p.opt(hp.qkv_bias, &n(Slot::QBias), &[q])?,
-                bk: p.opt(hp.qkv_bias, &n(Slot::KBias), &[kv])?,
-                bv: p.opt(hp.qkv_bias, &n(Slot::VBias), &[kv])?,
-                bo: p.opt(hp.o_bias, &n(Slot::OBias), &[h])?,
-                q_norm: p.opt(hp.qk_norm, &n(Slot::QNorm), &[hp.head_dim])?,
-                k_norm: p.opt(hp.qk_norm, &n(Slot::KNorm), &[hp.head_dim])?,
-                ffn_norm: p.get(&n(Slot::FfnNorm), &[h])?,
-                w_gate: p.get(&n(Slot::Gate), &[ffn, h])?,
-                w_up: p.get(&n(Slot::Up), &[ffn, h])?,
-                w_down: p.get(&n(Slot::Down), &[h, ffn])?,
-            });
-        }
+        let layers = (0..hp.n_layers).map(|l| p.layer(hp, &|s| naming.layer(l, s))).collect::<Result<Vec<_>, _>>()?;
         let output_norm = p.get(naming.output_norm(), &[h])?;
         // Tied checkpoints sometimes still store a copy of the head; the embeddings win, as in
         // transformers, where tying replaces the head's parameter with the embedding's.

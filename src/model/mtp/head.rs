@@ -6,7 +6,7 @@ use crate::backend::cpu::repack::unpack_row;
 use crate::backend::cpu::{dequantize_row, quantize_row};
 use crate::backend::{AttnSeq, Backend, DType, Heads, Layout};
 use crate::model::tensor::Storage;
-use crate::model::{ForwardError, KvCache, LogitsWanted, ModelError, Tensor};
+use crate::model::{ForwardError, KvCache, LayerWeights, LogitsWanted, ModelError, Tensor};
 use std::path::Path;
 use std::sync::Arc;
 
@@ -42,6 +42,52 @@ impl std::fmt::Display for MtpError {
 
 impl std::error::Error for MtpError {}
 
+/// A head's weights by role, whatever file (a sidecar, or the checkpoint itself) and naming
+/// they were read from: every source maps its names onto this, and [`MtpHead::new`] builds the
+/// head from it, so that there is one head however it was stored.
+pub struct HeadWeights {
+    /// `[hidden]` each: the norms of the token's embedding and of the trunk's hidden state, and
+    /// the norm before the output head.
+    pub enorm: Tensor,
+    pub hnorm: Tensor,
+    pub final_norm: Tensor,
+    /// `[hidden, 2 * hidden]`: the embedding half of its input first, then the hidden half.
+    pub fc: Tensor,
+    /// The head's decoder block, of the trunk's block shapes.
+    pub layer: LayerWeights,
+}
+
+/// The head's sizes and settings (the trunk's, for a head read from its own checkpoint).
+#[derive(Clone, Copy, Debug)]
+pub struct HeadShape {
+    pub hidden: usize,
+    pub heads: Heads,
+    pub ffn: usize,
+    pub vocab: usize,
+    pub rms_eps: f32,
+    /// The chained depth the head was trained for.
+    pub depth_trained: usize,
+}
+
+/// The head's decoder block, its vectors converted to f32 once.
+struct Block {
+    attn_norm: Vec<f32>,
+    ffn_norm: Vec<f32>,
+    wq: Tensor,
+    wk: Tensor,
+    wv: Tensor,
+    wo: Tensor,
+    bq: Option<Vec<f32>>,
+    bk: Option<Vec<f32>>,
+    bv: Option<Vec<f32>>,
+    bo: Option<Vec<f32>>,
+    q_norm: Option<Vec<f32>>,
+    k_norm: Option<Vec<f32>>,
+    w_gate: Tensor,
+    w_up: Tensor,
+    w_down: Tensor,
+}
+
 pub struct MtpHead {
     depth_trained: usize,
     hidden: usize,
@@ -53,18 +99,13 @@ pub struct MtpHead {
     enorm: Vec<f32>,
     hnorm: Vec<f32>,
     final_norm: Vec<f32>,
-    attn_norm: Vec<f32>,
-    ffn_norm: Vec<f32>,
     fc: Tensor,
-    wq: Tensor,
-    wk: Tensor,
-    wv: Tensor,
-    wo: Tensor,
-    w_gate: Tensor,
-    w_up: Tensor,
-    w_down: Tensor,
-    /// The trunk's output-head rows of the sub-vocabulary, gathered once, in the trunk's type.
+    block: Block,
+    /// The trunk's output-head rows of the sub-vocabulary, gathered once, in the trunk's type;
+    /// or, over the full vocabulary, the trunk's output head itself.
     sub_out: Tensor,
+    /// `sub_out` is the trunk's own output head, already in the backend's layout: not copied.
+    shares_output: bool,
 }
 
 /// `t` as Q8_0 (when its rows are whole blocks) in `backend`'s preferred layout.
@@ -101,48 +142,110 @@ fn add(x: &mut [f32], y: &[f32]) {
     x.iter_mut().zip(y).for_each(|(x, y)| *x += y);
 }
 
+fn add_bias(rows: &mut [f32], bias: &Option<Vec<f32>>) {
+    if let Some(b) = bias {
+        rows.chunks_exact_mut(b.len()).for_each(|row| add(row, b));
+    }
+}
+
 impl MtpHead {
     /// Loads a sidecar for `trunk`, whose weight file has sha256 `trunk_sha256` (hex). A sidecar
     /// made for another trunk is refused with [`ModelError::WrongTrunk`], naming both hashes.
     pub fn load(path: &Path, trunk_sha256: &str, trunk: &dyn MtpTrunk) -> Result<MtpHead, ModelError> {
         let sc = Sidecar::open(path)?;
-        let info = trunk.info();
-        sc.meta.check_trunk(path, trunk_sha256, info)?;
+        sc.meta.check_trunk(path, trunk_sha256, trunk.info())?;
         let m = &sc.meta;
         let (h, qd, kvd, ffn) = (m.hidden, m.n_heads * m.head_dim, m.n_kv_heads * m.head_dim, m.ffn);
         let l = |k: &str, shape: &[usize]| sc.tensor(&format!("mtp.layer.{k}.weight"), shape);
-        let shared = trunk.shared();
-        let out = shared.output;
-        let mut rows = Vec::with_capacity(sc.subvocab.len() * (out.bytes().len() / out.rows().max(1)));
-        for &id in &sc.subvocab {
-            file_row(out, id as usize, &mut rows);
-        }
-        let len = rows.len();
-        let shape = vec![sc.subvocab.len(), h];
-        let sub_out = Tensor::new("mtp.sub_out".into(), out.dtype, shape, Arc::new(Storage::Owned(rows)), 0, len);
-        Ok(MtpHead {
-            depth_trained: m.depth_trained,
-            hidden: h,
-            vocab: m.vocab,
-            eps: m.rms_eps,
-            heads: Heads { n_heads: m.n_heads, n_kv_heads: m.n_kv_heads, head_dim: m.head_dim },
-            ffn,
-            enorm: sc.tensor("mtp.enorm.weight", &[h])?.to_f32(),
-            hnorm: sc.tensor("mtp.hnorm.weight", &[h])?.to_f32(),
-            final_norm: sc.tensor("mtp.final_norm.weight", &[h])?.to_f32(),
-            attn_norm: l("attn_norm", &[h])?.to_f32(),
-            ffn_norm: l("ffn_norm", &[h])?.to_f32(),
-            fc: sc.tensor("mtp.eh_proj.weight", &[h, 2 * h])?,
+        let layer = LayerWeights {
+            attn_norm: l("attn_norm", &[h])?,
             wq: l("attn_q", &[qd, h])?,
             wk: l("attn_k", &[kvd, h])?,
             wv: l("attn_v", &[kvd, h])?,
             wo: l("attn_output", &[h, qd])?,
+            bq: None,
+            bk: None,
+            bv: None,
+            bo: None,
+            q_norm: None,
+            k_norm: None,
+            ffn_norm: l("ffn_norm", &[h])?,
             w_gate: l("ffn_gate", &[ffn, h])?,
             w_up: l("ffn_up", &[ffn, h])?,
             w_down: l("ffn_down", &[h, ffn])?,
-            subvocab: sc.subvocab,
+        };
+        let weights = HeadWeights {
+            enorm: sc.tensor("mtp.enorm.weight", &[h])?,
+            hnorm: sc.tensor("mtp.hnorm.weight", &[h])?,
+            final_norm: sc.tensor("mtp.final_norm.weight", &[h])?,
+            fc: sc.tensor("mtp.eh_proj.weight", &[h, 2 * h])?,
+            layer,
+        };
+        let shape = HeadShape {
+            hidden: h,
+            heads: Heads { n_heads: m.n_heads, n_kv_heads: m.n_kv_heads, head_dim: m.head_dim },
+            ffn,
+            vocab: m.vocab,
+            rms_eps: m.rms_eps,
+            depth_trained: m.depth_trained,
+        };
+        Ok(MtpHead::new(weights, shape, Some(sc.subvocab), trunk))
+    }
+
+    /// The head of `weights` riding on `trunk`, drafting over `subvocab` (trunk token ids,
+    /// ascending, each below `shape.vocab`), or over the whole vocabulary when `None`. The
+    /// caller has checked every shape against `shape` (a sidecar's reader, or the checkpoint's).
+    pub fn new(weights: HeadWeights, shape: HeadShape, subvocab: Option<Vec<u32>>, trunk: &dyn MtpTrunk) -> MtpHead {
+        let out = trunk.shared().output;
+        let (subvocab, sub_out, shares_output) = match subvocab {
+            Some(ids) => {
+                let mut rows = Vec::with_capacity(ids.len() * (out.bytes().len() / out.rows().max(1)));
+                for &id in &ids {
+                    file_row(out, id as usize, &mut rows);
+                }
+                let len = rows.len();
+                let dims = vec![ids.len(), shape.hidden];
+                let t = Tensor::new("mtp.sub_out".into(), out.dtype, dims, Arc::new(Storage::Owned(rows)), 0, len);
+                (ids, t, false)
+            }
+            // The whole vocabulary: the trunk's output head as it is (a shared handle, no copy).
+            None => ((0..shape.vocab as u32).collect(), out.clone(), true),
+        };
+        let vec = |t: &Option<Tensor>| t.as_ref().map(Tensor::to_f32);
+        let l = weights.layer;
+        let block = Block {
+            attn_norm: l.attn_norm.to_f32(),
+            ffn_norm: l.ffn_norm.to_f32(),
+            bq: vec(&l.bq),
+            bk: vec(&l.bk),
+            bv: vec(&l.bv),
+            bo: vec(&l.bo),
+            q_norm: vec(&l.q_norm),
+            k_norm: vec(&l.k_norm),
+            wq: l.wq,
+            wk: l.wk,
+            wv: l.wv,
+            wo: l.wo,
+            w_gate: l.w_gate,
+            w_up: l.w_up,
+            w_down: l.w_down,
+        };
+        MtpHead {
+            depth_trained: shape.depth_trained,
+            hidden: shape.hidden,
+            vocab: shape.vocab,
+            eps: shape.rms_eps,
+            heads: shape.heads,
+            ffn: shape.ffn,
+            subvocab,
+            enorm: weights.enorm.to_f32(),
+            hnorm: weights.hnorm.to_f32(),
+            final_norm: weights.final_norm.to_f32(),
+            fc: weights.fc,
+            block,
             sub_out,
-        })
+            shares_output,
+        }
     }
 
     /// The head made fast for `backend`: its layer's matrices rounded to Q8_0 and every matrix,
@@ -150,13 +253,15 @@ impl MtpHead {
     /// the same integer kernels as the trunk. Drafts may differ from the exact head's where two
     /// tokens nearly tie; verification keeps the output exact either way.
     pub fn quantized(mut self, backend: &dyn Backend) -> MtpHead {
-        for t in [&mut self.fc, &mut self.wq, &mut self.wk, &mut self.wv, &mut self.wo] {
+        let b = &mut self.block;
+        for t in [&mut self.fc, &mut b.wq, &mut b.wk, &mut b.wv, &mut b.wo, &mut b.w_gate, &mut b.w_up, &mut b.w_down] {
             *t = fast(backend, t);
         }
-        for t in [&mut self.w_gate, &mut self.w_up, &mut self.w_down] {
-            *t = fast(backend, t);
+        // The trunk's own output head is already in the backend's layout, and rounding it would
+        // only make draft logits differ from the trunk's for nothing.
+        if !self.shares_output {
+            self.sub_out = fast(backend, &self.sub_out);
         }
-        self.sub_out = fast(backend, &self.sub_out);
         self
     }
 
@@ -224,12 +329,21 @@ impl MtpHead {
         let mut x = vec![0.0; n * hd];
         be.matmul(self.fc.weight(), &cat, n, &mut x);
 
+        let b = &self.block;
         let start = cache.len();
         let positions: Vec<usize> = (start..start + n).collect();
         let mut h = x.clone();
-        be.rms_norm(&mut h, &self.attn_norm, self.eps);
+        be.rms_norm(&mut h, &b.attn_norm, self.eps);
         let (mut q, mut k, mut v) = (vec![0.0; n * qd], vec![0.0; n * kvd], vec![0.0; n * kvd]);
-        be.matmul_many(&[self.wq.weight(), self.wk.weight(), self.wv.weight()], &h, n, &mut [&mut q, &mut k, &mut v]);
+        be.matmul_many(&[b.wq.weight(), b.wk.weight(), b.wv.weight()], &h, n, &mut [&mut q, &mut k, &mut v]);
+        add_bias(&mut q, &b.bq);
+        add_bias(&mut k, &b.bk);
+        add_bias(&mut v, &b.bv);
+        // The block is a layer of the trunk's kind: qwen3's per-head q/k norms come before RoPE.
+        if let (Some(qn), Some(kn)) = (&b.q_norm, &b.k_norm) {
+            be.rms_norm(&mut q, qn, self.eps);
+            be.rms_norm(&mut k, kn, self.eps);
+        }
         be.rope(&mut q, self.heads.n_heads, self.heads.head_dim, &positions, shared.rope);
         be.rope(&mut k, self.heads.n_kv_heads, self.heads.head_dim, &positions, shared.rope);
         cache.k[0].extend_from_slice(&k);
@@ -239,14 +353,15 @@ impl MtpHead {
         be.attention(seq, self.heads, 1.0 / (self.heads.head_dim as f32).sqrt());
         cache.advance(n);
         let mut o = vec![0.0; n * hd];
-        be.matmul(self.wo.weight(), &att, n, &mut o);
+        be.matmul(b.wo.weight(), &att, n, &mut o);
+        add_bias(&mut o, &b.bo);
         add(&mut x, &o);
         h.copy_from_slice(&x);
-        be.rms_norm(&mut h, &self.ffn_norm, self.eps);
+        be.rms_norm(&mut h, &b.ffn_norm, self.eps);
         let (mut gate, mut up) = (vec![0.0; n * ffn], vec![0.0; n * ffn]);
-        be.matmul_many(&[self.w_gate.weight(), self.w_up.weight()], &h, n, &mut [&mut gate, &mut up]);
+        be.matmul_many(&[b.w_gate.weight(), b.w_up.weight()], &h, n, &mut [&mut gate, &mut up]);
         be.swiglu(&mut gate, &up);
-        be.matmul(self.w_down.weight(), &gate, n, &mut o);
+        be.matmul(b.w_down.weight(), &gate, n, &mut o);
         add(&mut x, &o);
 
         let mut rows = match logits {

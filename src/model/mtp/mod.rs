@@ -5,16 +5,21 @@
 //! `output[subvocab] · final_norm(h')`. The embedding and the output rows are the trunk's own (tied
 //! in the demo model), so a sidecar carries only the head's layer, its norms, `fc` and the list of
 //! sub-vocabulary ids (FR-Spec: drafting over a few thousand frequent tokens costs a fraction of
-//! the full output head, and the verify pass over the full vocabulary keeps the output exact).
+//! the full output head, and the verify pass over the full vocabulary keeps the output exact). A
+//! head stored in the model's own checkpoint (`checkpoint.rs`) has no sub-vocabulary and drafts
+//! over the whole vocabulary.
 //!
 //! Positions: head row `i` pairs the trunk's hidden state at position `i` with the token at
 //! `i + 1`, and the head's own [`KvCache`] keeps one entry per row at position `i`, so after a
 //! verify step both caches roll back to the same length with [`KvCache::truncate`].
 
+pub mod checkpoint;
 mod head;
 pub mod sidecar;
+pub mod tiny;
 
-pub use head::{MtpError, MtpHead, MtpStep};
+pub use checkpoint::CheckpointNaming;
+pub use head::{HeadShape, HeadWeights, MtpError, MtpHead, MtpStep};
 pub use sidecar::{Sidecar, SidecarMeta, FORMAT, FORMAT_VERSION};
 
 use super::{ForwardError, Model, SeqBatch, Tensor};
