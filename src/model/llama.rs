@@ -2,6 +2,7 @@
 //! qwen3 (RMSNorm on each q and k head). One forward pass runs every sequence of a batch
 //! together, so each weight matrix is streamed from memory once per step for all rows.
 
+use super::block::{add, add_bias, Block};
 use super::config::HParams;
 use super::model_files::ModelFiles;
 use super::mtp::{ForwardOutput, MtpTrunk, TrunkShared};
@@ -10,25 +11,6 @@ use super::{ForwardError, LogitsWanted, Model, ModelError, ModelInfo, SeqBatch, 
 use crate::backend::cpu::dequantize_row;
 use crate::backend::{AttnSeq, Backend, CpuBackend, Heads, Rope};
 use std::sync::Mutex;
-
-/// Per-layer vectors (norm weights, biases) converted to f32 once at load.
-struct Layer {
-    attn_norm: Vec<f32>,
-    wq: Tensor,
-    wk: Tensor,
-    wv: Tensor,
-    wo: Tensor,
-    bq: Option<Vec<f32>>,
-    bk: Option<Vec<f32>>,
-    bv: Option<Vec<f32>>,
-    bo: Option<Vec<f32>>,
-    q_norm: Option<Vec<f32>>,
-    k_norm: Option<Vec<f32>>,
-    ffn_norm: Vec<f32>,
-    w_gate: Tensor,
-    w_up: Tensor,
-    w_down: Tensor,
-}
 
 /// Activation buffers reused across forward passes (grown to the largest batch seen).
 #[derive(Default)]
@@ -52,7 +34,7 @@ pub struct Llama {
     embed: Tensor,
     output: Tensor,
     output_norm: Vec<f32>,
-    layers: Vec<Layer>,
+    layers: Vec<Block>,
     rope: Rope,
     scratch: Mutex<Scratch>,
 }
@@ -75,27 +57,7 @@ impl Llama {
         let hp = files.hparams.clone();
         let w: &ModelWeights = &files.weights;
         let be: &dyn Backend = &*backend;
-        let layers = w
-            .layers
-            .iter()
-            .map(|l| Layer {
-                attn_norm: l.attn_norm.to_f32(),
-                wq: repacked(be, &l.wq),
-                wk: repacked(be, &l.wk),
-                wv: repacked(be, &l.wv),
-                wo: repacked(be, &l.wo),
-                bq: l.bq.as_ref().map(Tensor::to_f32),
-                bk: l.bk.as_ref().map(Tensor::to_f32),
-                bv: l.bv.as_ref().map(Tensor::to_f32),
-                bo: l.bo.as_ref().map(Tensor::to_f32),
-                q_norm: l.q_norm.as_ref().map(Tensor::to_f32),
-                k_norm: l.k_norm.as_ref().map(Tensor::to_f32),
-                ffn_norm: l.ffn_norm.to_f32(),
-                w_gate: repacked(be, &l.w_gate),
-                w_up: repacked(be, &l.w_up),
-                w_down: repacked(be, &l.w_down),
-            })
-            .collect();
+        let layers = w.layers.iter().map(|l| Block::new(l, |t| repacked(be, t))).collect();
         let output = repacked(be, &w.output);
         let layout = w.rope_layout;
         Llama {
@@ -127,18 +89,6 @@ impl Llama {
         }
         Ok(())
     }
-}
-
-fn add_bias(rows: &mut [f32], bias: &Option<Vec<f32>>) {
-    if let Some(b) = bias {
-        for row in rows.chunks_exact_mut(b.len()) {
-            row.iter_mut().zip(b).for_each(|(x, b)| *x += b);
-        }
-    }
-}
-
-fn add(x: &mut [f32], y: &[f32]) {
-    x.iter_mut().zip(y).for_each(|(x, y)| *x += y);
 }
 
 impl Model for Llama {

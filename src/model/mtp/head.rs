@@ -5,6 +5,7 @@ use super::MtpTrunk;
 use crate::backend::cpu::repack::unpack_row;
 use crate::backend::cpu::{dequantize_row, quantize_row};
 use crate::backend::{AttnSeq, Backend, DType, Heads, Layout};
+use crate::model::block::{add, add_bias, Block};
 use crate::model::tensor::Storage;
 use crate::model::{ForwardError, KvCache, LayerWeights, LogitsWanted, ModelError, Tensor};
 use std::path::Path;
@@ -69,25 +70,6 @@ pub struct HeadShape {
     pub depth_trained: usize,
 }
 
-/// The head's decoder block, its vectors converted to f32 once.
-struct Block {
-    attn_norm: Vec<f32>,
-    ffn_norm: Vec<f32>,
-    wq: Tensor,
-    wk: Tensor,
-    wv: Tensor,
-    wo: Tensor,
-    bq: Option<Vec<f32>>,
-    bk: Option<Vec<f32>>,
-    bv: Option<Vec<f32>>,
-    bo: Option<Vec<f32>>,
-    q_norm: Option<Vec<f32>>,
-    k_norm: Option<Vec<f32>>,
-    w_gate: Tensor,
-    w_up: Tensor,
-    w_down: Tensor,
-}
-
 pub struct MtpHead {
     depth_trained: usize,
     hidden: usize,
@@ -135,16 +117,6 @@ fn file_row(t: &Tensor, id: usize, out: &mut Vec<u8>) {
             out.resize(at + row_bytes, 0);
             unpack_row(t.dtype, t.bytes(), t.cols(), id, &mut out[at..]);
         }
-    }
-}
-
-fn add(x: &mut [f32], y: &[f32]) {
-    x.iter_mut().zip(y).for_each(|(x, y)| *x += y);
-}
-
-fn add_bias(rows: &mut [f32], bias: &Option<Vec<f32>>) {
-    if let Some(b) = bias {
-        rows.chunks_exact_mut(b.len()).for_each(|row| add(row, b));
     }
 }
 
@@ -211,25 +183,7 @@ impl MtpHead {
             // The whole vocabulary: the trunk's output head as it is (a shared handle, no copy).
             None => ((0..shape.vocab as u32).collect(), out.clone(), true),
         };
-        let vec = |t: &Option<Tensor>| t.as_ref().map(Tensor::to_f32);
-        let l = weights.layer;
-        let block = Block {
-            attn_norm: l.attn_norm.to_f32(),
-            ffn_norm: l.ffn_norm.to_f32(),
-            bq: vec(&l.bq),
-            bk: vec(&l.bk),
-            bv: vec(&l.bv),
-            bo: vec(&l.bo),
-            q_norm: vec(&l.q_norm),
-            k_norm: vec(&l.k_norm),
-            wq: l.wq,
-            wk: l.wk,
-            wv: l.wv,
-            wo: l.wo,
-            w_gate: l.w_gate,
-            w_up: l.w_up,
-            w_down: l.w_down,
-        };
+        let block = Block::new(&weights.layer, Tensor::clone);
         MtpHead {
             depth_trained: shape.depth_trained,
             hidden: shape.hidden,
