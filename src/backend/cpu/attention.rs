@@ -142,7 +142,7 @@ fn attend_block(isa: Isa, b: &mut AttnBlock<'_>, w: usize) {
             match w {
                 8 => attend_block::<1, 8>(b),
                 16 => attend_block::<2, 4>(b),
-                _ => attend_block::<3, 4>(b),
+                _ => attend_block::<3, 3>(b),
             }
         },
         _ => attend_block_scalar(b, w),

@@ -120,8 +120,10 @@ unsafe fn weighted<const NV: usize, const CB: usize>(
 }
 
 /// The block's attention (see [`AttnBlock`]) with `NV` vectors of 8 lanes, `STEP` keys (or
-/// value columns) per inner product step: 4 with three lane vectors (12 accumulators, 16
-/// registers with the operands), 8 with one so that enough FMAs are in flight.
+/// value columns) per inner product step: 3 with three lane vectors (9 accumulators, 13
+/// registers with the operands; with 4, all 16 registers, LLVM kept one accumulator on the
+/// stack inside both loops and they ran at about half speed), 8 with one so that enough FMAs
+/// are in flight.
 ///
 /// # Safety
 /// The CPU supports AVX2 and FMA.
