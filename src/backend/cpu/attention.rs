@@ -36,7 +36,7 @@ const MIN_BLOCKS_PER_THREAD: usize = 2;
 /// is in the core's cache, so that a long context is streamed from the shared cache once per
 /// group of blocks rather than once per block of 8 rows. Fewer when the tasks would number
 /// fewer than `ATTN_CHUNKS_PER_THREAD` per thread (for balance).
-pub(super) const MAX_GROUP: usize = 4;
+pub(super) const MAX_GROUP: usize = 8;
 
 /// One block of query lanes for a tiled-attention kernel; lane-minor buffers of `w` lanes (the
 /// lanes rounded up to whole vectors of 8).
