@@ -24,7 +24,7 @@ fn exp_ps(x: __m256) -> __m256 {
     let n = _mm256_round_ps::<{ _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC }>(x);
     let r = _mm256_sub_ps(x, n);
     let mut p = _mm256_set1_ps(1.535_336_2e-4);
-    for c in [1.339_887_4e-3, 9.618_437e-3, 5.550_332_5e-2, 0.240_226_48, 0.693_147_2] {
+    for c in [1.339_887_4e-3, 9.618_437e-3, 5.550_332_5e-2, 0.240_226_48, std::f32::consts::LN_2] {
         p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(c));
     }
     let y = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0));
