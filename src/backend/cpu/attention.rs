@@ -32,6 +32,11 @@ const BLOCK_LANES: usize = 24;
 /// A sequence's blocks get fewer rows when they would number fewer than this per thread (a
 /// few-row verify would otherwise leave threads idle).
 const MIN_BLOCKS_PER_THREAD: usize = 2;
+/// Blocks per task at most: a task's blocks take each tile of keys and values in turn while it
+/// is in the core's cache, so that a long context is streamed from the shared cache once per
+/// group of blocks rather than once per block of 8 rows. Fewer when the tasks would number
+/// fewer than `ATTN_CHUNKS_PER_THREAD` per thread (for balance).
+pub(super) const MAX_GROUP: usize = 8;
 
 /// One block of query lanes for a tiled-attention kernel; lane-minor buffers of `w` lanes (the
 /// lanes rounded up to whole vectors of 8).
@@ -79,7 +84,7 @@ impl AttnBlock<'_> {
     }
 }
 
-/// The portable tiled kernel: what `kern_avx2_attn::attend_block` computes, in the same order
+/// The portable tiled kernel: what `kern_avx2_attn::attend_blocks` computes, in the same order
 /// (f32 throughout; `f32::exp` instead of its polynomial).
 fn attend_block_scalar(b: &mut AttnBlock<'_>, w: usize) {
     b.check(w);
@@ -132,20 +137,20 @@ fn attend_block_scalar(b: &mut AttnBlock<'_>, w: usize) {
     }
 }
 
-/// One block through the kernel of `isa`; `w` is 8, 16 or 24.
-fn attend_block(isa: Isa, b: &mut AttnBlock<'_>, w: usize) {
+/// Blocks of `w` lanes (8, 16 or 24) through the kernel of `isa`.
+fn attend_blocks(isa: Isa, bs: &mut [AttnBlock<'_>], w: usize) {
     match isa {
         #[cfg(target_arch = "x86_64")]
         // SAFETY: both x86 SIMD levels imply AVX2 and FMA (detected); bounds are checked inside.
         Isa::Avx2 | Isa::Avx512 => unsafe {
-            use super::kern_avx2_attn::attend_block;
+            use super::kern_avx2_attn::attend_blocks;
             match w {
-                8 => attend_block::<1, 8>(b),
-                16 => attend_block::<2, 4>(b),
-                _ => attend_block::<3, 4>(b),
+                8 => attend_blocks::<1, 8>(bs),
+                16 => attend_blocks::<2, 4>(bs),
+                _ => attend_blocks::<3, 3>(bs),
             }
         },
-        _ => attend_block_scalar(b, w),
+        _ => bs.iter_mut().for_each(|b| attend_block_scalar(b, w)),
     }
 }
 
@@ -185,6 +190,8 @@ struct Part<'a> {
     first_task: usize,
     /// Query rows per block.
     rows: usize,
+    /// Blocks per task.
+    group: usize,
 }
 
 /// How a tiled sequence's heads split: `(heads per block, head chunks per KV head)`.
@@ -215,6 +222,11 @@ pub(crate) fn attention_batch(pool: &Pool, isa: Isa, seqs: &mut [AttnSeq<'_>], h
         while rows > 1 && per_block * n_q.div_ceil(rows) < MIN_BLOCKS_PER_THREAD * pool.threads() {
             rows = rows.div_ceil(2);
         }
+        let blocks = n_q.div_ceil(rows);
+        let mut group = MAX_GROUP;
+        while group > 1 && per_block * blocks.div_ceil(group) < ATTN_CHUNKS_PER_THREAD * pool.threads() {
+            group /= 2;
+        }
         parts.push(Part {
             q: s.q,
             keys: s.keys,
@@ -224,8 +236,9 @@ pub(crate) fn attention_batch(pool: &Pool, isa: Isa, seqs: &mut [AttnSeq<'_>], h
             out: OutPtr(s.out.as_mut_ptr()),
             first_task: tasks,
             rows,
+            group,
         });
-        tasks += n_q.div_ceil(rows) * per_block;
+        tasks += blocks.div_ceil(group) * per_block;
         // Keys seen by all rows: n_q * start_pos + n_q * (n_q + 1) / 2.
         macs += (n_q * s.start_pos + n_q * (n_q + 1) / 2) * heads.n_heads * hd * 2;
     }
@@ -242,56 +255,65 @@ pub(crate) fn attention_batch(pool: &Pool, isa: Isa, seqs: &mut [AttnSeq<'_>], h
     }
 }
 
-/// Task `t` of a tiled sequence: one (row block, KV head, head chunk), the last rows' blocks
-/// (which see the most keys) first, so that the cheap ones fill in at the end.
+/// Task `t` of a tiled sequence: one (group of row blocks, KV head, head chunk), the last
+/// rows' groups (which see the most keys) first, so that the cheap ones fill in at the end.
 fn tiled(isa: Isa, part: &Part<'_>, heads: Heads, scale: f32, t: usize) {
     let (qd, kvd, hd) = (heads.q_dim(), heads.kv_dim(), heads.head_dim);
-    let group = heads.n_heads / heads.n_kv_heads;
+    let gqa = heads.n_heads / heads.n_kv_heads;
     let (hpb, chunks_per_kv) = head_chunks(heads);
     let per_block = heads.n_kv_heads * chunks_per_kv;
     let blocks = part.n_q.div_ceil(part.rows);
-    let block = blocks - 1 - t / per_block;
+    let first = (blocks.div_ceil(part.group) - 1 - t / per_block) * part.group;
+    let nb = part.group.min(blocks - first);
     let (kvh, hc) = (t % per_block / chunks_per_kv, t % per_block % chunks_per_kv);
-    let h0 = kvh * group + hc * hpb;
-    let nh = hpb.min(group - hc * hpb);
-    let r0 = block * part.rows;
-    let nr = part.rows.min(part.n_q - r0);
-    let lanes = nr * nh;
-    let w = lanes.div_ceil(8) * 8;
+    let h0 = kvh * gqa + hc * hpb;
+    let nh = hpb.min(gqa - hc * hpb);
+    // Only the sequence's last block has fewer rows, and it is first in its group when alone.
+    let w = (part.rows.min(part.n_q - first * part.rows) * nh).div_ceil(8) * 8;
     SCRATCH.with_borrow_mut(|sc| {
         sc.qt.clear();
-        sc.qt.resize(hd * w, 0.0);
+        sc.qt.resize(nb * hd * w, 0.0);
         sc.pos.clear();
-        sc.pos.resize(w, i32::MAX);
-        sc.s.resize(TILE_KEYS * w, 0.0);
-        sc.ot.resize(hd * w, 0.0);
-        for lane in 0..lanes {
-            let (r, h) = (r0 + lane / nh, h0 + lane % nh);
-            sc.pos[lane] = (part.start_pos + r) as i32;
-            for (d, &x) in part.q[r * qd + h * hd..][..hd].iter().enumerate() {
-                sc.qt[d * w + lane] = x * scale;
+        sc.pos.resize(nb * w, i32::MAX);
+        sc.s.resize(nb * TILE_KEYS * w, 0.0);
+        sc.ot.resize(nb * hd * w, 0.0);
+        let mut bs = Vec::with_capacity(nb);
+        let bufs = sc.qt.chunks_exact_mut(hd * w).zip(sc.pos.chunks_exact_mut(w));
+        let bufs = bufs.zip(sc.s.chunks_exact_mut(TILE_KEYS * w).zip(sc.ot.chunks_exact_mut(hd * w)));
+        for (i, ((qt, pos), (s, ot))) in bufs.take(nb).enumerate() {
+            let r0 = (first + i) * part.rows;
+            let nr = part.rows.min(part.n_q - r0);
+            for lane in 0..nr * nh {
+                let (r, h) = (r0 + lane / nh, h0 + lane % nh);
+                pos[lane] = (part.start_pos + r) as i32;
+                for (d, &x) in part.q[r * qd + h * hd..][..hd].iter().enumerate() {
+                    qt[d * w + lane] = x * scale;
+                }
             }
+            bs.push(AttnBlock {
+                qt,
+                lane_pos: pos,
+                keys: &part.keys[kvh * hd..],
+                values: &part.values[kvh * hd..],
+                stride: kvd,
+                hd,
+                n_keys: part.start_pos + r0 + nr,
+                min_pos: part.start_pos + r0,
+                s,
+                ot,
+            });
         }
-        let mut b = AttnBlock {
-            qt: &sc.qt,
-            lane_pos: &sc.pos,
-            keys: &part.keys[kvh * hd..],
-            values: &part.values[kvh * hd..],
-            stride: kvd,
-            hd,
-            n_keys: part.start_pos + r0 + nr,
-            min_pos: part.start_pos + r0,
-            s: &mut sc.s,
-            ot: &mut sc.ot,
-        };
-        attend_block(isa, &mut b, w);
-        for lane in 0..lanes {
-            let (r, h) = (r0 + lane / nh, h0 + lane % nh);
-            // SAFETY: this task alone writes out[r * qd + h * hd ..][..hd] (its rows and heads),
-            // inside the sequence's `out` (its length was checked by the caller).
-            let o = unsafe { std::slice::from_raw_parts_mut(part.out.0.add(r * qd + h * hd), hd) };
-            for (c, x) in o.iter_mut().enumerate() {
-                *x = sc.ot[c * w + lane];
+        attend_blocks(isa, &mut bs, w);
+        for (i, b) in bs.iter().enumerate() {
+            let r0 = (first + i) * part.rows;
+            for lane in 0..part.rows.min(part.n_q - r0) * nh {
+                let (r, h) = (r0 + lane / nh, h0 + lane % nh);
+                // SAFETY: this task alone writes out[r * qd + h * hd ..][..hd] (its rows and
+                // heads), inside the sequence's `out` (its length was checked by the caller).
+                let o = unsafe { std::slice::from_raw_parts_mut(part.out.0.add(r * qd + h * hd), hd) };
+                for (c, x) in o.iter_mut().enumerate() {
+                    *x = b.ot[c * w + lane];
+                }
             }
         }
     });

@@ -8,33 +8,30 @@
 //! Every function here requires AVX2 and FMA: the driver only calls them at `Isa::Avx2` or
 //! `Isa::Avx512`, which `Isa::available` grants after `is_x86_feature_detected!` said yes.
 
-use super::attention::{AttnBlock, TILE_KEYS};
+use super::attention::{AttnBlock, MAX_GROUP, TILE_KEYS};
 use std::arch::x86_64::*;
 
-/// `e^x` lane-wise for `x <= 0` (Cephes' `expf`: `2^n * e^r` with `|r| <= ln 2 / 2` and a
-/// degree-6 polynomial, about 1 ulp). Below the smallest normal result it returns exactly 0,
-/// as `f32::exp` does for masked (minus infinite) scores.
+/// `e^x` lane-wise for `x <= 0`: `2^(x log2 e)` as Cephes' `exp2f` computes it (`2^n * 2^r`
+/// with `|r| <= 1/2` and a degree-6 polynomial), 13 operations where Cephes' `expf` (`ln 2`
+/// in two parts) took 17. Rounding `x log2 e` costs about `|x|` ulps of the result, which only
+/// weighs where the result is small (scores far below the row's largest): outputs stay within
+/// the attention tests' bound. From `x log2 e = -127` down (masked, minus infinite scores too)
+/// it returns exactly 0.
 #[target_feature(enable = "avx2,fma,f16c")]
 #[inline]
 fn exp_ps(x: __m256) -> __m256 {
-    let lo = _mm256_set1_ps(-87.336_54);
-    let under = _mm256_cmp_ps::<_CMP_LT_OQ>(x, lo);
-    let x = _mm256_min_ps(_mm256_max_ps(x, lo), _mm256_set1_ps(88.0));
-    let n = _mm256_round_ps::<{ _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC }>(_mm256_mul_ps(
-        x,
-        _mm256_set1_ps(std::f32::consts::LOG2_E),
-    ));
-    // ln 2 in two parts, so that `n * ln2_hi` is exact and `r` keeps its low bits.
-    let r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693_359_4), x);
-    let r = _mm256_fnmadd_ps(n, _mm256_set1_ps(-2.121_944_4e-4), r);
-    let mut p = _mm256_set1_ps(1.987_569_1e-4);
-    for c in [1.398_199_9e-3, 8.333_452e-3, 4.166_579_6e-2, 0.166_666_65, 0.5] {
+    let x = _mm256_max_ps(_mm256_mul_ps(x, _mm256_set1_ps(std::f32::consts::LOG2_E)), _mm256_set1_ps(-127.0));
+    let n = _mm256_round_ps::<{ _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC }>(x);
+    let r = _mm256_sub_ps(x, n);
+    let mut p = _mm256_set1_ps(1.535_336_2e-4);
+    for c in [1.339_887_4e-3, 9.618_437e-3, 5.550_332_5e-2, 0.240_226_48, std::f32::consts::LN_2] {
         p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(c));
     }
-    let y = _mm256_fmadd_ps(_mm256_mul_ps(p, r), r, _mm256_add_ps(r, _mm256_set1_ps(1.0)));
+    let y = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0));
+    // `n + 127` is 0 at -127: a zero bit pattern, so the product is 0.
     let pow2n =
         _mm256_castsi256_ps(_mm256_slli_epi32::<23>(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127))));
-    _mm256_andnot_ps(under, _mm256_mul_ps(y, pow2n))
+    _mm256_mul_ps(y, pow2n)
 }
 
 /// Scores of keys `k..k + KB` for all `NV * 8` lanes into `s[(k - k0)..]` (lane-minor):
@@ -119,99 +116,135 @@ unsafe fn weighted<const NV: usize, const CB: usize>(
     }
 }
 
-/// The block's attention (see [`AttnBlock`]) with `NV` vectors of 8 lanes, `STEP` keys (or
-/// value columns) per inner product step: 4 with three lane vectors (12 accumulators, 16
-/// registers with the operands), 8 with one so that enough FMAs are in flight.
+/// A block's online softmax between tiles: the running max and sum of each lane.
+#[derive(Clone, Copy)]
+struct Run<const NV: usize> {
+    m: [__m256; NV],
+    l: [__m256; NV],
+}
+
+/// Several blocks' attention (see [`AttnBlock`]) with `NV` vectors of 8 lanes, `STEP` keys (or
+/// value columns) per inner product step: 3 with three lane vectors (9 accumulators, 13
+/// registers with the operands; with 4, all 16 registers, LLVM kept one accumulator on the
+/// stack inside both loops and they ran at about half speed), 8 with one so that enough FMAs
+/// are in flight.
+///
+/// The blocks share the key and value cache (one KV head), and each tile of keys goes through
+/// every block that sees it before the next is read, so that it is read from the shared cache
+/// once per group rather than once per block. Each block's result is what it would be alone
+/// (the same operations in the same order).
 ///
 /// # Safety
 /// The CPU supports AVX2 and FMA.
 ///
 /// # Panics
-/// When a buffer of `b` is shorter than `b.check` wants.
+/// When a buffer of a block is shorter than `check` wants, or there are more than
+/// `MAX_GROUP` blocks.
 #[target_feature(enable = "avx2,fma,f16c")]
-pub unsafe fn attend_block<const NV: usize, const STEP: usize>(b: &mut AttnBlock<'_>) {
+pub unsafe fn attend_blocks<const NV: usize, const STEP: usize>(bs: &mut [AttnBlock<'_>]) {
     let w = NV * 8;
-    b.check(w);
+    assert!(bs.len() <= MAX_GROUP, "attention: {} blocks in a group", bs.len());
+    let none = Run { m: [_mm256_set1_ps(f32::NEG_INFINITY); NV], l: [_mm256_setzero_ps(); NV] };
+    let mut runs = [none; MAX_GROUP];
+    for b in bs.iter_mut() {
+        b.check(w);
+        b.ot[..b.hd * w].fill(0.0);
+    }
+    let n_keys = bs.iter().map(|b| b.n_keys).max().unwrap_or(0);
+    for k0 in (0..n_keys).step_by(TILE_KEYS) {
+        for (b, run) in bs.iter_mut().zip(&mut runs) {
+            if k0 < b.n_keys {
+                // SAFETY: AVX2 and FMA (caller); `b` was checked and `k0 < b.n_keys`.
+                unsafe { tile::<NV, STEP>(b, run, k0) };
+            }
+        }
+    }
+    for (b, run) in bs.iter_mut().zip(&runs) {
+        let inv: [__m256; NV] = std::array::from_fn(|v| _mm256_div_ps(_mm256_set1_ps(1.0), run.l[v]));
+        let ot = b.ot.as_mut_ptr();
+        for c in 0..b.hd {
+            for (v, iv) in inv.iter().enumerate() {
+                // SAFETY: row `c < hd` of `ot` (checked).
+                unsafe {
+                    let o = ot.add(c * w + 8 * v);
+                    _mm256_storeu_ps(o, _mm256_mul_ps(_mm256_loadu_ps(o), *iv));
+                }
+            }
+        }
+    }
+}
+
+/// Keys `k0..` (one tile, or to `b.n_keys`) into block `b`'s softmax `run` and outputs.
+///
+/// # Safety
+/// AVX2 and FMA; `b.check(NV * 8)` passed; `k0 < b.n_keys`.
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn tile<const NV: usize, const STEP: usize>(b: &mut AttnBlock<'_>, run: &mut Run<NV>, k0: usize) {
+    let w = NV * 8;
     let (hd, stride) = (b.hd, b.stride);
     let (qt, s, ot) = (b.qt.as_ptr(), b.s.as_mut_ptr(), b.ot.as_mut_ptr());
     let pos: [__m256i; NV] = std::array::from_fn(|v| {
         // SAFETY: `lane_pos` holds `w` entries (checked).
         unsafe { _mm256_loadu_si256(b.lane_pos.as_ptr().add(8 * v) as *const __m256i) }
     });
-    let mut m = [_mm256_set1_ps(f32::NEG_INFINITY); NV];
-    let mut l = [_mm256_setzero_ps(); NV];
-    b.ot[..hd * w].fill(0.0);
-    let mut k0 = 0;
-    while k0 < b.n_keys {
-        let kt = TILE_KEYS.min(b.n_keys - k0);
-        // SAFETY (the pointer arithmetic below): keys and values `k0..k0 + kt` are below
-        // `n_keys`, whose rows are in `keys` and `values` (checked); `s` holds `TILE_KEYS >= kt`
-        // rows and `qt`, `ot` hold `hd` rows, of `w` lanes each (checked).
-        let (kp, vp) = (b.keys[k0 * stride..].as_ptr(), b.values[k0 * stride..].as_ptr());
-        let mut k = 0;
-        while k + STEP <= kt {
-            // SAFETY: keys `k..k + step` of the tile; see above.
-            unsafe { scores::<NV, STEP>(qt, kp.add(k * stride), stride, hd, s.add(k * w)) };
-            k += STEP;
-        }
-        while k < kt {
-            // SAFETY: key `k` of the tile; see above.
-            unsafe { scores::<NV, 1>(qt, kp.add(k * stride), stride, hd, s.add(k * w)) };
-            k += 1;
-        }
-        let mut alpha = [_mm256_setzero_ps(); NV];
-        for v in 0..NV {
-            let mut mt = m[v];
-            for k in 0..kt {
-                // SAFETY: row `k < kt` of `s`; see above.
-                let sp = unsafe { s.add(k * w + 8 * v) };
-                // SAFETY: as above.
-                let mut x = unsafe { _mm256_loadu_ps(sp) };
-                if k0 + k > b.min_pos {
-                    // The causal mask: lanes at positions before key `k0 + k` do not see it.
-                    let hidden = _mm256_castsi256_ps(_mm256_cmpgt_epi32(_mm256_set1_epi32((k0 + k) as i32), pos[v]));
-                    x = _mm256_blendv_ps(x, _mm256_set1_ps(f32::NEG_INFINITY), hidden);
-                    // SAFETY: as above.
-                    unsafe { _mm256_storeu_ps(sp, x) };
-                }
-                mt = _mm256_max_ps(mt, x);
-            }
-            // Key 0 is in the first tile and every lane sees it, so `mt` is finite here.
-            alpha[v] = exp_ps(_mm256_sub_ps(m[v], mt));
-            let mut sum = _mm256_setzero_ps();
-            for k in 0..kt {
-                // SAFETY: row `k < kt` of `s`; see above.
-                unsafe {
-                    let sp = s.add(k * w + 8 * v);
-                    let e = exp_ps(_mm256_sub_ps(_mm256_loadu_ps(sp), mt));
-                    _mm256_storeu_ps(sp, e);
-                    sum = _mm256_add_ps(sum, e);
-                }
-            }
-            l[v] = _mm256_fmadd_ps(l[v], alpha[v], sum);
-            m[v] = mt;
-        }
-        let mut c = 0;
-        while c + STEP <= hd {
-            // SAFETY: columns `c..c + step` of the tile's values; see above.
-            unsafe { weighted::<NV, STEP>(s, kt, vp.add(c), stride, &alpha, ot.add(c * w)) };
-            c += STEP;
-        }
-        while c < hd {
-            // SAFETY: column `c`; see above.
-            unsafe { weighted::<NV, 1>(s, kt, vp.add(c), stride, &alpha, ot.add(c * w)) };
-            c += 1;
-        }
-        k0 += kt;
+    let (m, l) = (&mut run.m, &mut run.l);
+    let kt = TILE_KEYS.min(b.n_keys - k0);
+    // SAFETY (the pointer arithmetic below): keys and values `k0..k0 + kt` are below
+    // `n_keys`, whose rows are in `keys` and `values` (checked); `s` holds `TILE_KEYS >= kt`
+    // rows and `qt`, `ot` hold `hd` rows, of `w` lanes each (checked).
+    let (kp, vp) = (b.keys[k0 * stride..].as_ptr(), b.values[k0 * stride..].as_ptr());
+    let mut k = 0;
+    while k + STEP <= kt {
+        // SAFETY: keys `k..k + step` of the tile; see above.
+        unsafe { scores::<NV, STEP>(qt, kp.add(k * stride), stride, hd, s.add(k * w)) };
+        k += STEP;
     }
-    let inv: [__m256; NV] = std::array::from_fn(|v| _mm256_div_ps(_mm256_set1_ps(1.0), l[v]));
-    for c in 0..hd {
-        for (v, iv) in inv.iter().enumerate() {
-            // SAFETY: row `c < hd` of `ot` (checked).
+    while k < kt {
+        // SAFETY: key `k` of the tile; see above.
+        unsafe { scores::<NV, 1>(qt, kp.add(k * stride), stride, hd, s.add(k * w)) };
+        k += 1;
+    }
+    let mut alpha = [_mm256_setzero_ps(); NV];
+    for v in 0..NV {
+        let mut mt = m[v];
+        for k in 0..kt {
+            // SAFETY: row `k < kt` of `s`; see above.
+            let sp = unsafe { s.add(k * w + 8 * v) };
+            // SAFETY: as above.
+            let mut x = unsafe { _mm256_loadu_ps(sp) };
+            if k0 + k > b.min_pos {
+                // The causal mask: lanes at positions before key `k0 + k` do not see it.
+                let hidden = _mm256_castsi256_ps(_mm256_cmpgt_epi32(_mm256_set1_epi32((k0 + k) as i32), pos[v]));
+                x = _mm256_blendv_ps(x, _mm256_set1_ps(f32::NEG_INFINITY), hidden);
+                // SAFETY: as above.
+                unsafe { _mm256_storeu_ps(sp, x) };
+            }
+            mt = _mm256_max_ps(mt, x);
+        }
+        // Key 0 is in the first tile and every lane sees it, so `mt` is finite here.
+        alpha[v] = exp_ps(_mm256_sub_ps(m[v], mt));
+        let mut sum = _mm256_setzero_ps();
+        for k in 0..kt {
+            // SAFETY: row `k < kt` of `s`; see above.
             unsafe {
-                let o = ot.add(c * w + 8 * v);
-                _mm256_storeu_ps(o, _mm256_mul_ps(_mm256_loadu_ps(o), *iv));
+                let sp = s.add(k * w + 8 * v);
+                let e = exp_ps(_mm256_sub_ps(_mm256_loadu_ps(sp), mt));
+                _mm256_storeu_ps(sp, e);
+                sum = _mm256_add_ps(sum, e);
             }
         }
+        l[v] = _mm256_fmadd_ps(l[v], alpha[v], sum);
+        m[v] = mt;
+    }
+    let mut c = 0;
+    while c + STEP <= hd {
+        // SAFETY: columns `c..c + step` of the tile's values; see above.
+        unsafe { weighted::<NV, STEP>(s, kt, vp.add(c), stride, &alpha, ot.add(c * w)) };
+        c += STEP;
+    }
+    while c < hd {
+        // SAFETY: column `c`; see above.
+        unsafe { weighted::<NV, 1>(s, kt, vp.add(c), stride, &alpha, ot.add(c * w)) };
+        c += 1;
     }
 }
