@@ -95,8 +95,7 @@ pub fn run(cfg: &ModelOpts, prompt: usize, generate: usize, sequences: usize) ->
     let files = ModelFiles::open(&path).map_err(|e| e.to_string())?;
     let tokenizer = Arc::new(mtplx_lite::model::Tokenizer::from_model_files(&files).map_err(|e| e.to_string())?);
     let name = mtplx_lite::model::load::model_id(&path, &files);
-    let cores = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1);
-    let mut thread_counts = vec![1, if cfg.threads == 0 { cores } else { cfg.threads }];
+    let mut thread_counts = vec![1, mtplx_lite::backend::cpu::pool::threads_for(cfg.threads)];
     thread_counts.dedup();
     println!("| model | threads | test | t/s |");
     println!("| --- | ---: | --- | ---: |");
@@ -126,8 +125,7 @@ pub fn run_rows(cfg: &ModelOpts, rows: &[usize], reps: usize) -> Result<(), Stri
     let path = cfg.path()?;
     let files = ModelFiles::open(&path).map_err(|e| e.to_string())?;
     let name = mtplx_lite::model::load::model_id(&path, &files);
-    let threads =
-        if cfg.threads == 0 { std::thread::available_parallelism().map_or(1, |n| n.get()) } else { cfg.threads };
+    let threads = mtplx_lite::backend::cpu::pool::threads_for(cfg.threads);
     let t = std::time::Instant::now();
     let model = Llama::load(&files, threads).map_err(|e| e.to_string())?;
     // Loading maps the file and repacks the weights the backend has a layout for: on a second

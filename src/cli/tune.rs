@@ -5,6 +5,7 @@
 //! turning that profile into the prior `--depth auto` starts from.
 
 use super::ModelOpts;
+use mtplx_lite::backend::cpu::pool::threads_for;
 use mtplx_lite::engine::draft::MAX_DRAFT_DEPTH;
 use mtplx_lite::engine::{
     Depth, DraftConfig, DraftMode, Engine, EngineConfig, Event, JobSpec, SamplingParams, SpecPrior,
@@ -20,15 +21,6 @@ use std::sync::Arc;
 /// the acceptance figures no longer change.
 pub const MAX_TUNE_TOKENS: usize = 2048;
 
-/// The kernel thread count `threads` means (0: one per core), as the profile records it.
-pub fn resolved_threads(threads: usize) -> usize {
-    if threads == 0 {
-        std::thread::available_parallelism().map_or(1, |n| n.get())
-    } else {
-        threads
-    }
-}
-
 fn key_of(path: &Path) -> Result<FileKey, String> {
     FileKey::of(path).map_err(|e| format!("{}: {e}", path.display()))
 }
@@ -38,7 +30,7 @@ pub fn run(opts: &ModelOpts, out: Option<&Path>, max_tokens: usize, reps: usize)
         return Err(format!("tune --max-tokens must be from 1 to {MAX_TUNE_TOKENS}, got {max_tokens}"));
     }
     let path = opts.path()?;
-    let threads = resolved_threads(opts.threads);
+    let threads = threads_for(opts.threads);
     let loaded = mtplx_lite::model::load::load(&path, threads).map_err(|e| e.to_string())?;
     let head = super::load_head(opts, &path, &loaded)?;
     let head_key = opts.head_path(&path)?.map(|p| key_of(&p)).transpose()?;
@@ -148,7 +140,7 @@ pub fn spec_prior(opts: &ModelOpts, path: &Path) -> Result<SpecPrior, String> {
         return Ok(SpecPrior::default());
     }
     let key = key_of(path)?;
-    let threads = resolved_threads(opts.threads);
+    let threads = threads_for(opts.threads);
     let head = opts.head_path(path)?.map(|p| key_of(&p)).transpose()?;
     let default = startup::default_path(&key, threads);
     let (prior, note) =
@@ -180,8 +172,6 @@ mod tests {
             let e = run(&opts, None, n, 1).unwrap_err();
             assert!(e.contains(&format!("from 1 to {MAX_TUNE_TOKENS}, got {n}")), "{e}");
         }
-        assert_eq!(resolved_threads(3), 3);
-        assert!(resolved_threads(0) >= 1);
     }
 
     #[test]

@@ -53,10 +53,20 @@ pub struct Pool {
     dispatch: Mutex<()>,
 }
 
+/// The kernel thread count `requested` stands for: 0 means one per core. The one rule for every
+/// caller that reports or records the count (`bench`, `tune`'s profile) and for the pool itself.
+pub fn threads_for(requested: usize) -> usize {
+    if requested == 0 {
+        std::thread::available_parallelism().map_or(1, |n| n.get())
+    } else {
+        requested
+    }
+}
+
 impl Pool {
     /// A pool of `threads` workers in all (the caller counts as one); 0 means every core.
     pub fn new(threads: usize) -> Pool {
-        let threads = if threads == 0 { std::thread::available_parallelism().map_or(1, |n| n.get()) } else { threads };
+        let threads = threads_for(threads);
         let shared = Arc::new(Shared {
             generation: AtomicU64::new(0),
             job: AtomicPtr::new(std::ptr::null_mut()),
@@ -229,6 +239,13 @@ impl Drop for Pool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn zero_threads_means_every_core_and_a_count_is_kept() {
+        assert_eq!(threads_for(3), 3);
+        assert!(threads_for(0) >= 1);
+        assert_eq!(Pool::new(0).threads(), threads_for(0));
+    }
 
     #[test]
     fn every_chunk_runs_exactly_once() {
