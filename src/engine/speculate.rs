@@ -20,9 +20,16 @@ use std::time::Duration;
 /// Acceptance assumed at a draft position before the request has verified any there: high
 /// enough that a cheap verify is tried, low enough that an expensive one is not.
 const PRIOR_ACCEPT: f64 = 0.5;
-/// Weight of the latest verification in the running acceptance (an exponential moving average
-/// over about ten rounds, so a request that changes character is followed quickly).
+/// Weight of the latest verification in the running acceptance once a request is past its first
+/// rounds (an exponential moving average over about ten rounds, so a request that changes
+/// character is followed quickly).
 const ACCEPT_EWMA: f64 = 0.1;
+/// How many verifications the starting acceptance (built in or measured by `tune`) is worth.
+/// Until the moving average takes over, a position's acceptance is the mean of its verifications
+/// with the start counted this many times: a chat request that starts from a profile pooled
+/// over chat, code and editing (0.6 at the first position) is at 0.3 after one rejection and
+/// 0.2 after two, where the moving average alone would take seven rounds of costly deep drafts.
+const PRIOR_WEIGHT: f64 = 1.0;
 /// Weight of the latest timing of a pass of a given row count.
 const COST_EWMA: f64 = 0.2;
 /// Rows the cost model tracks one by one; larger passes are prefill chunks, not verify rounds.
@@ -97,6 +104,8 @@ pub struct SpecState {
     /// assumed to do as well as the deepest verified one before it (drafts that hold up tend to
     /// go on holding up).
     seen: [bool; MAX_DRAFT_DEPTH],
+    /// Verifications of position j so far in this request.
+    verified: [u32; MAX_DRAFT_DEPTH],
     /// Steps since the last round that drafted.
     idle_steps: u32,
     /// Running seconds the drafter takes per drafted token (a head's forward; about 0 for
@@ -114,6 +123,7 @@ impl SpecState {
             depth,
             accept: [PRIOR_ACCEPT; MAX_DRAFT_DEPTH],
             seen: [false; MAX_DRAFT_DEPTH],
+            verified: [0; MAX_DRAFT_DEPTH],
             idle_steps: 0,
             draft_cost: 0.0,
             draft: Vec::new(),
@@ -185,8 +195,10 @@ impl SpecState {
             self.accept[j] = (0..j).rev().find(|&i| self.seen[i]).map_or(PRIOR_ACCEPT, |i| self.accept[i]);
             self.seen[j] = true;
         }
+        self.verified[j] += 1;
+        let weight = (1.0 / (PRIOR_WEIGHT + self.verified[j] as f64)).max(ACCEPT_EWMA);
         let a = &mut self.accept[j];
-        *a += ACCEPT_EWMA * (accepted as u32 as f64 - *a);
+        *a += weight * (accepted as u32 as f64 - *a);
         grow(&mut self.stats.drafted_by_depth, j);
         self.stats.drafted_by_depth[j] += 1;
         if accepted {
@@ -325,6 +337,36 @@ mod tests {
         assert!((c.cost(2) - 0.020).abs() < 1e-12);
         c.observe(2, Duration::from_millis(10));
         assert!((c.cost(2) - 0.018).abs() < 1e-12);
+    }
+
+    #[test]
+    fn a_young_request_leaves_a_pooled_prior_after_a_few_rejections() {
+        // What `tune` measured on the demo model: pass times of 1..9 rows (2 rows 1.2x, 9 rows
+        // 3.1x a 1-row pass) and n-gram acceptance pooled over chat, code and editing.
+        let ms = [7.84, 9.38, 10.37, 11.74, 14.27, 16.25, 19.40, 22.06, 23.98];
+        let costs =
+            CostModel::from_prior(&SpecPrior { pass_secs: ms.iter().map(|t| t / 1e3).collect(), accept: vec![] });
+        let pooled = [0.63, 0.83, 0.94, 0.93, 0.95, 0.97, 0.97, 0.96].map(Some);
+        let mut s = state(Depth::Auto).with_prior(Some(&pooled));
+        assert!(s.choose_depth(8, 0, 0, &costs) >= 3, "the pooled prior drafts deep at once");
+        // A chat request whose first drafted token is always wrong: the moving average alone
+        // would keep drafting for about 13 rounds (0.63 x 0.9^n falls below the 2-row break-even
+        // only then); counted as one verification, the prior yields after three.
+        let mut rounds = 0;
+        while s.choose_depth(8, 0, 0, &costs) > 0 {
+            s.learn(0, false);
+            rounds += 1;
+            assert!(rounds <= 3, "still drafting after {rounds} rejections: {:?}", s.accept);
+        }
+        // Past the first rounds the moving average rules: one acceptance moves a position by
+        // ACCEPT_EWMA, not by a share of a short count.
+        let mut old = state(Depth::Auto);
+        for _ in 0..20 {
+            old.learn(0, false);
+        }
+        let before = old.accept[0];
+        old.learn(0, true);
+        assert!((old.accept[0] - (before + ACCEPT_EWMA * (1.0 - before))).abs() < 1e-12);
     }
 
     #[test]
