@@ -10,7 +10,7 @@ and sends each prompt of three classes (editing: rewrite a given code block with
 code: write new code; chat) once per mode per round, the modes taking turns, one request at a
 time, each with `"mtplx": {"draft": MODE}`. Per class and mode it prints the decode tokens/s
 (completion tokens after the first over the time after the first, from the server's own
-records), its ratio to plain, and the acceptance by draft position. At temperature 0 it checks
+records, summed over the class's requests), its ratio to plain, and the acceptance by draft position. At temperature 0 it checks
 that every mode gave the plain text, and says so. With --llama-server, two llama-servers run
 beside it on the same GGUF, one plain and one with its own speculation (`--spec-type`, n-gram
 lookup by default), and take their turns in the same rounds; their rows use llama-server's own
@@ -22,7 +22,6 @@ import argparse
 import http.client
 import json
 import os
-import statistics
 import subprocess
 import sys
 import time
@@ -101,6 +100,8 @@ def ask_llama(port, prompt, max_tokens, temperature):
     t = v.get("timings", {})
     rec = {
         "decode_tok_s": t.get("predicted_per_second", 0.0),
+        "decode_tokens": t.get("predicted_n", 0),
+        "decode_s": t.get("predicted_ms", 0.0) / 1e3,
         "drafted_tokens": t.get("draft_n", 0),
         "accepted_tokens": t.get("draft_n_accepted", 0),
         "verify_calls": 0,
@@ -120,6 +121,19 @@ def records(port):
     c = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
     c.request("GET", "/v1/mtplx/metrics")
     return {r["request_id"]: r for r in json.loads(c.getresponse().read())["history"]}
+
+
+def decode_rate(rs):
+    """Decode tokens over decode time, summed over a class's requests: its prompts differ in
+    length and speed, so a median of per-request rates would jump between them."""
+    tokens = seconds = 0.0
+    for r in rs:
+        if "decode_s" in r:  # llama-server's own timings
+            tokens, seconds = tokens + r["decode_tokens"], seconds + r["decode_s"]
+        elif r["decode_tok_s"] > 0:
+            n = r["completion_tokens"] - 1  # the server's rate: tokens after the first
+            tokens, seconds = tokens + n, seconds + n / r["decode_tok_s"]
+    return tokens / seconds if seconds else 0.0
 
 
 def main():
@@ -177,7 +191,7 @@ def main():
                 rs = llama_recs[(cls, m)]
             else:
                 rs = [recs[r] for r in ids[(cls, m)] if r in recs]
-            rate = statistics.median(r["decode_tok_s"] for r in rs)
+            rate = decode_rate(rs)
             plain = rate if m in ("none", "llama:none") else plain
             drafted = sum(r["drafted_tokens"] for r in rs)
             accepted = sum(r["accepted_tokens"] for r in rs)
