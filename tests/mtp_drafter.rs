@@ -3,7 +3,7 @@
 //! accepted length, a prefix reused from another sequence), it drafts exactly what a head run
 //! afresh over the same positions drafts.
 
-use mtplx_lite::engine::draft::mtp::MtpDrafter;
+use mtplx_lite::engine::draft::mtp::{MtpDrafter, CATCH_UP_ROWS};
 use mtplx_lite::engine::draft::Drafter;
 use mtplx_lite::model::llama::Llama;
 use mtplx_lite::model::mtp::{MtpHead, MtpTrunk};
@@ -27,8 +27,12 @@ fn setup() -> (Arc<Llama>, Arc<MtpHead>) {
 
 /// 24 token ids spread over the vocabulary (a fixed linear congruential sequence).
 fn tokens(vocab: usize) -> Vec<u32> {
+    tokens_n(vocab, 24)
+}
+
+fn tokens_n(vocab: usize, n: usize) -> Vec<u32> {
     let mut x: u64 = 12345;
-    (0..24)
+    (0..n)
         .map(|_| {
             x = x.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
             ((x >> 33) % vocab as u64) as u32
@@ -113,4 +117,43 @@ fn a_reused_prefix_starts_the_head_after_it_and_a_gap_starts_it_over() {
     drafter.observe(20, &rows[..t.info().hidden], &history);
     drafter.draft(&history, DEPTH, &mut out);
     assert!(out.is_empty(), "{out:?}");
+}
+
+#[test]
+fn steps_that_do_not_draft_run_no_head_pass_until_the_held_rows_reach_the_cap() {
+    let (t, head) = setup();
+    let all = tokens(t.info().vocab_size);
+    let mut drafter = MtpDrafter::new(t.clone(), head.clone(), CAPACITY);
+    let mut cache = t.new_cache(CAPACITY);
+    let mut history = all[..8].to_vec();
+    let rows = feed(&t, &mut cache, &all[..8]);
+    history.push(all[8]);
+    drafter.observe(0, &rows, &history);
+    // Three plain steps: each feeds the pending token at position `p`.
+    for p in 8..11 {
+        let rows = feed(&t, &mut cache, &history[p..]);
+        history.push(all[p + 1]);
+        drafter.observe(p, &rows, &history);
+    }
+    let mut out = vec![7];
+    drafter.draft(&history, 0, &mut out);
+    assert!(out.is_empty());
+    assert_eq!(drafter.head_rows(), 0, "nothing drafted yet: the head ran no row");
+    drafter.draft(&history, DEPTH, &mut out);
+    assert_eq!(out, fresh_drafts(&t, &head, &history, 0), "one catch-up pass, then the same drafts");
+    assert_eq!(drafter.head_rows(), history.len() - 1);
+
+    // Held rows are bounded: a prompt longer than the cap is caught up while it is fed.
+    let long = tokens_n(t.info().vocab_size, CATCH_UP_ROWS + 8);
+    let capacity = long.len() + 1;
+    let mut drafter = MtpDrafter::new(t.clone(), head, capacity);
+    let mut cache = t.new_cache(capacity);
+    let mut history = long[..CATCH_UP_ROWS + 4].to_vec();
+    let rows = feed(&t, &mut cache, &history[..CATCH_UP_ROWS - 1]);
+    drafter.observe(0, &rows, &history);
+    assert_eq!(drafter.head_rows(), 0, "below the cap");
+    let rows = feed(&t, &mut cache, &history[CATCH_UP_ROWS - 1..CATCH_UP_ROWS + 3]);
+    history.push(long[CATCH_UP_ROWS + 4]);
+    drafter.observe(CATCH_UP_ROWS - 1, &rows, &history);
+    assert_eq!(drafter.head_rows(), CATCH_UP_ROWS + 3, "at the cap every held row whose next token is known ran");
 }

@@ -1,11 +1,13 @@
 //! The MTP drafter: the model's own multi-token-prediction head (`model/mtp`), chained greedily.
 //!
 //! The head reads the trunk's hidden state at each position, so the drafter is fed every hidden
-//! row the trunk keeps ([`Drafter::observe`]) and catches its own one-layer cache up with them as
-//! soon as the token after each row is known. Drafting then starts from the output of the last
-//! caught-up row (the draft of the token after the pending one) and chains: each draft's output
-//! state and token give the next. The chain's cache entries are dropped right after drafting,
-//! because verified positions come back as real trunk rows.
+//! row the trunk keeps ([`Drafter::observe`]) and holds them until it drafts: then it catches its
+//! own one-layer cache up with all of them in one pass (or sooner, every [`CATCH_UP_ROWS`] rows).
+//! A step that does not draft (depth 0, chosen when the head does not pay) thus costs no head
+//! pass, and a batched catch-up costs little more than one row. Drafting starts from the output
+//! of the last caught-up row (the draft of the token after the pending one) and chains: each
+//! draft's output state and token give the next. The chain's cache entries are dropped right
+//! after drafting, because verified positions come back as real trunk rows.
 //!
 //! The drafts are the head's top-1 over its sub-vocabulary, proposed as point masses (q = 1 on the
 //! drafted token). Rejection sampling with such a q keeps the output exact at every temperature.
@@ -14,6 +16,10 @@ use super::Drafter;
 use crate::model::mtp::{MtpHead, MtpStep};
 use crate::model::{KvCache, LogitsWanted, Model};
 use std::sync::Arc;
+
+/// Hidden rows held before the head catches up without being asked to draft, so that what is
+/// held stays small (about 150 KB for the demo model) whatever the context.
+pub const CATCH_UP_ROWS: usize = 64;
 
 pub struct MtpDrafter {
     model: Arc<dyn Model>,
@@ -33,6 +39,11 @@ impl MtpDrafter {
     pub fn new(model: Arc<dyn Model>, head: Arc<MtpHead>, capacity: usize) -> MtpDrafter {
         let cache = head.new_cache(capacity + super::MAX_DRAFT_DEPTH);
         MtpDrafter { model, head, cache, start: None, pending: Vec::new(), last: None }
+    }
+
+    /// Positions the head's own cache holds (rows it has run), for tests.
+    pub fn head_rows(&self) -> usize {
+        self.cache.len()
     }
 
     /// Forgets everything; the next observed row starts the head afresh.
@@ -83,15 +94,21 @@ impl Drafter for MtpDrafter {
             self.start = Some(first);
         }
         self.pending.extend_from_slice(hidden);
-        self.catch_up(history);
+        if self.pending.len() / h >= CATCH_UP_ROWS {
+            self.catch_up(history);
+        }
     }
 
     fn draft(&mut self, history: &[u32], max: usize, out: &mut Vec<u32>) {
         out.clear();
         let Some(start) = self.start else { return };
+        if max == 0 {
+            return;
+        }
+        self.catch_up(history);
         // The trunk holds every position but the pending token's; the head must hold them too.
         let trunk_len = history.len().saturating_sub(1);
-        if max == 0 || start + self.cache.len() != trunk_len || !self.pending.is_empty() {
+        if start + self.cache.len() != trunk_len || !self.pending.is_empty() {
             return;
         }
         let (Some(trunk), Some(last)) = (self.model.mtp_trunk(), self.last.as_ref()) else { return };
