@@ -158,11 +158,14 @@ impl SpecState {
         SpecState { drafter, depth, learned, source: 0, draft: Vec::new(), stats: SpecCounts::default() }
     }
 
-    /// Starts each source's running acceptance from what `tune` measured for it (`None`
-    /// positions, and sources it did not measure, keep the built-in rule), instead of
-    /// [`PRIOR_ACCEPT`] everywhere.
+    /// Starts each source's running acceptance and drafting cost from what `tune` measured for
+    /// it (`None` positions, and sources it did not measure, keep the built-in rule: 0.5, and a
+    /// cost learned from the first draft).
     pub fn with_prior(mut self, prior: &SpecPrior) -> SpecState {
         for (l, name) in self.learned.iter_mut().zip(self.drafter.sources()) {
+            if let Some(t) = prior.draft_secs_for(name).filter(|t| t.is_finite() && *t >= 0.0) {
+                l.draft_cost = t;
+            }
             for (j, a) in prior.accept_for(name).into_iter().flatten().enumerate() {
                 if let Some(a) = a.filter(|a| (0.0..=1.0).contains(a)) {
                     l.accept[j] = a;
@@ -248,7 +251,7 @@ mod tests {
     }
 
     fn ngram_prior(accept: [Option<f64>; MAX_DRAFT_DEPTH]) -> SpecPrior {
-        SpecPrior { pass_secs: vec![], accept: vec![("ngram".into(), accept)] }
+        SpecPrior { accept: vec![("ngram".into(), accept)], ..Default::default() }
     }
 
     /// A drafter of two sources that drafts from the one its field names.
@@ -366,7 +369,7 @@ mod tests {
         // Before any pass is timed the prior slope makes a 2-row pass cost 1.3x, so 0.5 drafts;
         // tune measured every row as dear as a whole pass, and then it does not.
         assert!(state(Depth::Auto).choose_depth(8, 0, 0, &CostModel::default()) >= 1);
-        let steep = SpecPrior { pass_secs: (1..=9).map(|r| 0.010 * r as f64).collect(), accept: vec![] };
+        let steep = SpecPrior { pass_secs: (1..=9).map(|r| 0.010 * r as f64).collect(), ..Default::default() };
         assert_eq!(state(Depth::Auto).choose_depth(8, 0, 0, &CostModel::from_prior(&steep)), 0);
         // A drafter the profile did not measure keeps the built-in start.
         assert!(state(Depth::Auto).with_prior(&SpecPrior::default()).choose_depth(8, 0, 0, &costs(0.1)) >= 1);
@@ -380,7 +383,7 @@ mod tests {
             s.learn(1, true);
         }
         assert!(s.choose_depth(8, 0, 0, &costs(0.1)) >= 2);
-        let mut c = CostModel::from_prior(&SpecPrior { pass_secs: vec![0.010, 0.020], accept: vec![] });
+        let mut c = CostModel::from_prior(&SpecPrior { pass_secs: vec![0.010, 0.020], ..Default::default() });
         assert!((c.cost(2) - 0.020).abs() < 1e-12);
         c.observe(2, Duration::from_millis(10));
         assert!((c.cost(2) - 0.018).abs() < 1e-12);
@@ -392,7 +395,7 @@ mod tests {
         // 3.1x a 1-row pass) and n-gram acceptance pooled over chat, code and editing.
         let ms = [7.84, 9.38, 10.37, 11.74, 14.27, 16.25, 19.40, 22.06, 23.98];
         let costs =
-            CostModel::from_prior(&SpecPrior { pass_secs: ms.iter().map(|t| t / 1e3).collect(), accept: vec![] });
+            CostModel::from_prior(&SpecPrior { pass_secs: ms.iter().map(|t| t / 1e3).collect(), ..Default::default() });
         let pooled = [0.63, 0.83, 0.94, 0.93, 0.95, 0.97, 0.97, 0.96].map(Some);
         let mut s = state(Depth::Auto).with_prior(&ngram_prior(pooled));
         assert!(s.choose_depth(8, 0, 0, &costs) >= 3, "the pooled prior drafts deep at once");
@@ -418,7 +421,7 @@ mod tests {
 
     #[test]
     fn each_source_of_a_drafter_keeps_its_own_acceptance_and_prior() {
-        let prior = SpecPrior { pass_secs: vec![], accept: vec![("b".into(), [Some(0.9); MAX_DRAFT_DEPTH])] };
+        let prior = SpecPrior { accept: vec![("b".into(), [Some(0.9); MAX_DRAFT_DEPTH])], ..Default::default() };
         let mut s = SpecState::new(Box::new(TwoSources(0)), Depth::Auto).with_prior(&prior);
         // Source a is rejected every time it drafts: it stops drafting.
         s.pick(&[]);
@@ -434,6 +437,17 @@ mod tests {
         // The request's counts add up both sources' rounds.
         s.learn(0, true);
         assert_eq!((s.stats.drafted_by_depth[0], s.stats.accepted_by_depth[0]), (31, 1));
+    }
+
+    #[test]
+    fn a_measured_drafting_cost_counts_from_the_first_step() {
+        // Accepted at 0.3 with cheap rows, a free drafter pays at depth 1; `tune` measured this
+        // one at a third of a pass per drafted token, and then it does not.
+        let accept = [Some(0.3); MAX_DRAFT_DEPTH];
+        let free = ngram_prior(accept);
+        assert!(state(Depth::Auto).with_prior(&free).choose_depth(8, 0, 0, &costs(0.1)) >= 1);
+        let slow = SpecPrior { draft_secs: vec![("ngram".into(), 0.010 / 3.0)], ..free };
+        assert_eq!(state(Depth::Auto).with_prior(&slow).choose_depth(8, 0, 0, &costs(0.1)), 0);
     }
 
     #[test]
