@@ -3,7 +3,9 @@
 //! accepted length, a prefix reused from another sequence), it drafts exactly what a head run
 //! afresh over the same positions drafts.
 
+use mtplx_lite::engine::draft::auto::AutoDrafter;
 use mtplx_lite::engine::draft::mtp::{MtpDrafter, CATCH_UP_ROWS};
+use mtplx_lite::engine::draft::ngram::NgramDrafter;
 use mtplx_lite::engine::draft::Drafter;
 use mtplx_lite::model::llama::Llama;
 use mtplx_lite::model::mtp::{MtpHead, MtpTrunk};
@@ -156,4 +158,43 @@ fn steps_that_do_not_draft_run_no_head_pass_until_the_held_rows_reach_the_cap() 
     history.push(long[CATCH_UP_ROWS + 4]);
     drafter.observe(CATCH_UP_ROWS - 1, &rows, &history);
     assert_eq!(drafter.head_rows(), CATCH_UP_ROWS + 3, "at the cap every held row whose next token is known ran");
+}
+
+#[test]
+fn auto_drafts_by_lookup_where_the_text_repeats_and_by_the_head_elsewhere() {
+    let (t, head) = setup();
+    let all = tokens(t.info().vocab_size);
+    let mut auto = AutoDrafter::new(MtpDrafter::new(t.clone(), head.clone(), CAPACITY));
+    assert_eq!(auto.sources(), ["ngram", "mtp"]);
+    let mut cache = t.new_cache(CAPACITY);
+    let mut history = all[..10].to_vec();
+    let rows = feed(&t, &mut cache, &history);
+    history.push(all[10]);
+    auto.observe(0, &rows, &history);
+    // No n-gram of the text's end occurred before: the head drafts.
+    let mut out = Vec::new();
+    assert_eq!(auto.pick(&history), 1);
+    auto.draft(&history, DEPTH, &mut out);
+    assert_eq!(out, fresh_drafts(&t, &head, &history, 0));
+    // The text now ends with its own first two tokens: lookup continues the earlier text.
+    let at = history.len() - 1;
+    let rows = feed(&t, &mut cache, &history[at..]);
+    history.push(all[0]);
+    auto.observe(at, &rows, &history);
+    let rows = feed(&t, &mut cache, &history[at + 1..]);
+    history.push(all[1]);
+    auto.observe(at + 1, &rows, &history);
+    assert_eq!(auto.pick(&history), 0);
+    auto.draft(&history, DEPTH, &mut out);
+    let mut lookup = Vec::new();
+    NgramDrafter.draft(&history, DEPTH, &mut lookup);
+    assert_eq!((out.as_slice(), lookup.as_slice()), (&all[2..2 + DEPTH], &all[2..2 + DEPTH]));
+    // The head kept up meanwhile: asked again where lookup has nothing, it drafts as a fresh one.
+    let at = history.len() - 1;
+    let rows = feed(&t, &mut cache, &history[at..]);
+    history.push(all[20]);
+    auto.observe(at, &rows, &history);
+    assert_eq!(auto.pick(&history), 1);
+    auto.draft(&history, DEPTH, &mut out);
+    assert_eq!(out, fresh_drafts(&t, &head, &history, 0));
 }

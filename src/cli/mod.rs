@@ -117,7 +117,8 @@ pub struct Cli {
     #[argh(option, default = "DEFAULT_MAX_STEP_RATIO")]
     pub max_step_ratio: f64,
     /// speculative decoding's drafter: none, ngram, mtp (needs an MTP head) or auto (default
-    /// auto: n-gram drafts with the depth chosen by measured cost; see docs/speculative.md)
+    /// auto: n-gram lookup where the text repeats, the MTP head elsewhere if loaded, each at the
+    /// depth its measured acceptance and cost pay for; see docs/speculative.md)
     #[argh(option, default = "String::from(\"auto\")")]
     pub draft: String,
     /// draft tokens per step: 1 to 8, or auto (default auto)

@@ -167,10 +167,7 @@ impl Scheduler {
         let p = &job.params;
         let reproducible = p.seed.is_some() && p.temperature > 0.0 && job.draft.mode.is_none();
         let mode = if reproducible { DraftMode::None } else { job.draft.mode.unwrap_or(self.draft.mode) };
-        let spec = drafter_for(mode, self.mtp.as_ref()).map(|d| {
-            let measured = self.prior.accept_for(d.name());
-            SpecState::new(d, depth).with_prior(measured)
-        });
+        let spec = drafter_for(mode, self.mtp.as_ref()).map(|d| SpecState::new(d, depth).with_prior(&self.prior));
         self.active.push(Seq {
             sampler: Sampler::new(&job.params),
             detok: StreamDecoder::new(),
@@ -346,6 +343,7 @@ impl Scheduler {
             let Some(spec) = s.spec.as_mut() else { continue };
             // Drafts past the last token the sequence may emit would be verified for nothing.
             let cap = (s.max_new - s.generated).saturating_sub(1).min(max_rows.saturating_sub(rows));
+            spec.pick(&s.history);
             let depth = spec.choose_depth(cap, rows - 1, decoding - 1, &self.costs);
             let started = Instant::now();
             spec.drafter.draft(&s.history, depth, &mut spec.draft);

@@ -12,6 +12,8 @@ pub struct SpecPrior {
     /// Per drafter name (`ngram`, `mtp`): acceptance at each draft position given every earlier
     /// one was accepted; `None` where too few drafts reached the position to say.
     pub accept: Vec<(String, [Option<f64>; MAX_DRAFT_DEPTH])>,
+    /// Per drafter name: seconds it took per drafted token.
+    pub draft_secs: Vec<(String, f64)>,
 }
 
 impl SpecPrior {
@@ -20,8 +22,13 @@ impl SpecPrior {
         self.accept.iter().find(|(n, _)| n == name).map(|(_, a)| a)
     }
 
+    /// The measured seconds per drafted token of the drafter named `name`, if any.
+    pub fn draft_secs_for(&self, name: &str) -> Option<f64> {
+        self.draft_secs.iter().find(|(n, _)| n == name).map(|&(_, t)| t)
+    }
+
     /// True when nothing was measured: the engine starts from its built-in guesses.
     pub fn is_empty(&self) -> bool {
-        self.pass_secs.is_empty() && self.accept.is_empty()
+        self.pass_secs.is_empty() && self.accept.is_empty() && self.draft_secs.is_empty()
     }
 }

@@ -94,10 +94,10 @@ impl CostModel {
     }
 }
 
-/// One sequence's speculation: its drafter, what it has learned, and what it reports.
-pub struct SpecState {
-    pub drafter: Box<dyn Drafter>,
-    pub depth: Depth,
+/// What a sequence has learned of one drafting source (a drafter, or one of the drafters an
+/// `auto` drafter chooses between).
+#[derive(Clone)]
+struct Learned {
     /// P(draft position j accepted | positions before it accepted), running.
     accept: [f64; MAX_DRAFT_DEPTH],
     /// Whether position j was ever verified (or measured by `tune`); an unverified position is
@@ -106,41 +106,22 @@ pub struct SpecState {
     seen: [bool; MAX_DRAFT_DEPTH],
     /// Verifications of position j so far in this request.
     verified: [u32; MAX_DRAFT_DEPTH],
-    /// Steps since the last round that drafted.
+    /// Steps since this source last drafted while it was the one asked.
     idle_steps: u32,
-    /// Running seconds the drafter takes per drafted token (a head's forward; about 0 for
-    /// n-gram lookup), weighed beside the verify pass's cost.
+    /// Running seconds the source takes per drafted token (a head's forward; about 0 for n-gram
+    /// lookup), weighed beside the verify pass's cost.
     draft_cost: f64,
-    /// The draft of the current step (empty: plain decoding this step).
-    pub draft: Vec<u32>,
-    pub stats: SpecCounts,
 }
 
-impl SpecState {
-    pub fn new(drafter: Box<dyn Drafter>, depth: Depth) -> SpecState {
-        SpecState {
-            drafter,
-            depth,
+impl Learned {
+    fn new() -> Learned {
+        Learned {
             accept: [PRIOR_ACCEPT; MAX_DRAFT_DEPTH],
             seen: [false; MAX_DRAFT_DEPTH],
             verified: [0; MAX_DRAFT_DEPTH],
             idle_steps: 0,
             draft_cost: 0.0,
-            draft: Vec::new(),
-            stats: SpecCounts::default(),
         }
-    }
-
-    /// Starts the running acceptance from what `tune` measured for this drafter (`None`
-    /// positions keep the built-in rule), instead of [`PRIOR_ACCEPT`] everywhere.
-    pub fn with_prior(mut self, measured: Option<&[Option<f64>; MAX_DRAFT_DEPTH]>) -> SpecState {
-        for (j, a) in measured.into_iter().flatten().enumerate() {
-            if let Some(a) = a.filter(|a| (0.0..=1.0).contains(a)) {
-                self.accept[j] = a;
-                self.seen[j] = true;
-            }
-        }
-        self
     }
 
     /// Expected tokens a round of depth `k` yields: the bonus-or-correction token, plus each
@@ -156,26 +137,71 @@ impl SpecState {
         }
         sum
     }
+}
+
+/// One sequence's speculation: its drafter, what it has learned, and what it reports.
+pub struct SpecState {
+    pub drafter: Box<dyn Drafter>,
+    pub depth: Depth,
+    /// One per source of the drafter ([`Drafter::sources`]).
+    learned: Vec<Learned>,
+    /// The source of the current step's draft.
+    source: usize,
+    /// The draft of the current step (empty: plain decoding this step).
+    pub draft: Vec<u32>,
+    pub stats: SpecCounts,
+}
+
+impl SpecState {
+    pub fn new(drafter: Box<dyn Drafter>, depth: Depth) -> SpecState {
+        let learned = vec![Learned::new(); drafter.sources().len().max(1)];
+        SpecState { drafter, depth, learned, source: 0, draft: Vec::new(), stats: SpecCounts::default() }
+    }
+
+    /// Starts each source's running acceptance and drafting cost from what `tune` measured for
+    /// it (`None` positions, and sources it did not measure, keep the built-in rule: 0.5, and a
+    /// cost learned from the first draft).
+    pub fn with_prior(mut self, prior: &SpecPrior) -> SpecState {
+        for (l, name) in self.learned.iter_mut().zip(self.drafter.sources()) {
+            if let Some(t) = prior.draft_secs_for(name).filter(|t| t.is_finite() && *t >= 0.0) {
+                l.draft_cost = t;
+            }
+            for (j, a) in prior.accept_for(name).into_iter().flatten().enumerate() {
+                if let Some(a) = a.filter(|a| (0.0..=1.0).contains(a)) {
+                    l.accept[j] = a;
+                    l.seen[j] = true;
+                }
+            }
+        }
+        self
+    }
+
+    /// Asks the drafter which of its sources drafts after `history`: the depth is then chosen
+    /// from that source's record.
+    pub fn pick(&mut self, history: &[u32]) {
+        self.source = self.drafter.pick(history).min(self.learned.len() - 1);
+    }
 
     /// The depth of this step's draft, at most `cap`, given a pass that would otherwise feed
     /// `rows` rows and yield `tokens` tokens for the other sequences.
     pub fn choose_depth(&mut self, cap: usize, rows: usize, tokens: usize, costs: &CostModel) -> usize {
         let cap = cap.min(MAX_DRAFT_DEPTH);
+        let l = &mut self.learned[self.source];
         let k = match self.depth {
             Depth::Fixed(n) => n.min(cap),
             Depth::Auto => {
                 let rate = |k: usize| {
-                    (tokens as f64 + self.expected_tokens(k)) / (costs.cost(rows + 1 + k) + k as f64 * self.draft_cost)
+                    (tokens as f64 + l.expected_tokens(k)) / (costs.cost(rows + 1 + k) + k as f64 * l.draft_cost)
                 };
                 let best = (0..=cap).fold(0, |b, k| if rate(k) > rate(b) { k } else { b });
-                if best == 0 && cap > 0 && self.idle_steps >= EXPLORE_EVERY {
+                if best == 0 && cap > 0 && l.idle_steps >= EXPLORE_EVERY {
                     1
                 } else {
                     best
                 }
             }
         };
-        self.idle_steps = if k == 0 { self.idle_steps + 1 } else { 0 };
+        l.idle_steps = if k == 0 { l.idle_steps + 1 } else { 0 };
         k
     }
 
@@ -184,21 +210,22 @@ impl SpecState {
         self.stats.draft_time += took;
         if n > 0 {
             let per_token = took.as_secs_f64() / n as f64;
-            self.draft_cost += COST_EWMA * (per_token - self.draft_cost);
+            let l = &mut self.learned[self.source];
+            l.draft_cost += COST_EWMA * (per_token - l.draft_cost);
         }
     }
 
-    /// Records that position `j` of a draft was verified, and whether it was accepted.
+    /// Records that position `j` of the current draft was verified, and whether it was accepted.
     pub fn learn(&mut self, j: usize, accepted: bool) {
-        if !self.seen[j] {
+        let l = &mut self.learned[self.source];
+        if !l.seen[j] {
             // Start from the prior this position was planned with, not from 0.5.
-            self.accept[j] = (0..j).rev().find(|&i| self.seen[i]).map_or(PRIOR_ACCEPT, |i| self.accept[i]);
-            self.seen[j] = true;
+            l.accept[j] = (0..j).rev().find(|&i| l.seen[i]).map_or(PRIOR_ACCEPT, |i| l.accept[i]);
+            l.seen[j] = true;
         }
-        self.verified[j] += 1;
-        let weight = (1.0 / (PRIOR_WEIGHT + self.verified[j] as f64)).max(ACCEPT_EWMA);
-        let a = &mut self.accept[j];
-        *a += weight * (accepted as u32 as f64 - *a);
+        l.verified[j] += 1;
+        let weight = (1.0 / (PRIOR_WEIGHT + l.verified[j] as f64)).max(ACCEPT_EWMA);
+        l.accept[j] += weight * (accepted as u32 as f64 - l.accept[j]);
         grow(&mut self.stats.drafted_by_depth, j);
         self.stats.drafted_by_depth[j] += 1;
         if accepted {
@@ -221,6 +248,29 @@ mod tests {
 
     fn state(depth: Depth) -> SpecState {
         SpecState::new(Box::new(NgramDrafter), depth)
+    }
+
+    fn ngram_prior(accept: [Option<f64>; MAX_DRAFT_DEPTH]) -> SpecPrior {
+        SpecPrior { accept: vec![("ngram".into(), accept)], ..Default::default() }
+    }
+
+    /// A drafter of two sources that drafts from the one its field names.
+    struct TwoSources(usize);
+
+    impl Drafter for TwoSources {
+        fn name(&self) -> &'static str {
+            "a+b"
+        }
+        fn sources(&self) -> &'static [&'static str] {
+            &["a", "b"]
+        }
+        fn pick(&mut self, _history: &[u32]) -> usize {
+            self.0
+        }
+        fn draft(&mut self, _history: &[u32], max: usize, out: &mut Vec<u32>) {
+            out.clear();
+            out.resize(max, 1);
+        }
     }
 
     fn costs(per_row: f64) -> CostModel {
@@ -315,25 +365,25 @@ mod tests {
         assert!(state(Depth::Auto).choose_depth(8, 0, 0, &costs(0.1)) >= 1);
         // tune measured this drafter at 0.05: the same rows no longer pay for a draft.
         let low = [Some(0.05); MAX_DRAFT_DEPTH];
-        assert_eq!(state(Depth::Auto).with_prior(Some(&low)).choose_depth(8, 0, 0, &costs(0.1)), 0);
+        assert_eq!(state(Depth::Auto).with_prior(&ngram_prior(low)).choose_depth(8, 0, 0, &costs(0.1)), 0);
         // Before any pass is timed the prior slope makes a 2-row pass cost 1.3x, so 0.5 drafts;
         // tune measured every row as dear as a whole pass, and then it does not.
         assert!(state(Depth::Auto).choose_depth(8, 0, 0, &CostModel::default()) >= 1);
-        let steep = SpecPrior { pass_secs: (1..=9).map(|r| 0.010 * r as f64).collect(), accept: vec![] };
+        let steep = SpecPrior { pass_secs: (1..=9).map(|r| 0.010 * r as f64).collect(), ..Default::default() };
         assert_eq!(state(Depth::Auto).choose_depth(8, 0, 0, &CostModel::from_prior(&steep)), 0);
         // A drafter the profile did not measure keeps the built-in start.
-        assert!(state(Depth::Auto).with_prior(None).choose_depth(8, 0, 0, &costs(0.1)) >= 1);
+        assert!(state(Depth::Auto).with_prior(&SpecPrior::default()).choose_depth(8, 0, 0, &costs(0.1)) >= 1);
     }
 
     #[test]
     fn a_prior_is_a_starting_point_that_verification_moves() {
-        let mut s = state(Depth::Auto).with_prior(Some(&[Some(0.05); MAX_DRAFT_DEPTH]));
+        let mut s = state(Depth::Auto).with_prior(&ngram_prior([Some(0.05); MAX_DRAFT_DEPTH]));
         for _ in 0..60 {
             s.learn(0, true);
             s.learn(1, true);
         }
         assert!(s.choose_depth(8, 0, 0, &costs(0.1)) >= 2);
-        let mut c = CostModel::from_prior(&SpecPrior { pass_secs: vec![0.010, 0.020], accept: vec![] });
+        let mut c = CostModel::from_prior(&SpecPrior { pass_secs: vec![0.010, 0.020], ..Default::default() });
         assert!((c.cost(2) - 0.020).abs() < 1e-12);
         c.observe(2, Duration::from_millis(10));
         assert!((c.cost(2) - 0.018).abs() < 1e-12);
@@ -345,9 +395,9 @@ mod tests {
         // 3.1x a 1-row pass) and n-gram acceptance pooled over chat, code and editing.
         let ms = [7.84, 9.38, 10.37, 11.74, 14.27, 16.25, 19.40, 22.06, 23.98];
         let costs =
-            CostModel::from_prior(&SpecPrior { pass_secs: ms.iter().map(|t| t / 1e3).collect(), accept: vec![] });
+            CostModel::from_prior(&SpecPrior { pass_secs: ms.iter().map(|t| t / 1e3).collect(), ..Default::default() });
         let pooled = [0.63, 0.83, 0.94, 0.93, 0.95, 0.97, 0.97, 0.96].map(Some);
-        let mut s = state(Depth::Auto).with_prior(Some(&pooled));
+        let mut s = state(Depth::Auto).with_prior(&ngram_prior(pooled));
         assert!(s.choose_depth(8, 0, 0, &costs) >= 3, "the pooled prior drafts deep at once");
         // A chat request whose first drafted token is always wrong: the moving average alone
         // would keep drafting for about 13 rounds (0.63 x 0.9^n falls below the 2-row break-even
@@ -356,7 +406,7 @@ mod tests {
         while s.choose_depth(8, 0, 0, &costs) > 0 {
             s.learn(0, false);
             rounds += 1;
-            assert!(rounds <= 3, "still drafting after {rounds} rejections: {:?}", s.accept);
+            assert!(rounds <= 3, "still drafting after {rounds} rejections: {:?}", s.learned[0].accept);
         }
         // Past the first rounds the moving average rules: one acceptance moves a position by
         // ACCEPT_EWMA, not by a share of a short count.
@@ -364,9 +414,40 @@ mod tests {
         for _ in 0..20 {
             old.learn(0, false);
         }
-        let before = old.accept[0];
+        let before = old.learned[0].accept[0];
         old.learn(0, true);
-        assert!((old.accept[0] - (before + ACCEPT_EWMA * (1.0 - before))).abs() < 1e-12);
+        assert!((old.learned[0].accept[0] - (before + ACCEPT_EWMA * (1.0 - before))).abs() < 1e-12);
+    }
+
+    #[test]
+    fn each_source_of_a_drafter_keeps_its_own_acceptance_and_prior() {
+        let prior = SpecPrior { accept: vec![("b".into(), [Some(0.9); MAX_DRAFT_DEPTH])], ..Default::default() };
+        let mut s = SpecState::new(Box::new(TwoSources(0)), Depth::Auto).with_prior(&prior);
+        // Source a is rejected every time it drafts: it stops drafting.
+        s.pick(&[]);
+        for _ in 0..30 {
+            s.learn(0, false);
+        }
+        assert_eq!(s.choose_depth(8, 0, 0, &costs(0.1)), 0);
+        // Source b, never verified in this request, still drafts deep from its measured prior.
+        s.drafter = Box::new(TwoSources(1));
+        s.pick(&[]);
+        assert!(s.choose_depth(8, 0, 0, &costs(0.1)) >= 4);
+        assert_eq!(s.learned[1].verified, [0; MAX_DRAFT_DEPTH], "a's rejections were not b's");
+        // The request's counts add up both sources' rounds.
+        s.learn(0, true);
+        assert_eq!((s.stats.drafted_by_depth[0], s.stats.accepted_by_depth[0]), (31, 1));
+    }
+
+    #[test]
+    fn a_measured_drafting_cost_counts_from_the_first_step() {
+        // Accepted at 0.3 with cheap rows, a free drafter pays at depth 1; `tune` measured this
+        // one at a third of a pass per drafted token, and then it does not.
+        let accept = [Some(0.3); MAX_DRAFT_DEPTH];
+        let free = ngram_prior(accept);
+        assert!(state(Depth::Auto).with_prior(&free).choose_depth(8, 0, 0, &costs(0.1)) >= 1);
+        let slow = SpecPrior { draft_secs: vec![("ngram".into(), 0.010 / 3.0)], ..free };
+        assert_eq!(state(Depth::Auto).with_prior(&slow).choose_depth(8, 0, 0, &costs(0.1)), 0);
     }
 
     #[test]

@@ -262,12 +262,15 @@ impl Profile {
     /// The engine's starting point: the measured pass costs, and each drafter's acceptance
     /// averaged over classes. The `mtp` figures count only for the head they were measured with.
     pub fn prior(&self, head: Option<&FileKey>) -> SpecPrior {
-        let accept = self
+        let measured: Vec<&DrafterRun> = self
             .drafters
             .iter()
             .filter(|d| d.name != "mtp" || (head.is_some() && head == self.mtp_head.as_ref()))
-            .map(|d| (d.name.clone(), self.accept_of(d)))
             .collect();
-        SpecPrior { pass_secs: self.pass_secs.clone(), accept }
+        SpecPrior {
+            pass_secs: self.pass_secs.clone(),
+            accept: measured.iter().map(|d| (d.name.clone(), self.accept_of(d))).collect(),
+            draft_secs: measured.iter().map(|d| (d.name.clone(), d.draft_secs_per_token)).collect(),
+        }
     }
 }

@@ -2,6 +2,7 @@
 //! verifies (`engine/speculate.rs`). A drafter only proposes; exactness is the verifier's job, so
 //! a bad drafter costs speed, never correctness.
 
+pub mod auto;
 pub mod mtp;
 pub mod ngram;
 
@@ -23,9 +24,9 @@ pub enum DraftMode {
     Ngram,
     /// The model's multi-token-prediction head.
     Mtp,
-    /// The drafter that pays on this model, with the depth chosen by cost: n-gram lookup. A
-    /// loaded MTP head is used only when asked for: the demo's is accepted too rarely to pay for
-    /// its own forward passes (docs/speculative.md).
+    /// The MTP head where one is loaded, and n-gram lookup wherever the text repeats itself (it
+    /// then has a draft); n-gram lookup alone without a head. Each keeps its own acceptance, so
+    /// the depth chosen by cost drops to 0 for a source that does not pay (docs/speculative.md).
     Auto,
 }
 
@@ -118,6 +119,16 @@ pub trait Drafter: Send {
     /// The name records and metrics show.
     fn name(&self) -> &'static str;
 
+    /// The drafters this one chooses between (its own name alone for a single drafter): the
+    /// sequence learns each one's acceptance and cost apart, under these names.
+    fn sources(&self) -> &'static [&'static str];
+
+    /// Which of [`Drafter::sources`] drafts next after `history` (asked before the depth is
+    /// chosen, since the depth depends on the source).
+    fn pick(&mut self, _history: &[u32]) -> usize {
+        0
+    }
+
     /// Writes at most `max` tokens likely to follow `history` into `out` (cleared first). An
     /// empty draft means "no guess": the step decodes plainly. `history` is the prompt and every
     /// emitted token; the model's cache holds all of it but the last token.
@@ -153,7 +164,8 @@ impl MtpSource {
 pub fn drafter_for(mode: DraftMode, head: Option<&MtpSource>) -> Option<Box<dyn Drafter>> {
     match (mode, head) {
         (DraftMode::None, _) | (DraftMode::Mtp, None) => None,
-        (DraftMode::Ngram | DraftMode::Auto, _) => Some(Box::new(ngram::NgramDrafter)),
+        (DraftMode::Ngram | DraftMode::Auto, None) | (DraftMode::Ngram, Some(_)) => Some(Box::new(ngram::NgramDrafter)),
+        (DraftMode::Auto, Some(h)) => Some(Box::new(auto::AutoDrafter::new(h.drafter()))),
         (DraftMode::Mtp, Some(h)) => Some(Box::new(h.drafter())),
     }
 }

@@ -81,6 +81,10 @@ impl Drafter for MtpDrafter {
         "mtp"
     }
 
+    fn sources(&self) -> &'static [&'static str] {
+        &["mtp"]
+    }
+
     fn needs_hidden(&self) -> bool {
         true
     }

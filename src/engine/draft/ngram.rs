@@ -20,6 +20,10 @@ impl Drafter for NgramDrafter {
         "ngram"
     }
 
+    fn sources(&self) -> &'static [&'static str] {
+        &["ngram"]
+    }
+
     fn draft(&mut self, history: &[u32], max: usize, out: &mut Vec<u32>) {
         out.clear();
         if max == 0 {
