@@ -20,12 +20,14 @@ pub struct AutoDrafter {
     mtp: MtpDrafter,
     /// The source [`Drafter::pick`] chose for the next draft.
     from: usize,
-    scratch: Vec<u32>,
+    /// The lookup's draft found by `pick`, and the length of the history it was found for.
+    lookup: Vec<u32>,
+    picked_at: usize,
 }
 
 impl AutoDrafter {
     pub fn new(mtp: MtpDrafter) -> AutoDrafter {
-        AutoDrafter { ngram: NgramDrafter, mtp, from: NGRAM, scratch: Vec::new() }
+        AutoDrafter { ngram: NgramDrafter, mtp, from: NGRAM, lookup: Vec::new(), picked_at: usize::MAX }
     }
 }
 
@@ -40,13 +42,19 @@ impl Drafter for AutoDrafter {
 
     fn pick(&mut self, history: &[u32]) -> usize {
         // A lookup is a few microseconds; the head's draft is a forward pass per token.
-        self.ngram.draft(history, MAX_DRAFT_DEPTH, &mut self.scratch);
-        self.from = if self.scratch.is_empty() { MTP } else { NGRAM };
+        self.ngram.draft(history, MAX_DRAFT_DEPTH, &mut self.lookup);
+        self.picked_at = history.len();
+        self.from = if self.lookup.is_empty() { MTP } else { NGRAM };
         self.from
     }
 
     fn draft(&mut self, history: &[u32], max: usize, out: &mut Vec<u32>) {
         match self.from {
+            // The lookup `pick` made for this history: its first `max` tokens are the draft.
+            NGRAM if self.picked_at == history.len() => {
+                out.clear();
+                out.extend_from_slice(&self.lookup[..max.min(self.lookup.len())]);
+            }
             NGRAM => self.ngram.draft(history, max, out),
             _ => self.mtp.draft(history, max, out),
         }
