@@ -260,7 +260,7 @@ impl Profile {
     }
 
     /// The engine's starting point: the measured pass costs, and each drafter's acceptance
-    /// averaged over classes. The `mtp` figures count only for the head they were measured with.
+    /// averaged over classes and its time per drafted token. The `mtp` figures count only for the head they were measured with.
     pub fn prior(&self, head: Option<&FileKey>) -> SpecPrior {
         let measured: Vec<&DrafterRun> = self
             .drafters
