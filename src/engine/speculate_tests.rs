@@ -71,7 +71,10 @@ fn greedy_output_is_the_plain_output_at_every_depth() {
 
 #[test]
 fn drafting_and_plain_sequences_share_steps_and_each_gets_its_plain_output() {
-    let model = echo_model();
+    // The model waits until all four are submitted: on a busy machine the first could otherwise
+    // finish alone before the next arrives.
+    let model = Arc::new(ToyModel::new(Gate::closed()).echoing(PERIOD));
+    let open = OpenOnDrop(model.clone());
     let e = engine(&model, DraftConfig { mode: DraftMode::Ngram, depth: Depth::Auto });
     let modes = [None, Some(DraftMode::None), Some(DraftMode::Ngram), Some(DraftMode::None)];
     let rxs: Vec<_> = (0..4)
@@ -82,6 +85,7 @@ fn drafting_and_plain_sequences_share_steps_and_each_gets_its_plain_output() {
             rx
         })
         .collect();
+    drop(open);
     for (i, rx) in rxs.iter().enumerate() {
         let o = collect(rx);
         assert_eq!(o.tokens, greedy_on(&model, &prompt(i as u32), 50, &[]), "sequence {i}");
