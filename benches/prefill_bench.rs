@@ -1,5 +1,7 @@
 //! Prefill and decode tokens/s of a real model at chosen prompt lengths and thread counts (run:
-//! `cargo bench --bench prefill_bench -- pp=512,4096,8192 tg=64,128 threads=2 reps=2`).
+//! `cargo bench --bench prefill_bench -- pp=512,4096,8192 tg=64,128 threads=2 reps=2`; add
+//! `ubatch=0,512` to also prefill in forward passes of at most 512 tokens, as the server's
+//! chunked prefill does).
 //!
 //! `mtplx-lite bench` always runs one thread beside the chosen count and one prompt length;
 //! this measures only what is asked, so that long prompts (issue 11: 4,096 and 8,192 tokens
@@ -16,14 +18,18 @@ fn tokens(n: usize, vocab: usize) -> Vec<u32> {
     (0..n).map(|i| ((i * 7919 + 13) % vocab.max(1)) as u32).collect()
 }
 
-fn prefill_tok_s(model: &dyn Model, prompt: usize, reps: usize) -> f64 {
+/// Prefill tokens/s, in forward passes of at most `ubatch` tokens (0: the whole prompt in one).
+fn prefill_tok_s(model: &dyn Model, prompt: usize, reps: usize, ubatch: usize) -> f64 {
     let toks = tokens(prompt, model.info().vocab_size);
+    let step = if ubatch == 0 { prompt } else { ubatch };
     (0..reps)
         .map(|_| {
             let mut cache = model.new_cache(prompt);
             let t = Instant::now();
-            let mut batch = [SeqBatch { tokens: &toks, cache: &mut cache, logits: LogitsWanted::Last }];
-            model.forward(&mut batch).expect("prefill");
+            for part in toks.chunks(step) {
+                let mut batch = [SeqBatch { tokens: part, cache: &mut cache, logits: LogitsWanted::Last }];
+                model.forward(&mut batch).expect("prefill");
+            }
             prompt as f64 / t.elapsed().as_secs_f64()
         })
         .fold(0.0, f64::max)
@@ -52,13 +58,14 @@ fn list(v: &str) -> Vec<usize> {
 fn main() {
     let home = std::env::var("HOME").unwrap_or_default();
     let mut model = PathBuf::from(home).join(".cache/mtplx-lite/SmolLM2-135M-Instruct.Q4_1.gguf");
-    let (mut pp, mut tg, mut threads, mut reps) = (vec![512], vec![64], vec![2], 2);
+    let (mut pp, mut tg, mut threads, mut reps, mut ubatch) = (vec![512], vec![64], vec![2], 2, vec![0]);
     for arg in std::env::args().skip(1) {
         match arg.split_once('=') {
             Some(("pp", v)) => pp = list(v),
             Some(("tg", v)) => tg = list(v),
             Some(("threads", v)) => threads = list(v),
             Some(("reps", v)) => reps = v.parse().expect("a number"),
+            Some(("ubatch", v)) => ubatch = list(v),
             Some(("model", v)) => model = PathBuf::from(v),
             _ => {} // `cargo bench` passes `--bench`
         }
@@ -70,7 +77,10 @@ fn main() {
         let m = Llama::load(&files, th).expect("the model loads");
         decode_tok_s(&m, 8); // warm-up: page in the weights
         for &p in &pp {
-            println!("| {th} | pp{p} | {:.2} |", prefill_tok_s(&m, p, reps));
+            for &u in &ubatch {
+                let test = if u == 0 || u >= p { format!("pp{p}") } else { format!("pp{p} (ubatch {u})") };
+                println!("| {th} | {test} | {:.2} |", prefill_tok_s(&m, p, reps, u));
+            }
         }
         for &n in &tg {
             println!("| {th} | tg{n} | {:.2} |", decode_tok_s(&m, n));

@@ -22,6 +22,9 @@ use std::cell::RefCell;
 const ATTN_PARALLEL_MIN_MACS: usize = 64 * 1024;
 /// Chunks of tasks per thread (tasks are ordered costliest first, and claiming balances them).
 const ATTN_CHUNKS_PER_THREAD: usize = 16;
+/// Groups of row blocks get smaller only while they would make fewer tasks than this per
+/// thread: enough for costliest-first claiming to even out a causal triangle.
+const MIN_GROUP_TASKS_PER_THREAD: usize = 4;
 /// Keys per tile: a tile's scores (`TILE_KEYS x BLOCK_LANES`, 6 KB) stay in L1 beside the
 /// block's queries and outputs (`head_dim x BLOCK_LANES` each), and tiles are long enough to
 /// pay for reloading the output accumulators once per tile.
@@ -224,7 +227,7 @@ pub(crate) fn attention_batch(pool: &Pool, isa: Isa, seqs: &mut [AttnSeq<'_>], h
         }
         let blocks = n_q.div_ceil(rows);
         let mut group = MAX_GROUP;
-        while group > 1 && per_block * blocks.div_ceil(group) < ATTN_CHUNKS_PER_THREAD * pool.threads() {
+        while group > 1 && per_block * blocks.div_ceil(group) < MIN_GROUP_TASKS_PER_THREAD * pool.threads() {
             group /= 2;
         }
         parts.push(Part {
