@@ -38,7 +38,7 @@ const MIN_BLOCKS_PER_THREAD: usize = 2;
 /// Blocks per task at most: a task's blocks take each tile of keys and values in turn while it
 /// is in the core's cache, so that a long context is streamed from the shared cache once per
 /// group of blocks rather than once per block of 8 rows. Fewer when the tasks would number
-/// fewer than `ATTN_CHUNKS_PER_THREAD` per thread (for balance).
+/// fewer than `MIN_GROUP_TASKS_PER_THREAD` per thread (for balance).
 pub(super) const MAX_GROUP: usize = 8;
 
 /// One block of query lanes for a tiled-attention kernel; lane-minor buffers of `w` lanes (the
