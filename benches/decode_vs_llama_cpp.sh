@@ -84,6 +84,26 @@ PY
 # | 2 | 4 sequences aggregate vs 1 stream (ours, batched forward) | | 320.7 | 1.83x |
 # | 2 | 4 sequences aggregate vs 1 stream (ours, engine, prompts included) | | 293.1 | 1.67x |
 #
+# 2026-12-02, another 2-core machine of the same kind with AVX2 only (no AVX-512), main at
+# f3a73ed (repacked row-interleaved weights), llama-bench built from the same sources, load 1.5:
+# 05:24 UTC:
+# | 1 | pp512 | 132.7 | 404.2 | 3.05x |
+# | 1 | tg128 | 70.7 | 98.4 | 1.39x |
+# | 1 | 4 sequences aggregate vs 1 stream (ours, batched forward) | | 220.6 | 2.24x |
+# | 1 | 4 sequences aggregate vs 1 stream (ours, engine, prompts included) | | 195.1 | 1.98x |
+# | 2 | pp512 | 200.0 | 633.2 | 3.17x |
+# | 2 | tg128 | 101.3 | 131.4 | 1.30x |
+# | 2 | 4 sequences aggregate vs 1 stream (ours, batched forward) | | 292.9 | 2.23x |
+# | 2 | 4 sequences aggregate vs 1 stream (ours, engine, prompts included) | | 312.8 | 2.38x |
+# 05:27 UTC:
+# | 1 | pp512 | 96.5 | 358.8 | 3.72x |
+# | 1 | tg128 | 66.1 | 88.1 | 1.33x |
+# | 1 | 4 sequences aggregate vs 1 stream (ours, batched forward) | | 216.8 | 2.46x |
+# | 1 | 4 sequences aggregate vs 1 stream (ours, engine, prompts included) | | 195.0 | 2.21x |
+# | 2 | pp512 | 183.2 | 566.6 | 3.09x |
+# | 2 | tg128 | 93.9 | 146.0 | 1.56x |
+# | 2 | 4 sequences aggregate vs 1 stream (ours, batched forward) | | 303.8 | 2.08x |
+# | 2 | 4 sequences aggregate vs 1 stream (ours, engine, prompts included) | | 301.3 | 2.06x |#
 # "batched forward" is the like-for-like counterpart of tg128: four sequences from empty
 # contexts, one forward pass per step, no engine. "engine" runs four greedy jobs through the
 # decode thread: their 512-token prompt prefills count in its wall time, and its contexts are
