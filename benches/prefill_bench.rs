@@ -1,7 +1,7 @@
 //! Prefill and decode tokens/s of a real model at chosen prompt lengths and thread counts (run:
 //! `cargo bench --bench prefill_bench -- pp=512,4096,8192 tg=64,128 threads=2 reps=2`; add
-//! `ubatch=0,512` to also prefill in forward passes of at most 512 tokens, as the server's
-//! chunked prefill does).
+//! `ubatch=0,256` to also prefill in forward passes of at most 256 tokens, as the server does a
+//! lone prompt with its default `--prefill-chunk`).
 //!
 //! `mtplx-lite bench` always runs one thread beside the chosen count and one prompt length;
 //! this measures only what is asked, so that long prompts (issue 11: 4,096 and 8,192 tokens
