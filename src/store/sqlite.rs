@@ -97,9 +97,8 @@ impl SqliteStore {
 }
 
 fn insert_message(tx: &rusqlite::Transaction<'_>, m: &Message) -> Result<(), StoreError> {
-    tx.execute(
-        &format!("INSERT INTO messages ({MSG_COLS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)"),
-        params![
+    tx.prepare_cached(&format!("INSERT INTO messages ({MSG_COLS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)"))?
+        .execute(params![
             m.message_id,
             m.chat_id,
             m.role,
@@ -109,13 +108,13 @@ fn insert_message(tx: &rusqlite::Transaction<'_>, m: &Message) -> Result<(), Sto
             m.prompt_tokens,
             m.completion_tokens,
             m.request_id
-        ],
-    )?;
+        ])?;
     Ok(())
 }
 
 fn get_chat(conn: &Connection, chat_id: &str) -> Result<Option<Chat>, StoreError> {
-    Ok(conn.query_row(&format!("SELECT {CHAT_COLS} FROM chats WHERE chat_id = ?1"), [chat_id], chat_row).optional()?)
+    let mut st = conn.prepare_cached(&format!("SELECT {CHAT_COLS} FROM chats WHERE chat_id = ?1"))?;
+    Ok(st.query_row([chat_id], chat_row).optional()?)
 }
 
 impl Store for SqliteStore {
@@ -157,11 +156,8 @@ impl Store for SqliteStore {
         let tx = self.conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
         let chat = get_chat(&tx, &user.chat_id)?.ok_or_else(|| StoreError::NotFound(user.chat_id.clone()))?;
         let last: Option<(String, i64)> = tx
-            .query_row(
-                "SELECT role, created_at FROM messages WHERE chat_id = ?1 ORDER BY seq DESC LIMIT 1",
-                [&user.chat_id],
-                |r| Ok((r.get(0)?, r.get(1)?)),
-            )
+            .prepare_cached("SELECT role, created_at FROM messages WHERE chat_id = ?1 ORDER BY seq DESC LIMIT 1")?
+            .query_row([&user.chat_id], |r| Ok((r.get(0)?, r.get(1)?)))
             .optional()?;
         if let Some((role, at)) = last {
             if role == "user" && user.created_at - at < lease_secs {
@@ -170,7 +166,8 @@ impl Store for SqliteStore {
         }
         insert_message(&tx, user)?;
         let messages = {
-            let mut st = tx.prepare(&format!("SELECT {MSG_COLS} FROM messages WHERE chat_id = ?1 ORDER BY seq"))?;
+            let mut st =
+                tx.prepare_cached(&format!("SELECT {MSG_COLS} FROM messages WHERE chat_id = ?1 ORDER BY seq"))?;
             let rows = st.query_map([&user.chat_id], msg_row)?;
             rows.collect::<Result<Vec<_>, _>>()?
         };
