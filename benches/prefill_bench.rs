@@ -18,10 +18,9 @@ fn tokens(n: usize, vocab: usize) -> Vec<u32> {
     (0..n).map(|i| ((i * 7919 + 13) % vocab.max(1)) as u32).collect()
 }
 
-/// Prefill tokens/s, in forward passes of at most `ubatch` tokens (0: the whole prompt in one).
-fn prefill_tok_s(model: &dyn Model, prompt: usize, reps: usize, ubatch: usize) -> f64 {
+/// Prefill tokens/s, in forward passes of at most `step` tokens.
+fn prefill_tok_s(model: &dyn Model, prompt: usize, reps: usize, step: usize) -> f64 {
     let toks = tokens(prompt, model.info().vocab_size);
-    let step = if ubatch == 0 { prompt } else { ubatch };
     (0..reps)
         .map(|_| {
             let mut cache = model.new_cache(prompt);
@@ -77,9 +76,17 @@ fn main() {
         let m = Llama::load(&files, th).expect("the model loads");
         decode_tok_s(&m, 8); // warm-up: page in the weights
         for &p in &pp {
-            for &u in &ubatch {
-                let test = if u == 0 || u >= p { format!("pp{p}") } else { format!("pp{p} (ubatch {u})") };
-                println!("| {th} | {test} | {:.2} |", prefill_tok_s(&m, p, reps, u));
+            // Passes of at most `u` tokens (0: one pass); a `u` past the prompt is one pass too,
+            // measured once.
+            let mut steps: Vec<usize> = Vec::new();
+            for step in ubatch.iter().map(|&u| if u == 0 { p } else { u.min(p) }) {
+                if !steps.contains(&step) {
+                    steps.push(step);
+                }
+            }
+            for step in steps {
+                let test = if step == p { format!("pp{p}") } else { format!("pp{p} (ubatch {step})") };
+                println!("| {th} | {test} | {:.2} |", prefill_tok_s(&m, p, reps, step));
             }
         }
         for &n in &tg {
