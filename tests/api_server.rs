@@ -256,6 +256,29 @@ fn metrics_stream_replays_after_last_event_id_then_goes_live() {
     assert!(rec["ttft_s"].as_f64().unwrap() <= rec["ttlt_s"].as_f64().unwrap());
 }
 
+#[test]
+fn metrics_stream_batches_on_request_and_refuses_a_bad_batch() {
+    use std::io::{BufReader, Write};
+    let s = start(&[]);
+    for bad in ["abc", "-1", "10001"] {
+        let r = get(s.addr, &format!("/v1/mtplx/metrics/stream?batch_ms={bad}"));
+        assert_eq!(r.status, 400, "batch_ms={bad}");
+        assert!(r.text().contains("'batch_ms' must be an integer between 0 and 10000"), "{}", r.text());
+    }
+    let mut sock = s.connect();
+    sock.write_all(b"GET /v1/mtplx/metrics/stream?batch_ms=300 HTTP/1.1\r\nHost: t\r\n\r\n").unwrap();
+    let mut r = BufReader::new(sock);
+    let head = common::read_head(&mut r);
+    assert!(head.starts_with("HTTP/1.1 200"), "{head}");
+    // Every record arrives, in order, whether it went out alone or with others.
+    let body = serde_json::json!({"prompt": "Hello", "max_tokens": 2, "temperature": 0});
+    for _ in 0..3 {
+        assert_eq!(common::post_json(s.addr, "/v1/completions", &body).status, 200);
+    }
+    let ids: Vec<u64> = read_events(&mut r, 3).iter().map(|(id, _)| *id).collect();
+    assert_eq!(ids, [1, 2, 3]);
+}
+
 /// Longest wait for the server's state to settle after a client left; only a broken server
 /// takes this long.
 const SETTLE_DEADLINE: std::time::Duration = std::time::Duration::from_secs(60);

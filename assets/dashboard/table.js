@@ -1,4 +1,6 @@
-// The last requests, newest first; a click opens a request's whole record.
+// The last requests, newest first; a click opens a request's whole record. Rows are made only
+// while the table is on screen: off screen, records wait (as many as it shows) and are drawn
+// when it scrolls into view, so that a table nobody sees costs the browser no layout or paint.
 
 import { fmt, fmtSecs } from "./stats.js";
 
@@ -12,6 +14,12 @@ export class RequestTable {
     this.records = new Map();
     this.open = null;
     this.total = 0;
+    this.waiting = [];
+    this.visible = false;
+    new IntersectionObserver((entries) => {
+      this.visible = entries[entries.length - 1].isIntersecting;
+      if (this.visible) this.draw();
+    }).observe(this.body.closest("section"));
     // One listener for every row, rather than one per row made.
     this.body.addEventListener("click", (e) => {
       const tr = e.target.closest("tr");
@@ -40,7 +48,15 @@ export class RequestTable {
   addMany(batch) {
     if (!batch.length) return;
     this.total += batch.length;
-    const kept = batch.slice(-ROWS_MAX);
+    this.waiting.push(...batch);
+    if (this.waiting.length > ROWS_MAX) this.waiting.splice(0, this.waiting.length - ROWS_MAX);
+    if (this.visible) this.draw();
+  }
+
+  draw() {
+    if (!this.waiting.length) return;
+    const kept = this.waiting;
+    this.waiting = [];
     const rows = document.createDocumentFragment();
     for (let i = kept.length - 1; i >= 0; i--) {
       this.records.set(kept[i].request_id, kept[i]);

@@ -8,6 +8,7 @@
 
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use super::prometheus::StreamFormat;
 use super::registry::{Counter, Gauge};
@@ -204,23 +205,29 @@ impl Subscription {
     }
 
     /// Drive a stream response: frame each record (SSE or NDJSON) into `out`, with a keep-alive
-    /// after [`KEEP_ALIVE_INTERVAL`] of silence. Returns when the client is gone (`out` closed)
-    /// or the log closed the subscription. Spawn it beside `Response::sse(rx)`.
-    pub async fn pump(self, format: StreamFormat, out: async_channel::Sender<Vec<u8>>) {
-        self.pump_every(format, out, KEEP_ALIVE_INTERVAL).await
+    /// after [`KEEP_ALIVE_INTERVAL`] of silence. With a nonzero `batch`, records that finish
+    /// within `batch` of the last write wait and go out together in one write (each still its
+    /// own event): a reader that redraws once a second then wakes once a second, not per record.
+    /// The first record after a quiet `batch` goes out at once. Returns when the client is gone
+    /// (`out` closed) or the log closed the subscription. Spawn it beside `Response::sse(rx)`.
+    pub async fn pump(self, format: StreamFormat, out: async_channel::Sender<Vec<u8>>, batch: Duration) {
+        self.pump_every(format, out, KEEP_ALIVE_INTERVAL, batch).await
     }
 
     pub async fn pump_every(
         self,
         format: StreamFormat,
         out: async_channel::Sender<Vec<u8>>,
-        keep_alive: std::time::Duration,
+        keep_alive: Duration,
+        batch: Duration,
     ) {
         enum Step {
             Item(Option<Arc<Entry>>),
             Idle,
             Gone,
         }
+        // When records last went out; `None` until then, so the first goes out at once.
+        let mut last_write: Option<Instant> = None;
         loop {
             let step = smol::future::or(
                 smol::future::or(async { Step::Item(self.rx.recv().await.ok()) }, async {
@@ -233,8 +240,30 @@ impl Subscription {
                 },
             )
             .await;
+            let record = matches!(step, Step::Item(Some(_)));
             let bytes = match step {
-                Step::Item(Some(e)) => e.frame(format),
+                Step::Item(Some(e)) => {
+                    let mut bytes = e.frame(format);
+                    if let Some(due) = last_write.map(|t| t + batch).filter(|&due| due > Instant::now()) {
+                        let gone = smol::future::or(
+                            async {
+                                async_io::Timer::at(due).await;
+                                false
+                            },
+                            async {
+                                out.closed().await;
+                                true
+                            },
+                        );
+                        if gone.await {
+                            return;
+                        }
+                        while let Some(e) = self.try_recv() {
+                            bytes.extend_from_slice(&e.frame(format));
+                        }
+                    }
+                    bytes
+                }
                 Step::Item(None) | Step::Gone => return,
                 Step::Idle => match format {
                     StreamFormat::Sse => KEEP_ALIVE.to_vec(),
@@ -243,6 +272,9 @@ impl Subscription {
             };
             if out.send(bytes).await.is_err() {
                 return;
+            }
+            if record && !batch.is_zero() {
+                last_write = Some(Instant::now());
             }
         }
     }
@@ -330,7 +362,7 @@ mod tests {
         log.close_subscribers();
         assert_eq!(log.subscribers.get(), 1);
         let (tx, _rx) = async_channel::unbounded();
-        smol::block_on(b.pump(StreamFormat::Sse, tx));
+        smol::block_on(b.pump(StreamFormat::Sse, tx, Duration::ZERO));
         assert_eq!(log.subscribers.get(), 0);
     }
 
@@ -339,7 +371,7 @@ mod tests {
         let log = RequestLog::new(8);
         let sub = log.subscribe(None);
         let (tx, rx) = async_channel::unbounded();
-        let task = smol::spawn(sub.pump_every(StreamFormat::Sse, tx, std::time::Duration::from_millis(20)));
+        let task = smol::spawn(sub.pump_every(StreamFormat::Sse, tx, Duration::from_millis(20), Duration::ZERO));
         smol::block_on(async {
             assert_eq!(rx.recv().await.unwrap(), KEEP_ALIVE);
             log.push(sample_record(0));
@@ -348,6 +380,28 @@ mod tests {
                 ev = rx.recv().await.unwrap();
             }
             assert!(ev.starts_with(b"id: 1\ndata: {"));
+            log.close_subscribers();
+            task.await;
+        });
+    }
+
+    #[test]
+    fn a_batching_pump_writes_records_of_one_window_together() {
+        let log = RequestLog::new(8);
+        let sub = log.subscribe(None);
+        let (tx, rx) = async_channel::unbounded();
+        let keep_alive = Duration::from_secs(60);
+        let task = smol::spawn(sub.pump_every(StreamFormat::Sse, tx, keep_alive, Duration::from_secs(1)));
+        let ids = |w: &[u8]| -> Vec<String> {
+            String::from_utf8_lossy(w).lines().filter_map(|l| l.strip_prefix("id: ").map(String::from)).collect()
+        };
+        smol::block_on(async {
+            log.push(sample_record(0));
+            assert_eq!(ids(&rx.recv().await.unwrap()), ["1"], "the first record goes out alone, at once");
+            for _ in 0..3 {
+                log.push(sample_record(0));
+            }
+            assert_eq!(ids(&rx.recv().await.unwrap()), ["2", "3", "4"], "one write for the window");
             log.close_subscribers();
             task.await;
         });

@@ -144,7 +144,7 @@ fn pumped(log: &RequestLog, format: StreamFormat, records: &[RequestRecord]) -> 
     }
     log.close_subscribers();
     let (tx, rx) = async_channel::unbounded();
-    smol::block_on(sub.pump_every(format, tx, NO_KEEP_ALIVE));
+    smol::block_on(sub.pump_every(format, tx, NO_KEEP_ALIVE, std::time::Duration::ZERO));
     std::iter::from_fn(|| rx.try_recv().ok()).collect()
 }
 
