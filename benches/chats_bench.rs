@@ -176,6 +176,8 @@ fn turn_overhead(turns: usize) {
     let v: serde_json::Value = serde_json::from_str(body).unwrap();
     let q = &v["quantiles"]["mtplx_db_write_seconds"];
     println!("  database writes on the server ({} of them): {q}", q["count"]);
+    let q = &v["quantiles"]["mtplx_chat_turn_db_wait_seconds"];
+    println!("  what each turn waited on the database, on the server ({} turns): {q}", q["count"]);
     let _ = child.kill();
     let _ = child.wait();
     let _ = std::fs::remove_dir_all(&dir);

@@ -121,6 +121,8 @@ fn every_route_and_every_refusal() {
     assert_eq!(metric(&m, "llm_question_length_chars_count"), Some(3.0), "one per accepted user message");
     assert_eq!(metric(&m, "llm_answer_length_chars_count"), Some(3.0), "one per stored answer");
     assert!(metric(&m, "mtplx_db_write_seconds_count").unwrap() >= 7.0, "chat, 3 questions, 3 answers");
+    assert_eq!(metric(&m, "mtplx_chat_turn_db_wait_seconds_count"), Some(3.0), "one per answered turn");
+    assert!(metric(&m, "mtplx_chat_turn_db_wait_seconds_sum").unwrap() > 0.0);
 
     let d = call(s.addr, "DELETE", &format!("/v1/chats/{id}"), None);
     assert_eq!((d.status, d.json()["deleted"].as_bool()), (200, Some(true)));

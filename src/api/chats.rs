@@ -20,6 +20,7 @@ use crate::model::ChatMessage;
 use crate::store::{random_id, unix_now, Chat, Db, Message, StoreError, Turn};
 use std::collections::HashSet;
 use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 /// The route template a turn's metrics record carries.
 pub const MESSAGES_ROUTE: &str = "/v1/chats/{chat_id}/messages";
@@ -152,6 +153,8 @@ struct Answer {
     prompt_tokens: usize,
     completion_tokens: usize,
     stored: bool,
+    /// The turn's wait on the store so far (its question's round trip).
+    db_wait: Duration,
     // Dropped last of the fields: the chat is free only once its answer is queued.
     answering: Answering,
 }
@@ -175,7 +178,9 @@ impl Answer {
         self.stored = true;
         let m = self.message(finish_reason);
         let stored = m.clone();
+        let t0 = Instant::now();
         self.answering.chats.db.call(true, move |s| s.append_message(&stored)).await.map_err(store_error)?;
+        self.metrics.record_chat_turn_db_wait(self.db_wait + t0.elapsed());
         self.metrics.record_chat_message(true, m.content.chars().count() as u64);
         Ok(m)
     }
@@ -241,7 +246,9 @@ pub async fn post(
     };
     let lease = cfg.request_timeout.map_or(ANSWER_LEASE_SECS, |t| t.as_secs() as i64 + 1);
     let u = user.clone();
+    let t0 = Instant::now();
     let Turn { chat, messages } = chats.db.call(true, move |s| s.begin_turn(&u, lease)).await.map_err(store_error)?;
+    let db_wait = t0.elapsed();
     let mut answer = Answer {
         metrics: metrics.clone(),
         user,
@@ -249,6 +256,7 @@ pub async fn post(
         prompt_tokens: 0,
         completion_tokens: 0,
         stored: false,
+        db_wait,
         answering,
     };
     let params = match wire::turn_params(&chat.defaults, &p.overrides) {
@@ -310,7 +318,7 @@ async fn stream(
     mut answer: Answer,
     out: async_channel::Sender<Vec<u8>>,
     guard: InFlightGuard,
-    keep_alive: std::time::Duration,
+    keep_alive: Duration,
 ) {
     let _guard = guard;
     let mut keep = KeepAlive::new(keep_alive);

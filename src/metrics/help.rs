@@ -36,6 +36,7 @@ pub const SUBSCRIBERS: &str = "Open subscriptions to the live record stream (not
 pub const CHATS: &str = "Chats created.";
 pub const MESSAGES: &str = "Chat messages persisted, labelled by role (user, assistant).";
 pub const DB_WRITE: &str = "Time of each write transaction of the chat database, measured on its thread.";
+pub const TURN_DB_WAIT: &str = "Time each chat turn waited on the chat database (storing its question and reading the history, then storing its answer: round trips to the database's thread, summed); what a turn adds over the same generation on /v1/chat/completions.";
 pub const KV_USED_BYTES: &str = "Bytes the KV caches hold now (active sequences and idle ones kept for prefix reuse).";
 pub const KV_CAPACITY_BYTES: &str =
     "Bytes the KV cache budget holds (--kv-cache-bytes, or what the model's context needs).";

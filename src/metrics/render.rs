@@ -317,6 +317,12 @@ impl Metrics {
             o.nl();
         }
         o.histogram("mtplx_db_write_seconds", Some("seconds"), help::DB_WRITE, &self.mtplx_db_write_seconds);
+        o.histogram(
+            "mtplx_chat_turn_db_wait_seconds",
+            Some("seconds"),
+            help::TURN_DB_WAIT,
+            &self.mtplx_chat_turn_db_wait_seconds,
+        );
         o.counter("mtplx_metrics_stream_dropped_total", help::DROPPED, &self.requests.dropped);
         o.gauge("mtplx_metrics_stream_subscribers", help::SUBSCRIBERS, &self.requests.subscribers);
     }

@@ -119,6 +119,8 @@ pub struct Metrics {
     pub mtplx_messages_total: [Counter; 2],
     /// Time of each write transaction of the chat store, on its thread.
     pub mtplx_db_write_seconds: Histogram,
+    /// What a chat turn waited on the store, per turn (both round trips, summed).
+    pub mtplx_chat_turn_db_wait_seconds: Histogram,
 
     /// The per-request records; its `dropped` is `mtplx_metrics_stream_dropped_total`, its
     /// `subscribers` `mtplx_metrics_stream_subscribers`.
@@ -175,6 +177,7 @@ impl Metrics {
             mtplx_chats_total: Counter::default(),
             mtplx_messages_total: Default::default(),
             mtplx_db_write_seconds: Histogram::new(SECONDS(DB_WRITE_BUCKETS)),
+            mtplx_chat_turn_db_wait_seconds: Histogram::new(SECONDS(DB_WRITE_BUCKETS)),
             requests: RequestLog::new(history),
         }
     }
@@ -225,6 +228,13 @@ impl Metrics {
     /// A write transaction of the chat store took `d` (`mtplx_db_write_seconds`).
     pub fn record_db_write(&self, d: std::time::Duration) {
         self.mtplx_db_write_seconds.observe_duration(d);
+    }
+
+    /// A chat turn waited `d` on the store in all: storing its question and reading the
+    /// history, then storing its answer, each a round trip to the store's thread
+    /// (`mtplx_chat_turn_db_wait_seconds`).
+    pub fn record_chat_turn_db_wait(&self, d: std::time::Duration) {
+        self.mtplx_chat_turn_db_wait_seconds.observe_duration(d);
     }
 
     /// A chat message was stored (`mtplx_messages_total{role}`); a user message was accepted

@@ -9,7 +9,7 @@ use super::registry::METHODS;
 use super::route_labels::RouteId;
 use super::series::Metrics;
 
-/// Full-resolution quantiles of the seven histograms (`quantiles` in the envelope).
+/// Full-resolution quantiles of the eight histograms (`quantiles` in the envelope).
 #[derive(Serialize)]
 struct QuantilesOut {
     llm_time_to_first_token_seconds: Quantiles,
@@ -19,6 +19,7 @@ struct QuantilesOut {
     llm_question_length_chars: Quantiles,
     llm_answer_length_chars: Quantiles,
     mtplx_db_write_seconds: Quantiles,
+    mtplx_chat_turn_db_wait_seconds: Quantiles,
 }
 
 /// One `{method, route, status}` cell of `http_requests_total`.
@@ -89,6 +90,7 @@ impl Metrics {
             llm_question_length_chars: self.llm_question_length_chars.quantiles(),
             llm_answer_length_chars: self.llm_answer_length_chars.quantiles(),
             mtplx_db_write_seconds: self.mtplx_db_write_seconds.quantiles(),
+            mtplx_chat_turn_db_wait_seconds: self.mtplx_chat_turn_db_wait_seconds.quantiles(),
         };
         let mut extra = b"\"quantiles\":".to_vec();
         extra.extend_from_slice(&serde_json::to_vec(&q).unwrap_or_default());
