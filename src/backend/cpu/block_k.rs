@@ -1,6 +1,6 @@
-//! The K-quants (256-value super-blocks with 6-bit sub-block scales), per ggml-common.h. They
-//! have no integer-dot kernels and no encoder here: matmul dequantizes a weight row and dots it
-//! in f32.
+//! The K-quants (256-value super-blocks with 6-bit sub-block scales), per ggml-common.h: their
+//! layouts and decoders; no encoder. Q4_K and Q6_K have integer-dot kernels (`kern_scalar_k`,
+//! `kern_avx2_k`); Q5_K is dequantized a row at a time and dotted in f32.
 
 use super::block::Block;
 use super::float16::f16_at;
@@ -24,6 +24,17 @@ pub fn scale_min_k4(j: usize, q: &[u8]) -> (u8, u8) {
     } else {
         ((q[j + 4] & 0x0f) | ((q[j - 4] >> 6) << 4), (q[j + 4] >> 4) | ((q[j] >> 6) << 4))
     }
+}
+
+/// The eight 6-bit scales and the eight 6-bit mins of a Q4_K/Q5_K block, from its 12 packed
+/// bytes: unpacked once per weight block by the integer kernels, for every activation row.
+#[inline]
+pub fn scales_mins_k4(q: &[u8]) -> ([u8; 8], [u8; 8]) {
+    let (mut sc, mut m) = ([0u8; 8], [0u8; 8]);
+    for j in 0..8 {
+        (sc[j], m[j]) = scale_min_k4(j, q);
+    }
+    (sc, m)
 }
 
 impl Block for BlockQ4K {
@@ -114,5 +125,7 @@ mod tests {
         assert_eq!(scale_min_k4(0, &q), (1, 5));
         assert_eq!(scale_min_k4(4, &q), (0x0a | (3 << 4), 0x09 | (1 << 4)));
         assert_eq!(scale_min_k4(5, &q), (0x0b, 0x00));
+        let (sc, m) = scales_mins_k4(&q);
+        assert_eq!((sc[4], m[4], sc[0], m[0]), (0x0a | (3 << 4), 0x09 | (1 << 4), 1, 5));
     }
 }
