@@ -206,6 +206,27 @@ fn kquant_vs_float() {
                 tf / ti,
                 diff / scale
             );
+            // The interleaved layout, which the backend makes at the AVX2 level only.
+            let Some(avx2) = Isa::available().contains(&Isa::Avx2).then(|| CpuBackend::with_isa(1, Isa::Avx2)) else {
+                continue;
+            };
+            let Some((layout, bytes)) = avx2.repack(m.w()) else { continue };
+            let p = Mat { name, dtype, rows, cols, bytes, layout };
+            let mut yp = vec![0f32; n * rows];
+            let (mut tp, mut tr) = (f64::INFINITY, f64::INFINITY);
+            for _ in 0..10 {
+                tp = tp.min(best(20, || avx2.matmul(p.w(), x, n, &mut yp)));
+                tr = tr.min(best(20, || avx2.matmul(m.w(), x, n, &mut yi)));
+            }
+            println!(
+                "  {:<24} n={n}: avx2 interleaved {:>7.1} us, row-major {:>7.1} us: {:>5.2}x, {:.2}x the f32 path (results {})",
+                "",
+                tp * 1e6,
+                tr * 1e6,
+                tr / tp,
+                tf / tp,
+                if yp == yi { "bit-equal" } else { "DIFFER" }
+            );
         }
     }
 }

@@ -19,6 +19,7 @@ use super::pool::{self, Pool};
 use super::quantized_activations::QuantRows;
 use super::quantized_activations_k::QuantRowsK;
 use super::repack;
+use super::repack_k;
 use super::type_traits::{dequantize_row, type_traits, IntDot, KDot};
 use crate::backend::{DType, Layout, WeightRef};
 use std::cell::RefCell;
@@ -138,6 +139,7 @@ pub(crate) fn matmul_many(
                 (Kernel::Int(k), Layout::Rows8) => matmul_r8(isa, k, w, rows.clone(), xq, acts, &outps[m]),
                 (Kernel::Int(k), Layout::Rows) => matmul_q(isa, k, w, rows.clone(), xq, acts, &outps[m]),
                 (Kernel::K(k), Layout::Rows) => matmul_k(isa, k, w, rows.clone(), xk, acts, &outps[m]),
+                (Kernel::K(k), Layout::Rows8) => matmul_k_r8(isa, k, w, rows.clone(), xk, acts, &outps[m]),
                 (Kernel::Float, Layout::Rows) => matmul_float(isa, w, rows.clone(), x, acts, &outps[m]),
                 (_, Layout::Rows8) => panic!("{}: no interleaved layout for this type and path", w.dtype),
             }
@@ -219,6 +221,41 @@ fn matmul_k(
                 for i in acts.clone() {
                     // SAFETY: this worker owns weight rows `rows`, hence entries (i, r).
                     unsafe { out.write(i, r, (k_dot.scalar)(wr, x, i)) };
+                }
+            }
+        }
+    }
+}
+
+/// An interleaved Q4_K matrix ([`Layout::Rows8`]): `rows` are whole groups. Every level gives
+/// the row-major path's results bit for bit.
+fn matmul_k_r8(
+    isa: Isa,
+    k_dot: KDot,
+    w: WeightRef<'_>,
+    rows: Range<usize>,
+    x: &QuantRowsK,
+    acts: Range<usize>,
+    out: &OutRows<'_>,
+) {
+    match isa {
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: both x86 levels are only produced after detecting AVX2, FMA and F16C; the
+        // workers own disjoint groups, hence their entries of `out`; the kernel checks the shapes.
+        Isa::Avx2 | Isa::Avx512 => unsafe {
+            super::kern_avx2_k_r8::matmul_k_r8(k_dot.kind, w.bytes, rows, x, acts, out)
+        },
+        _ => {
+            let nb = w.cols / w.dtype.block_len();
+            let group_bytes = nb * repack_k::Q4K_GROUP_BLOCK;
+            for g in rows.start / repack::ROWS..rows.end / repack::ROWS {
+                let grp = &w.bytes[g * group_bytes..(g + 1) * group_bytes];
+                for (i, vals) in acts.clone().zip(repack_k::dot_group_q4k(grp, nb, x, acts.clone())) {
+                    for (r, v) in vals.into_iter().enumerate() {
+                        // SAFETY: this worker owns weight rows `rows` (whole groups), hence
+                        // entries (i, g * ROWS + r).
+                        unsafe { out.write(i, g * repack::ROWS + r, v) };
+                    }
                 }
             }
         }

@@ -23,6 +23,7 @@ pub mod pool;
 pub mod quantized_activations;
 pub mod quantized_activations_k;
 pub mod repack;
+pub mod repack_k;
 pub mod type_traits;
 
 #[cfg(target_arch = "x86_64")]
@@ -37,6 +38,8 @@ mod kern_avx2_f32;
 #[cfg(target_arch = "x86_64")]
 mod kern_avx2_k;
 #[cfg(target_arch = "x86_64")]
+mod kern_avx2_k_r8;
+#[cfg(target_arch = "x86_64")]
 mod kern_avx2_r8;
 #[cfg(target_arch = "x86_64")]
 mod kern_avx512;
@@ -48,7 +51,7 @@ mod test_inputs;
 pub use isa::Isa;
 pub use type_traits::{dequantize_row, quantize_row};
 
-use crate::backend::{AttnSeq, Backend, Heads, Layout, Rope, WeightRef};
+use crate::backend::{AttnSeq, Backend, DType, Heads, Layout, Rope, WeightRef};
 use matmul::{Path, Scratch};
 use pool::Pool;
 use std::sync::Mutex;
@@ -88,7 +91,7 @@ impl CpuBackend {
 
     /// [`Backend::matmul`] by dequantizing each weight row and dotting in f32, whatever the type:
     /// the path the types without integer kernels take, kept for benchmarks to compare those
-    /// kernels with. The model never calls it.
+    /// kernels with, on a matrix in the file's layout. The model never calls it.
     pub fn matmul_dequantized(&self, w: WeightRef<'_>, x: &[f32], n: usize, out: &mut [f32]) {
         let mut xq = self.xq.lock().unwrap_or_else(|e| e.into_inner());
         matmul::matmul_many(&self.pool, self.isa, &[w], x, n, &mut [out], &mut xq, Path::Float);
@@ -106,10 +109,15 @@ impl Backend for CpuBackend {
         matmul::matmul_many(&self.pool, self.isa, ws, x, n, outs, &mut xq, Path::Best);
     }
 
-    /// Q4_0, Q4_1 and Q8_0 into [`Layout::Rows8`] on AVX2, the level with kernels for it; the
-    /// AVX-512 kernels and the portable fallback read the file's layout.
+    /// Into [`Layout::Rows8`] where this level has kernels for it: Q4_0, Q4_1 and Q8_0 on AVX2
+    /// (AVX-512 has its own row-major kernels for them), Q4_K on AVX2 and AVX-512 (whose K-quant
+    /// kernels are AVX2's). The portable fallback reads the file's layout.
     fn repack(&self, w: WeightRef<'_>) -> Option<(Layout, Vec<u8>)> {
-        if self.isa != Isa::Avx2 || w.layout != Layout::Rows {
+        let has_kernels = match w.dtype {
+            DType::Q4K => matches!(self.isa, Isa::Avx2 | Isa::Avx512),
+            _ => self.isa == Isa::Avx2,
+        };
+        if !has_kernels || w.layout != Layout::Rows {
             return None;
         }
         repack::repack(w.dtype, w.bytes, w.rows, w.cols).map(|b| (Layout::Rows8, b))
