@@ -227,7 +227,7 @@ fn matmul_k(
     }
 }
 
-/// An interleaved Q4_K matrix ([`Layout::Rows8`]): `rows` are whole groups. Every level gives
+/// An interleaved Q4_K or Q6_K matrix ([`Layout::Rows8`]): `rows` are whole groups. Every level gives
 /// the row-major path's results bit for bit.
 fn matmul_k_r8(
     isa: Isa,
@@ -247,10 +247,10 @@ fn matmul_k_r8(
         },
         _ => {
             let nb = w.cols / w.dtype.block_len();
-            let group_bytes = nb * repack_k::Q4K_GROUP_BLOCK;
+            let group_bytes = nb * repack::ROWS * repack_k::block_bytes(k_dot.kind);
             for g in rows.start / repack::ROWS..rows.end / repack::ROWS {
                 let grp = &w.bytes[g * group_bytes..(g + 1) * group_bytes];
-                for (i, vals) in acts.clone().zip(repack_k::dot_group_q4k(grp, nb, x, acts.clone())) {
+                for (i, vals) in acts.clone().zip(repack_k::dot_group(k_dot.kind, grp, nb, x, acts.clone())) {
                     for (r, v) in vals.into_iter().enumerate() {
                         // SAFETY: this worker owns weight rows `rows` (whole groups), hence
                         // entries (i, g * ROWS + r).

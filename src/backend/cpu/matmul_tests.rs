@@ -264,25 +264,33 @@ fn interleaved_weights_give_the_row_major_results_and_batches_do_not_change_a_ro
 }
 
 #[test]
-fn interleaved_q4k_gives_the_row_major_results_bit_for_bit_at_every_level() {
+fn interleaved_k_quants_give_the_row_major_results_bit_for_bit_at_every_level() {
     let (p1, p2) = (Pool::new(1), Pool::new(2));
     let (rows, cols) = (136, 768);
-    let wb = weight(DType::Q4K, rows, cols, 37);
-    let w = WeightRef::new(DType::Q4K, &wb, rows, cols).unwrap();
-    let pb = packed(w);
-    let wp = WeightRef { bytes: &pb, layout: Layout::Rows8, ..w };
-    for n in [1, 2, 3, 5, ACT_CHUNK + 3] {
-        let x = noise(n * cols, 50 + n as u64);
-        // The portable row-major path: the reference of every level and layout.
-        let want = run(&p1, Isa::Scalar, w, &x, n);
-        for isa in isas_under_test() {
-            let what = format!("Q4_K {} n={n}", isa.name());
-            assert_eq!(run(&p2, isa, wp, &x, n), want, "{what}");
-            assert_eq!(run(&p1, isa, wp, &x, n), want, "{what}: 1 thread");
-            let i = n - 1;
-            let single = run(&p1, isa, wp, &x[i * cols..(i + 1) * cols], 1);
-            assert_eq!(&want[i * rows..(i + 1) * rows], &single[..], "{what}: row {i} alone");
+    for dtype in K_INT {
+        let wb = weight(dtype, rows, cols, 37);
+        let w = WeightRef::new(dtype, &wb, rows, cols).unwrap();
+        let pb = packed(w);
+        let wp = WeightRef { bytes: &pb, layout: Layout::Rows8, ..w };
+        for n in [1, 2, 3, 5, ACT_CHUNK + 3] {
+            interleaved_k_case(&p1, &p2, w, wp, n);
         }
+    }
+}
+
+/// `wp` (the interleaved copy of `w`) at every level, 1 and 2 threads, and one row alone, against
+/// the portable row-major path.
+fn interleaved_k_case(p1: &Pool, p2: &Pool, w: WeightRef<'_>, wp: WeightRef<'_>, n: usize) {
+    let (rows, cols) = (w.rows, w.cols);
+    let x = noise(n * cols, 50 + n as u64);
+    let want = run(p1, Isa::Scalar, w, &x, n);
+    for isa in isas_under_test() {
+        let what = format!("{} {} n={n}", w.dtype, isa.name());
+        assert_eq!(run(p2, isa, wp, &x, n), want, "{what}");
+        assert_eq!(run(p1, isa, wp, &x, n), want, "{what}: 1 thread");
+        let i = n - 1;
+        let single = run(p1, isa, wp, &x[i * cols..(i + 1) * cols], 1);
+        assert_eq!(&want[i * rows..(i + 1) * rows], &single[..], "{what}: row {i} alone");
     }
 }
 

@@ -110,11 +110,11 @@ impl Backend for CpuBackend {
     }
 
     /// Into [`Layout::Rows8`] where this level has kernels for it: Q4_0, Q4_1 and Q8_0 on AVX2
-    /// (AVX-512 has its own row-major kernels for them), Q4_K on AVX2 and AVX-512 (whose K-quant
-    /// kernels are AVX2's). The portable fallback reads the file's layout.
+    /// (AVX-512 has its own row-major kernels for them), Q4_K and Q6_K on AVX2 and AVX-512
+    /// (whose K-quant kernels are AVX2's). The portable fallback reads the file's layout.
     fn repack(&self, w: WeightRef<'_>) -> Option<(Layout, Vec<u8>)> {
         let has_kernels = match w.dtype {
-            DType::Q4K => matches!(self.isa, Isa::Avx2 | Isa::Avx512),
+            DType::Q4K | DType::Q6K => matches!(self.isa, Isa::Avx2 | Isa::Avx512),
             _ => self.isa == Isa::Avx2,
         };
         if !has_kernels || w.layout != Layout::Rows {
