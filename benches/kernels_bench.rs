@@ -9,8 +9,9 @@
 //!     STREAM-like read loop over a buffer of the same size, measured in the same run;
 //! (b) one 4-row pass against four 1-row passes;
 //! (c) 1 thread against 2 threads, and each instruction-set level;
-//! (d) Q4_K and Q6_K: the integer kernels against the dequantize-and-f32 path they replaced, in
-//!     the same run (`KERNELS_BENCH_KQUANT=1` runs only this part).
+//! (d) Q4_K and Q6_K: the integer kernels against the dequantize-and-f32 path they replaced,
+//!     and their interleaved layout against the row-major one at the AVX2 level, in the same
+//!     run (`KERNELS_BENCH_KQUANT=1` runs only this part).
 
 use mtplx_lite::backend::cpu::Isa;
 use mtplx_lite::backend::{AttnSeq, Backend, CpuBackend, DType, Heads, Layout, WeightRef};
