@@ -8,7 +8,10 @@
 //! (a) weight bytes streamed per second, per tensor shape and for a whole decode pass, beside a
 //!     STREAM-like read loop over a buffer of the same size, measured in the same run;
 //! (b) one 4-row pass against four 1-row passes;
-//! (c) 1 thread against 2 threads, and each instruction-set level.
+//! (c) 1 thread against 2 threads, and each instruction-set level;
+//! (d) Q4_K and Q6_K: the integer kernels against the dequantize-and-f32 path they replaced,
+//!     and their interleaved layout against the row-major one at the AVX2 level, in the same
+//!     run (`KERNELS_BENCH_KQUANT=1` runs only this part).
 
 use mtplx_lite::backend::cpu::Isa;
 use mtplx_lite::backend::{AttnSeq, Backend, CpuBackend, DType, Heads, Layout, WeightRef};
@@ -58,7 +61,8 @@ fn synth(name: &'static str, dtype: DType, rows: usize, cols: usize, seed: &mut 
     }
     let scale = 0x1c00u16.to_le_bytes(); // f16 0.0039
     let offsets: &[usize] = match dtype {
-        DType::Q4_1 => &[0, 2],
+        DType::Q4_1 | DType::Q4K => &[0, 2],
+        DType::Q6K => &[208],
         DType::Q4_0 | DType::Q8_0 => &[0],
         _ => &[],
     };
@@ -168,9 +172,72 @@ fn compute_only(spec: &str) {
     println!("{} {:?} n={n}: {calls} calls, y[0] = {}", isa.name(), m.layout, y[0]);
 }
 
+/// (d): each K-quant matrix in cache, 1 thread, at the best level: per row count, the best
+/// time of the integer path and of the dequantize-and-f32 path, taking turns so that a busy
+/// machine slows both alike, and how far apart their results are.
+fn kquant_vs_float() {
+    let isa = Isa::detect();
+    println!("\n== Q4_K / Q6_K in cache, 1 thread, {}: integer kernels vs dequantize + f32 ==", isa.name());
+    let be = CpuBackend::with_isa(1, isa);
+    let mut seed = 0x2545f4914f6cdd1du64;
+    // The K-quants need columns in whole 256-value blocks: ffn_down's 1536 are, ffn_gate's 576
+    // are not (such tensors stay Q5_0/Q8_0 in Q4_K_M files), so 768 stands in for them.
+    let shapes = [
+        ("ffn_down 576x1536 Q4_K", DType::Q4K, HIDDEN, FFN),
+        ("1536x768 Q4_K", DType::Q4K, FFN, 768),
+        ("ffn_down 576x1536 Q6_K", DType::Q6K, HIDDEN, FFN),
+        ("1536x768 Q6_K", DType::Q6K, FFN, 768),
+    ];
+    for (name, dtype, rows, cols) in shapes {
+        let m = synth(name, dtype, rows, cols, &mut seed);
+        let x: Vec<f32> = (0..4 * cols).map(|i| ((i * 7919 % 2003) as f32 / 1001.5) - 1.0).collect();
+        for n in [1, 4] {
+            let (x, mut yi, mut yf) = (&x[..n * cols], vec![0f32; n * rows], vec![0f32; n * rows]);
+            let (mut ti, mut tf) = (f64::INFINITY, f64::INFINITY);
+            for _ in 0..10 {
+                ti = ti.min(best(20, || be.matmul(m.w(), x, n, &mut yi)));
+                tf = tf.min(best(20, || be.matmul_dequantized(m.w(), x, n, &mut yf)));
+            }
+            let scale = yf.iter().fold(0f32, |a, v| a.max(v.abs()));
+            let diff = yi.iter().zip(&yf).fold(0f32, |a, (p, q)| a.max((p - q).abs()));
+            println!(
+                "  {name:<24} n={n}: integer {:>7.1} us, f32 {:>7.1} us: {:>5.2}x (results differ by {:.1e} of their max)",
+                ti * 1e6,
+                tf * 1e6,
+                tf / ti,
+                diff / scale
+            );
+            // The interleaved layout, which the backend makes at the AVX2 level only.
+            let Some(avx2) = Isa::available().contains(&Isa::Avx2).then(|| CpuBackend::with_isa(1, Isa::Avx2)) else {
+                continue;
+            };
+            let Some((layout, bytes)) = avx2.repack(m.w()) else { continue };
+            let p = Mat { name, dtype, rows, cols, bytes, layout };
+            let mut yp = vec![0f32; n * rows];
+            let (mut tp, mut tr) = (f64::INFINITY, f64::INFINITY);
+            for _ in 0..10 {
+                tp = tp.min(best(20, || avx2.matmul(p.w(), x, n, &mut yp)));
+                tr = tr.min(best(20, || avx2.matmul(m.w(), x, n, &mut yi)));
+            }
+            println!(
+                "  {:<24} n={n}: avx2 interleaved {:>7.1} us, row-major {:>7.1} us: {:>5.2}x, {:.2}x the f32 path (results {})",
+                "",
+                tp * 1e6,
+                tr * 1e6,
+                tr / tp,
+                tf / tp,
+                if yp == yi { "bit-equal" } else { "DIFFER" }
+            );
+        }
+    }
+}
+
 fn main() {
     if let Ok(spec) = std::env::var("KERNELS_BENCH_COMPUTE") {
         return compute_only(&spec);
+    }
+    if std::env::var("KERNELS_BENCH_KQUANT").is_ok() {
+        return kquant_vs_float();
     }
     let mut seed = 0x9e3779b97f4a7c15u64;
     let (mut layers, mut head) = model(&mut seed);
@@ -329,4 +396,6 @@ fn main() {
             four * 1e3
         );
     }
+
+    kquant_vs_float();
 }

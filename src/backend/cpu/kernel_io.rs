@@ -1,5 +1,5 @@
 //! What the matmul driver hands the per-level kernels: which integer-dot block type to run
-//! ([`QKind`]) and where to write the results ([`OutRows`]).
+//! ([`QKind`], [`KKind`]) and where to write the results ([`OutRows`]).
 
 use std::marker::PhantomData;
 
@@ -9,6 +9,13 @@ pub enum QKind {
     Q4_0,
     Q4_1,
     Q8_0,
+}
+
+/// The K-quants with integer-dot kernels (dotted with `QuantRowsK`'s 256-value blocks).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum KKind {
+    Q4K,
+    Q6K,
 }
 
 /// Where the workers write results: `out[i * stride + r]`, each entry by exactly one worker.

@@ -1,6 +1,9 @@
 //! The matmul driver: instruction-set dispatch, activation quantization, and the split of the
 //! weight rows across the worker pool.
 //!
+//! Three kernel families: the 32-value types dot with [`QuantRows`], Q4_K and Q6_K with
+//! [`QuantRowsK`], and the rest (floats, Q5_K) dequantize a weight row and dot in f32.
+//!
 //! The functions taking an [`Isa`] are crate-private: calling a SIMD level the CPU lacks is
 //! undefined behaviour, and `CpuBackend` (which checks the level once) is the public way in.
 //!
@@ -14,8 +17,10 @@ use super::kern_scalar;
 use super::kernel_io::OutRows;
 use super::pool::{self, Pool};
 use super::quantized_activations::QuantRows;
+use super::quantized_activations_k::QuantRowsK;
 use super::repack;
-use super::type_traits::{dequantize_row, type_traits, IntDot};
+use super::repack_k;
+use super::type_traits::{dequantize_row, type_traits, IntDot, KDot};
 use crate::backend::{DType, Layout, WeightRef};
 use std::cell::RefCell;
 use std::ops::Range;
@@ -33,8 +38,44 @@ const MIN_ROWS_PER_CHUNK: usize = 16;
 /// late (the machine may be shared), few enough that claiming stays cheap.
 const CHUNKS_PER_THREAD: usize = 4;
 
+/// The quantized activations of a call, kept across calls to reuse the buffers (only the
+/// calling thread quantizes).
+#[derive(Default)]
+pub struct Scratch {
+    q: QuantRows,
+    k: QuantRowsK,
+}
+
+/// Which kernels a call may use.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Path {
+    /// Each type's fastest: its integer-dot kernels where it has them.
+    Best,
+    /// Dequantize every weight row and dot in f32, whatever the type: the baseline the
+    /// benchmarks compare the integer kernels with.
+    Float,
+}
+
+/// The kernel family of one matrix.
+#[derive(Clone, Copy)]
+enum Kernel {
+    Int(IntDot),
+    K(KDot),
+    Float,
+}
+
+fn kernel(dtype: DType, path: Path) -> Kernel {
+    let t = type_traits(dtype);
+    match (path, t.int_dot, t.k_dot) {
+        (Path::Float, ..) => Kernel::Float,
+        (_, Some(q), _) => Kernel::Int(q),
+        (_, _, Some(k)) => Kernel::K(k),
+        _ => Kernel::Float,
+    }
+}
+
 thread_local! {
-    /// Per-thread buffer for one dequantized weight row (float and K-quant paths).
+    /// Per-thread buffer for one dequantized weight row (the float path).
     static ROW: RefCell<Vec<f32>> = const { RefCell::new(Vec::new()) };
 }
 
@@ -42,23 +83,17 @@ thread_local! {
 ///
 /// # Panics
 /// When `x` is not `n * w.cols` values or `out` not `n * w.rows`.
-pub(crate) fn matmul(
-    pool: &Pool,
-    isa: Isa,
-    w: WeightRef<'_>,
-    x: &[f32],
-    n: usize,
-    out: &mut [f32],
-    xq: &mut QuantRows,
-) {
-    matmul_many(pool, isa, &[w], x, n, &mut [out], xq)
+pub(crate) fn matmul(pool: &Pool, isa: Isa, w: WeightRef<'_>, x: &[f32], n: usize, out: &mut [f32], xq: &mut Scratch) {
+    matmul_many(pool, isa, &[w], x, n, &mut [out], xq, Path::Best)
 }
 
 /// [`matmul`] of several matrices with the same `cols` on the same `x` (Q/K/V, gate/up): one
-/// activation quantization and one pool dispatch for all of them.
+/// activation quantization and one pool dispatch for all of them, with the kernels `path` allows.
 ///
 /// # Panics
 /// When the matrices differ in `cols`, `ws` and `outs` in length, or a slice in its shape.
+// Eight distinct inputs, each used once: bundling some into a struct would only rename them.
+#[allow(clippy::too_many_arguments)]
 pub(crate) fn matmul_many(
     pool: &Pool,
     isa: Isa,
@@ -66,7 +101,8 @@ pub(crate) fn matmul_many(
     x: &[f32],
     n: usize,
     outs: &mut [&mut [f32]],
-    xq: &mut QuantRows,
+    xq: &mut Scratch,
+    path: Path,
 ) {
     assert_eq!(ws.len(), outs.len(), "matmul: {} matrices but {} outputs", ws.len(), outs.len());
     let Some(cols) = ws.first().map(|w| w.cols) else {
@@ -86,20 +122,26 @@ pub(crate) fn matmul_many(
     if n == 0 {
         return;
     }
-    if ws.iter().any(|w| type_traits(w.dtype).int_dot.is_some()) {
-        xq.quantize(isa, x, n, cols);
+    let kernels: Vec<Kernel> = ws.iter().map(|w| kernel(w.dtype, path)).collect();
+    if kernels.iter().any(|k| matches!(k, Kernel::Int(_))) {
+        xq.q.quantize(isa, x, n, cols);
+    }
+    if kernels.iter().any(|k| matches!(k, Kernel::K(_))) {
+        xq.k.quantize(x, n, cols);
     }
     let outps: Vec<OutRows<'_>> = outs.iter_mut().map(|o| OutRows::new(o, n)).collect();
-    let xq = &*xq;
+    let (xq, xk) = (&xq.q, &xq.k);
     let work = |m: usize, rows: Range<usize>| {
         let w = ws[m];
         for a in (0..n).step_by(ACT_CHUNK) {
             let acts = a..(a + ACT_CHUNK).min(n);
-            match (type_traits(w.dtype).int_dot, w.layout) {
-                (Some(k), Layout::Rows8) => matmul_r8(isa, k, w, rows.clone(), xq, acts, &outps[m]),
-                (Some(k), Layout::Rows) => matmul_q(isa, k, w, rows.clone(), xq, acts, &outps[m]),
-                (None, Layout::Rows) => matmul_float(isa, w, rows.clone(), x, acts, &outps[m]),
-                (None, Layout::Rows8) => panic!("{}: no interleaved layout for this type", w.dtype),
+            match (kernels[m], w.layout) {
+                (Kernel::Int(k), Layout::Rows8) => matmul_r8(isa, k, w, rows.clone(), xq, acts, &outps[m]),
+                (Kernel::Int(k), Layout::Rows) => matmul_q(isa, k, w, rows.clone(), xq, acts, &outps[m]),
+                (Kernel::K(k), Layout::Rows) => matmul_k(isa, k, w, rows.clone(), xk, acts, &outps[m]),
+                (Kernel::K(k), Layout::Rows8) => matmul_k_r8(isa, k, w, rows.clone(), xk, acts, &outps[m]),
+                (Kernel::Float, Layout::Rows) => matmul_float(isa, w, rows.clone(), x, acts, &outps[m]),
+                (_, Layout::Rows8) => panic!("{}: no interleaved layout for this type and path", w.dtype),
             }
         }
     };
@@ -156,6 +198,70 @@ fn matmul_q(
     }
 }
 
+/// Q4_K and Q6_K: the AVX2 kernel at both x86 levels (AVX-512 has none of its own for them).
+fn matmul_k(
+    isa: Isa,
+    k_dot: KDot,
+    w: WeightRef<'_>,
+    rows: Range<usize>,
+    x: &QuantRowsK,
+    acts: Range<usize>,
+    out: &OutRows<'_>,
+) {
+    match isa {
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: both x86 levels are only produced after detecting AVX2, FMA and F16C; the
+        // workers own disjoint rows, hence their entries of `out`; the kernel checks the shapes.
+        Isa::Avx2 | Isa::Avx512 => unsafe {
+            super::kern_avx2_k::matmul_k(k_dot.kind, w.bytes, w.row_bytes(), rows, x, acts, out)
+        },
+        _ => {
+            for r in rows {
+                let wr = w.row(r);
+                for i in acts.clone() {
+                    // SAFETY: this worker owns weight rows `rows`, hence entries (i, r).
+                    unsafe { out.write(i, r, (k_dot.scalar)(wr, x, i)) };
+                }
+            }
+        }
+    }
+}
+
+/// An interleaved Q4_K or Q6_K matrix ([`Layout::Rows8`]): `rows` are whole groups. Every level gives
+/// the row-major path's results bit for bit.
+fn matmul_k_r8(
+    isa: Isa,
+    k_dot: KDot,
+    w: WeightRef<'_>,
+    rows: Range<usize>,
+    x: &QuantRowsK,
+    acts: Range<usize>,
+    out: &OutRows<'_>,
+) {
+    match isa {
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: both x86 levels are only produced after detecting AVX2, FMA and F16C; the
+        // workers own disjoint groups, hence their entries of `out`; the kernel checks the shapes.
+        Isa::Avx2 | Isa::Avx512 => unsafe {
+            super::kern_avx2_k_r8::matmul_k_r8(k_dot.kind, w.bytes, rows, x, acts, out)
+        },
+        _ => {
+            let nb = w.cols / w.dtype.block_len();
+            let group_bytes = nb * repack::ROWS * repack_k::block_bytes(k_dot.kind);
+            for g in rows.start / repack::ROWS..rows.end / repack::ROWS {
+                let grp = &w.bytes[g * group_bytes..(g + 1) * group_bytes];
+                for (i, vals) in acts.clone().zip(repack_k::dot_group(k_dot.kind, grp, nb, x, acts.clone())) {
+                    for (r, v) in vals.into_iter().enumerate() {
+                        // SAFETY: this worker owns weight rows `rows` (whole groups), hence
+                        // entries (i, g * ROWS + r).
+                        unsafe { out.write(i, g * repack::ROWS + r, v) };
+                    }
+                }
+            }
+        }
+    }
+}
+
 /// An interleaved Q4_0/Q4_1/Q8_0 matrix ([`Layout::Rows8`]): `rows` are whole groups.
 fn matmul_r8(
     isa: Isa,
@@ -191,8 +297,8 @@ fn matmul_r8(
     }
 }
 
-/// Float weights and the K-quants: dequantize a weight row once, dot it with every activation
-/// row of the chunk.
+/// Float weights, Q5_K, and any type on [`Path::Float`]: dequantize a weight row once, dot it
+/// with every activation row of the chunk.
 fn matmul_float(isa: Isa, w: WeightRef<'_>, rows: Range<usize>, x: &[f32], acts: Range<usize>, out: &OutRows<'_>) {
     let cols = w.cols;
     ROW.with_borrow_mut(|buf| {
@@ -226,189 +332,5 @@ pub(crate) fn dot_f32(isa: Isa, a: &[f32], b: &[f32]) -> f32 {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::super::test_inputs::{isas_under_test, noise, weight};
-    use super::super::type_traits::quantize_row;
-    use super::*;
-
-    /// The plain f32 product of the dequantized weight and `x`, in f64.
-    fn reference(w: WeightRef<'_>, x: &[f32], n: usize) -> Vec<f32> {
-        let mut row = vec![0f32; w.cols];
-        let mut out = vec![0f32; n * w.rows];
-        for r in 0..w.rows {
-            dequantize_row(w.dtype, w.row(r), &mut row);
-            for i in 0..n {
-                let s: f64 = row.iter().zip(&x[i * w.cols..]).map(|(&a, &b)| a as f64 * b as f64).sum();
-                out[i * w.rows + r] = s as f32;
-            }
-        }
-        out
-    }
-
-    const ALL: [DType; 9] = DType::ALL;
-
-    fn run(pool: &Pool, isa: Isa, w: WeightRef<'_>, x: &[f32], n: usize) -> Vec<f32> {
-        let mut out = vec![f32::NAN; n * w.rows];
-        matmul(pool, isa, w, x, n, &mut out, &mut QuantRows::new());
-        out
-    }
-
-    fn assert_close(a: &[f32], b: &[f32], tol: f32, what: &str) {
-        assert_eq!(a.len(), b.len());
-        let scale = b.iter().fold(0f32, |m, v| m.max(v.abs())).max(1e-3);
-        for (k, (x, y)) in a.iter().zip(b).enumerate() {
-            assert!((x - y).abs() <= tol * scale, "{what}: entry {k}: {x} vs {y} (scale {scale})");
-        }
-    }
-
-    #[test]
-    fn every_isa_matches_the_scalar_path_for_every_type() {
-        let pool = Pool::new(2);
-        // The AVX-512 kernel takes blocks of 32 four at a time: 288, 320 and 352 columns leave
-        // 1, 2 and 3 blocks over, 512 none (and is two K super-blocks).
-        let shapes = [(288, &ALL[..6]), (320, &ALL[..6]), (352, &ALL[..6]), (512, &ALL[..])];
-        for (cols, types) in shapes {
-            for &dtype in types {
-                let rows = 37;
-                let wb = weight(dtype, rows, cols, 7);
-                let w = WeightRef::new(dtype, &wb, rows, cols).unwrap();
-                for n in [1, 3, 4, 6] {
-                    let x = noise(n * cols, 99 + n as u64);
-                    let want = run(&pool, Isa::Scalar, w, &x, n);
-                    for isa in isas_under_test() {
-                        let got = run(&pool, isa, w, &x, n);
-                        assert_close(&got, &want, 1e-5, &format!("{dtype} {} n={n} cols={cols}", isa.name()));
-                    }
-                }
-            }
-        }
-    }
-
-    #[test]
-    fn results_agree_with_the_dequantized_f32_product() {
-        // The integer paths quantize activations to 8 bits: agreement within that error.
-        let pool = Pool::new(1);
-        let (rows, cols, n) = (19, 512, 2);
-        for dtype in ALL {
-            let wb = weight(dtype, rows, cols, 3);
-            let w = WeightRef::new(dtype, &wb, rows, cols).unwrap();
-            let x = noise(n * cols, 5);
-            let want = reference(w, &x, n);
-            let tol = if matches!(dtype, DType::Q4_0 | DType::Q4_1 | DType::Q8_0) { 2e-2 } else { 1e-5 };
-            for isa in isas_under_test() {
-                assert_close(&run(&pool, isa, w, &x, n), &want, tol, &format!("{dtype} {}", isa.name()));
-            }
-        }
-    }
-
-    #[test]
-    fn batched_rows_equal_one_row_at_a_time_and_threads_do_not_change_results() {
-        let (p1, p2) = (Pool::new(1), Pool::new(2));
-        let (rows, cols) = (301, 576);
-        for dtype in [DType::Q4_1, DType::Q8_0, DType::F32] {
-            let wb = weight(dtype, rows, cols, 11);
-            let w = WeightRef::new(dtype, &wb, rows, cols).unwrap();
-            let n = ACT_CHUNK + 5; // crosses an activation chunk and leaves a partial tile
-            let x = noise(n * cols, 12);
-            for isa in isas_under_test() {
-                let batched = run(&p2, isa, w, &x, n);
-                assert_eq!(batched, run(&p1, isa, w, &x, n), "{dtype} {}: 1 vs 2 threads", isa.name());
-                for i in [0, 3, n - 1] {
-                    let single = run(&p1, isa, w, &x[i * cols..(i + 1) * cols], 1);
-                    assert_eq!(&batched[i * rows..(i + 1) * rows], &single[..], "{dtype} {} row {i}", isa.name());
-                }
-            }
-        }
-    }
-
-    #[test]
-    fn fused_matrices_equal_separate_calls() {
-        let pool = Pool::new(2);
-        let cols = 768;
-        let shapes = [(DType::Q4_1, 576), (DType::Q8_0, 192), (DType::F16, 64), (DType::Q4K, 200)];
-        let bytes: Vec<Vec<u8>> = shapes.iter().map(|&(t, r)| weight(t, r, cols, r as u64)).collect();
-        let ws: Vec<WeightRef<'_>> =
-            shapes.iter().zip(&bytes).map(|(&(t, r), b)| WeightRef::new(t, b, r, cols).unwrap()).collect();
-        for n in [1, 5] {
-            let x = noise(n * cols, 8);
-            for isa in isas_under_test() {
-                let mut outs: Vec<Vec<f32>> = ws.iter().map(|w| vec![f32::NAN; n * w.rows]).collect();
-                let mut refs: Vec<&mut [f32]> = outs.iter_mut().map(|o| o.as_mut_slice()).collect();
-                matmul_many(&pool, isa, &ws, &x, n, &mut refs, &mut QuantRows::new());
-                for (w, o) in ws.iter().zip(&outs) {
-                    assert_eq!(o, &run(&pool, isa, *w, &x, n), "{} {} n={n}", w.dtype, isa.name());
-                }
-            }
-        }
-    }
-
-    #[test]
-    fn an_extreme_q8_weight_of_minus_128_is_handled() {
-        // ggml never writes -128, but a file may: the sign trick must not overflow.
-        let cols = 64;
-        let mut wb = quantize_row(DType::Q8_0, &noise(cols, 1)).unwrap();
-        wb[2] = 0x80;
-        wb[36] = 0x80;
-        let w = WeightRef::new(DType::Q8_0, &wb, 1, cols).unwrap();
-        let x = noise(cols, 2);
-        let want = reference(w, &x, 1);
-        for isa in isas_under_test() {
-            assert_close(&run(&Pool::new(1), isa, w, &x, 1), &want, 2e-2, isa.name());
-        }
-    }
-
-    /// `w` interleaved, as the backend repacks it at load time.
-    fn packed(w: WeightRef<'_>) -> Vec<u8> {
-        repack::repack(w.dtype, w.bytes, w.rows, w.cols).expect("whole groups of an int-dot type")
-    }
-
-    #[test]
-    fn interleaved_weights_give_the_row_major_results_and_batches_do_not_change_a_row() {
-        let (p1, p2) = (Pool::new(1), Pool::new(2));
-        let (rows, cols) = (136, 576);
-        for dtype in [DType::Q4_0, DType::Q4_1, DType::Q8_0] {
-            let wb = weight(dtype, rows, cols, 31);
-            let w = WeightRef::new(dtype, &wb, rows, cols).unwrap();
-            let pb = packed(w);
-            let wp = WeightRef { bytes: &pb, layout: Layout::Rows8, ..w };
-            for n in [1, 2, 5, ACT_CHUNK + 3] {
-                let x = noise(n * cols, 40 + n as u64);
-                for isa in isas_under_test() {
-                    let want = run(&p2, isa, w, &x, n);
-                    let got = run(&p2, isa, wp, &x, n);
-                    let what = format!("{dtype} {} n={n}", isa.name());
-                    if isa == Isa::Scalar {
-                        // The portable path runs each row's very operations: bit-equal.
-                        assert_eq!(got, want, "{what}");
-                    } else {
-                        // Another order of the float operations than the row-major kernel's:
-                        // AVX2's interleaved kernel, or at AVX-512 (where the backend does not
-                        // repack) the portable fallback against the AVX-512 row-major kernel.
-                        assert_close(&got, &want, 1e-5, &what);
-                    }
-                    assert_eq!(got, run(&p1, isa, wp, &x, n), "{what}: 1 vs 2 threads");
-                    for i in [0, n / 2, n - 1] {
-                        let single = run(&p1, isa, wp, &x[i * cols..(i + 1) * cols], 1);
-                        assert_eq!(&got[i * rows..(i + 1) * rows], &single[..], "{what}: row {i} alone");
-                    }
-                }
-            }
-        }
-    }
-
-    #[test]
-    #[should_panic(expected = "not whole groups")]
-    fn an_interleaved_matrix_must_be_whole_groups() {
-        let wb = weight(DType::Q4_1, 12, 32, 1);
-        let w = WeightRef { layout: Layout::Rows8, ..WeightRef::new(DType::Q4_1, &wb, 12, 32).unwrap() };
-        run(&Pool::new(1), Isa::Scalar, w, &[0.0; 32], 1);
-    }
-
-    #[test]
-    #[should_panic(expected = "matmul: x has")]
-    fn mismatched_activations_are_refused() {
-        let wb = weight(DType::Q4_0, 2, 32, 1);
-        let w = WeightRef::new(DType::Q4_0, &wb, 2, 32).unwrap();
-        run(&Pool::new(1), Isa::Scalar, w, &[0.0; 31], 1);
-    }
-}
+#[path = "matmul_tests.rs"]
+mod tests;

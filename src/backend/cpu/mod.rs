@@ -2,10 +2,11 @@
 //!
 //! Files, leaves first: `isa` (the SIMD levels), `float16`, `kernel_io` (what the driver hands
 //! the kernels); `block` (the block traits) and the block types in `block_float`, `block_q`
-//! and `block_k`; `type_traits` (one table entry per type); `quantized_activations`; `repack` (the
-//! row-interleaved layout); the kernels `kern_scalar`, `kern_avx2`, `kern_avx2_r8`,
-//! `kern_avx2_f32`, `kern_avx2_attn` and `kern_avx512` (the row-major integer ones around
-//! `tile_driver!`); `matmul` (the driver), `ops` (norms, RoPE) and
+//! and `block_k`; `type_traits` (one table entry per type); `quantized_activations` and
+//! `quantized_activations_k` (blocks of 32 and of 256); `repack` (the row-interleaved layout);
+//! the kernels `kern_scalar`, `kern_avx2`, `kern_avx2_r8`, `kern_avx2_f32`, `kern_avx2_attn` and
+//! `kern_avx512` (the row-major integer ones around `tile_driver!`), and for Q4_K/Q6_K
+//! `kern_scalar_k` and `kern_avx2_k`; `matmul` (the driver), `ops` (norms, RoPE) and
 //! `attention` (its driver and portable kernel); `pool`.
 
 mod attention;
@@ -20,7 +21,9 @@ pub mod matmul;
 pub mod ops;
 pub mod pool;
 pub mod quantized_activations;
+pub mod quantized_activations_k;
 pub mod repack;
+pub mod repack_k;
 pub mod type_traits;
 
 #[cfg(target_arch = "x86_64")]
@@ -33,19 +36,24 @@ mod kern_avx2_attn;
 #[cfg(target_arch = "x86_64")]
 mod kern_avx2_f32;
 #[cfg(target_arch = "x86_64")]
+mod kern_avx2_k;
+#[cfg(target_arch = "x86_64")]
+mod kern_avx2_k_r8;
+#[cfg(target_arch = "x86_64")]
 mod kern_avx2_r8;
 #[cfg(target_arch = "x86_64")]
 mod kern_avx512;
 mod kern_scalar;
+mod kern_scalar_k;
 #[cfg(test)]
 mod test_inputs;
 
 pub use isa::Isa;
 pub use type_traits::{dequantize_row, quantize_row};
 
-use crate::backend::{AttnSeq, Backend, Heads, Layout, Rope, WeightRef};
+use crate::backend::{AttnSeq, Backend, DType, Heads, Layout, Rope, WeightRef};
+use matmul::{Path, Scratch};
 use pool::Pool;
-use quantized_activations::QuantRows;
 use std::sync::Mutex;
 
 /// The CPU implementation of [`Backend`]: owns the worker pool and the scratch buffers.
@@ -53,7 +61,7 @@ pub struct CpuBackend {
     pool: Pool,
     isa: Isa,
     /// Quantized activations, reused across calls (only the calling thread quantizes).
-    xq: Mutex<QuantRows>,
+    xq: Mutex<Scratch>,
 }
 
 impl CpuBackend {
@@ -68,7 +76,7 @@ impl CpuBackend {
     /// When this CPU does not support `isa`.
     pub fn with_isa(threads: usize, isa: Isa) -> CpuBackend {
         assert!(Isa::available().contains(&isa), "this CPU does not support {}", isa.name());
-        CpuBackend { pool: Pool::new(threads), isa, xq: Mutex::new(QuantRows::new()) }
+        CpuBackend { pool: Pool::new(threads), isa, xq: Mutex::new(Scratch::default()) }
     }
 
     pub fn threads(&self) -> usize {
@@ -80,6 +88,14 @@ impl CpuBackend {
     pub fn pool(&self) -> &Pool {
         &self.pool
     }
+
+    /// [`Backend::matmul`] by dequantizing each weight row and dotting in f32, whatever the type:
+    /// the path the types without integer kernels take, kept for benchmarks to compare those
+    /// kernels with, on a matrix in the file's layout. The model never calls it.
+    pub fn matmul_dequantized(&self, w: WeightRef<'_>, x: &[f32], n: usize, out: &mut [f32]) {
+        let mut xq = self.xq.lock().unwrap_or_else(|e| e.into_inner());
+        matmul::matmul_many(&self.pool, self.isa, &[w], x, n, &mut [out], &mut xq, Path::Float);
+    }
 }
 
 impl Backend for CpuBackend {
@@ -90,13 +106,18 @@ impl Backend for CpuBackend {
 
     fn matmul_many(&self, ws: &[WeightRef<'_>], x: &[f32], n: usize, outs: &mut [&mut [f32]]) {
         let mut xq = self.xq.lock().unwrap_or_else(|e| e.into_inner());
-        matmul::matmul_many(&self.pool, self.isa, ws, x, n, outs, &mut xq);
+        matmul::matmul_many(&self.pool, self.isa, ws, x, n, outs, &mut xq, Path::Best);
     }
 
-    /// Q4_0, Q4_1 and Q8_0 into [`Layout::Rows8`] on AVX2, the level with kernels for it; the
-    /// AVX-512 kernels and the portable fallback read the file's layout.
+    /// Into [`Layout::Rows8`] where this level has kernels for it: Q4_0, Q4_1 and Q8_0 on AVX2
+    /// (AVX-512 has its own row-major kernels for them), Q4_K and Q6_K on AVX2 and AVX-512
+    /// (whose K-quant kernels are AVX2's). The portable fallback reads the file's layout.
     fn repack(&self, w: WeightRef<'_>) -> Option<(Layout, Vec<u8>)> {
-        if self.isa != Isa::Avx2 || w.layout != Layout::Rows {
+        let has_kernels = match w.dtype {
+            DType::Q4K | DType::Q6K => matches!(self.isa, Isa::Avx2 | Isa::Avx512),
+            _ => self.isa == Isa::Avx2,
+        };
+        if !has_kernels || w.layout != Layout::Rows {
             return None;
         }
         repack::repack(w.dtype, w.bytes, w.rows, w.cols).map(|b| (Layout::Rows8, b))

@@ -17,7 +17,7 @@
 
 use super::block::IntBlock;
 use super::block_q::{BlockQ4_0, BlockQ4_1, BlockQ8_0};
-use super::kernel_io::QKind;
+use super::kernel_io::{KKind, QKind};
 use super::quantized_activations::QuantRows;
 use crate::backend::DType;
 
@@ -71,6 +71,8 @@ pub fn repack(dtype: DType, bytes: &[u8], rows: usize, cols: usize) -> Option<Ve
         DType::Q4_0 => repack_as::<BlockQ4_0>(bytes, rows, row_bytes),
         DType::Q4_1 => repack_as::<BlockQ4_1>(bytes, rows, row_bytes),
         DType::Q8_0 => repack_as::<BlockQ8_0>(bytes, rows, row_bytes),
+        DType::Q4K => super::repack_k::repack(KKind::Q4K, bytes, rows, row_bytes),
+        DType::Q6K => super::repack_k::repack(KKind::Q6K, bytes, rows, row_bytes),
         _ => return None,
     })
 }
@@ -81,6 +83,8 @@ pub fn unpack_row(dtype: DType, packed: &[u8], cols: usize, r: usize, out: &mut 
         DType::Q4_0 => unpack_row_as::<BlockQ4_0>(packed, cols, r, out),
         DType::Q4_1 => unpack_row_as::<BlockQ4_1>(packed, cols, r, out),
         DType::Q8_0 => unpack_row_as::<BlockQ8_0>(packed, cols, r, out),
+        DType::Q4K => super::repack_k::unpack_row(KKind::Q4K, packed, cols / dtype.block_len(), r, out),
+        DType::Q6K => super::repack_k::unpack_row(KKind::Q6K, packed, cols / dtype.block_len(), r, out),
         _ => panic!("{dtype} has no interleaved layout"),
     }
 }

@@ -66,23 +66,26 @@ pub fn noise(n: usize, seed: u64) -> Vec<f32> {
         .collect()
 }
 
-/// A `rows x cols` weight of `dtype`: quantized from noise, or random K-quant blocks with
-/// small finite scales.
+/// A `rows x cols` weight of `dtype`: quantized from noise, or random K-quant blocks (every
+/// byte pattern is a valid block) whose f16 scales are set to finite values in [0.001, 0.005),
+/// different per block so that a kernel applying one block's scale to another shows.
 pub fn weight(dtype: DType, rows: usize, cols: usize, seed: u64) -> Vec<u8> {
     let vals = noise(rows * cols, seed);
     if let Some(b) = quantize_row(dtype, &vals) {
         return b;
     }
-    let bytes: Vec<u8> =
+    let mut bytes: Vec<u8> =
         noise(dtype.bytes_for(rows * cols).unwrap(), seed ^ 0xabc).iter().map(|v| ((v + 1.0) * 127.9) as u8).collect();
-    let mut bytes = bytes;
-    let (bb, scale_offsets): (usize, &[usize]) = match dtype {
-        DType::Q6K => (210, &[208]),
-        _ => (dtype.block_bytes(), &[0, 2]),
+    let scale_offsets: &[usize] = match dtype {
+        DType::Q6K => &[208],
+        _ => &[0, 2],
     };
-    for blk in bytes.chunks_exact_mut(bb) {
+    let blocks = bytes.len() / dtype.block_bytes();
+    let mut scales = noise(blocks * scale_offsets.len(), seed ^ 0x5ca1e).into_iter();
+    for blk in bytes.chunks_exact_mut(dtype.block_bytes()) {
         for &o in scale_offsets {
-            blk[o..o + 2].copy_from_slice(&f32_to_f16(0.003).to_le_bytes());
+            let s = 0.003 + 0.002 * scales.next().unwrap_or(0.0);
+            blk[o..o + 2].copy_from_slice(&f32_to_f16(s).to_le_bytes());
         }
     }
     bytes

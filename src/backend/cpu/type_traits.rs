@@ -1,5 +1,6 @@
 //! One table entry per weight type, as ggml's `type_traits_cpu`: how to decode a row, how to
-//! encode one, and whether matmul runs the integer-dot kernels on it. Built from the block
+//! encode one, and which integer-dot kernels matmul runs on it (those of the 32-value blocks,
+//! those of the K-quants, or none). Built from the block
 //! markers, so that the sizes and functions come from one place per type.
 
 use super::block::{Block, IntBlock, Quantize};
@@ -7,8 +8,10 @@ use super::block_float::{BlockBF16, BlockF16, BlockF32};
 use super::block_k::{BlockQ4K, BlockQ5K, BlockQ6K};
 use super::block_q::{BlockQ4_0, BlockQ4_1, BlockQ8_0};
 use super::kern_scalar;
-use super::kernel_io::QKind;
+use super::kern_scalar_k;
+use super::kernel_io::{KKind, QKind};
 use super::quantized_activations::QuantRows;
+use super::quantized_activations_k::QuantRowsK;
 use crate::backend::DType;
 
 /// Decodes a whole number of blocks into their values (the lengths agree; [`dequantize_row`]
@@ -23,8 +26,11 @@ pub struct TypeTraits {
     pub dequantize: DequantizeFn,
     /// `None` for the K-quants.
     pub quantize: Option<QuantizeFn>,
-    /// The integer-dot path; `None`: matmul dequantizes a weight row and dots in f32.
+    /// The integer-dot path of the 32-value types (activations as `QuantRows`).
     pub int_dot: Option<IntDot>,
+    /// The integer-dot path of the K-quants (activations as `QuantRowsK`). With neither, matmul
+    /// dequantizes a weight row and dots in f32.
+    pub k_dot: Option<KDot>,
 }
 
 /// The integer-dot path of a type: its kernel family, and the portable row dot.
@@ -35,13 +41,21 @@ pub struct IntDot {
     pub scalar: fn(&[u8], &QuantRows, usize) -> f32,
 }
 
+/// The integer-dot path of a K-quant: its kernel family, and the portable row dot.
+#[derive(Clone, Copy)]
+pub struct KDot {
+    pub kind: KKind,
+    /// The dot of one weight row with activation row `i`.
+    pub scalar: fn(&[u8], &QuantRowsK, usize) -> f32,
+}
+
 impl TypeTraits {
     const fn of<B: Block>() -> TypeTraits {
         assert!(
             B::LEN == B::DTYPE.block_len() && B::BYTES == B::DTYPE.block_bytes(),
             "a block marker disagrees with its DType on the block size"
         );
-        TypeTraits { dtype: B::DTYPE, dequantize: dequantize_blocks::<B>, quantize: None, int_dot: None }
+        TypeTraits { dtype: B::DTYPE, dequantize: dequantize_blocks::<B>, quantize: None, int_dot: None, k_dot: None }
     }
 
     const fn quantized<B: Quantize>() -> TypeTraits {
@@ -54,6 +68,10 @@ impl TypeTraits {
             ..TypeTraits::quantized::<B>()
         }
     }
+
+    const fn k_dot<B: Block>(kind: KKind, scalar: fn(&[u8], &QuantRowsK, usize) -> f32) -> TypeTraits {
+        TypeTraits { k_dot: Some(KDot { kind, scalar }), ..TypeTraits::of::<B>() }
+    }
 }
 
 static F32: TypeTraits = TypeTraits::quantized::<BlockF32>();
@@ -62,9 +80,9 @@ static BF16: TypeTraits = TypeTraits::quantized::<BlockBF16>();
 static Q4_0: TypeTraits = TypeTraits::int_dot::<BlockQ4_0>();
 static Q4_1: TypeTraits = TypeTraits::int_dot::<BlockQ4_1>();
 static Q8_0: TypeTraits = TypeTraits::int_dot::<BlockQ8_0>();
-static Q4K: TypeTraits = TypeTraits::of::<BlockQ4K>();
+static Q4K: TypeTraits = TypeTraits::k_dot::<BlockQ4K>(KKind::Q4K, kern_scalar_k::vec_dot_q4k);
 static Q5K: TypeTraits = TypeTraits::of::<BlockQ5K>();
-static Q6K: TypeTraits = TypeTraits::of::<BlockQ6K>();
+static Q6K: TypeTraits = TypeTraits::k_dot::<BlockQ6K>(KKind::Q6K, kern_scalar_k::vec_dot_q6k);
 
 /// The table entry of `dtype`.
 pub fn type_traits(dtype: DType) -> &'static TypeTraits {
@@ -93,7 +111,7 @@ fn quantize_blocks<B: Quantize>(x: &[f32], out: &mut Vec<u8>) {
 
 /// Dequantizes `out.len()` values from `bytes`, which must hold exactly that many values of
 /// `dtype` (a whole number of blocks). Bit-exact with ggml (and the `gguf` Python package):
-/// these are the reference for the fast kernels and the path the K-quants take in matmul.
+/// these are the reference for the fast kernels and the path of the types without them.
 ///
 /// # Panics
 /// When `bytes.len()` does not match `out.len()` values of `dtype`: the callers (matmul and the

@@ -85,12 +85,19 @@ fn four_bit_round_trip_error_is_within_a_step() {
 }
 
 #[test]
-fn every_type_has_its_own_entry_and_the_integer_kernels_cover_the_32_value_types() {
+fn every_type_has_its_own_entry_and_the_integer_kernels_cover_the_32_value_types_q4k_and_q6k() {
     for dtype in ALL {
         let t = type_traits(dtype);
         assert_eq!(t.dtype, dtype);
         let int = matches!(dtype, DType::Q4_0 | DType::Q4_1 | DType::Q8_0);
         assert_eq!(t.int_dot.is_some(), int, "{dtype}");
+        let k = t.k_dot.map(|k| k.kind);
+        let want = match dtype {
+            DType::Q4K => Some(KKind::Q4K),
+            DType::Q6K => Some(KKind::Q6K),
+            _ => None,
+        };
+        assert_eq!(k, want, "{dtype}");
         let k_quant = matches!(dtype, DType::Q4K | DType::Q5K | DType::Q6K);
         assert_eq!(t.quantize.is_none(), k_quant, "{dtype}");
     }
