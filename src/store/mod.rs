@@ -12,6 +12,7 @@ pub mod migrations;
 pub mod pg_cluster;
 pub mod postgres;
 pub mod sqlite;
+mod sqlite_checkpoint;
 pub mod url;
 
 pub use db::Db;

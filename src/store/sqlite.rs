@@ -5,6 +5,7 @@
 //! transactions take the write lock at `BEGIN`, so that two processes sharing a file queue
 //! behind `busy_timeout` instead of failing on a lock upgrade.
 
+use super::sqlite_checkpoint::Checkpointer;
 use super::{migrations, Chat, Message, Page, Store, StoreError, Turn};
 use rusqlite::{params, Connection, OptionalExtension, Row, TransactionBehavior};
 use std::path::Path;
@@ -15,6 +16,8 @@ pub const BUSY_TIMEOUT: Duration = Duration::from_secs(10);
 
 pub struct SqliteStore {
     conn: Connection,
+    /// Dropped after `conn`: a file's checkpoints (`None` in memory).
+    _checkpointer: Option<Checkpointer>,
 }
 
 const CHAT_COLS: &str = "chat_id, created_at, title, system, defaults, client_ip, country";
@@ -52,7 +55,9 @@ impl SqliteStore {
     pub fn open(path: &Path) -> Result<SqliteStore, StoreError> {
         let conn = Connection::open(path)
             .map_err(|e| StoreError::Backend(format!("cannot open SQLite database {}: {e}", path.display())))?;
-        Self::setup(conn)
+        let mut s = Self::setup(conn)?;
+        s._checkpointer = Some(Checkpointer::start(path, &s.conn)?);
+        Ok(s)
     }
 
     /// A private database in memory, for tests.
@@ -65,7 +70,7 @@ impl SqliteStore {
         // `journal_mode` answers with the mode in force; a memory database stays `memory`.
         let _mode: String = conn.query_row("PRAGMA journal_mode=WAL", [], |r| r.get(0))?;
         conn.execute_batch("PRAGMA synchronous=NORMAL")?;
-        let mut s = SqliteStore { conn };
+        let mut s = SqliteStore { conn, _checkpointer: None };
         s.migrate()?;
         Ok(s)
     }
