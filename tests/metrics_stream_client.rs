@@ -49,7 +49,7 @@ fn serve_one(listener: TcpListener, metrics: Arc<Metrics>) -> mpsc::Receiver<Str
         )
         .unwrap();
         let (tx, rx) = async_channel::unbounded();
-        let pump = std::thread::spawn(move || smol::block_on(sub.pump(format, tx)));
+        let pump = std::thread::spawn(move || smol::block_on(sub.pump(format, tx, std::time::Duration::ZERO)));
         while let Ok(frame) = rx.recv_blocking() {
             sock.write_all(&frame).unwrap();
             sock.flush().unwrap();
