@@ -5,8 +5,9 @@
 //! with a fixed token budget. So the pacer measures what a step of the decodes alone takes and what each prompt
 //! token adds to it, and gives prompts as many tokens as keep a step within `ratio` times the
 //! decodes alone: every stream's gap between tokens stays bounded from the first prompt token
-//! to the last, and prompts take whatever time is left. A step feeds at least one prompt token,
-//! which late in a long prompt costs more than a decode step: that is the gap's floor.
+//! to the last, and prompts take whatever time is left. A step feeds at least a block of 8
+//! prompt tokens (one token costs it nearly as much), which late in a long prompt costs more
+//! than a decode step: that is the gap's floor.
 
 use std::time::Duration;
 
@@ -24,6 +25,11 @@ const EWMA_WEIGHT: f64 = 0.25;
 const PLAIN_EWMA_WEIGHT: f64 = 0.5;
 /// Least cost of one prompt token, in seconds, so a noisy step cannot make prompts look free.
 const MIN_TOKEN_COST_S: f64 = 1e-6;
+/// Prompt tokens a step feeds at least once their cost is known: the tiled attention computes
+/// a block of 8 query rows (`backend/cpu/attention.rs`) however few it holds, reading the
+/// prompt's whole cache for it, so late in a long prompt one token costs a step nearly what 8
+/// do. Fed one or two at a time, a 4,480-token prompt beside a stream took 4.5x its time alone.
+const MIN_PROMPT_ROWS: usize = 8;
 
 /// Running estimates of a step's cost, and the prompt tokens they allow.
 #[derive(Clone, Debug)]
@@ -57,7 +63,8 @@ impl StepPacer {
             return cap.min(1);
         };
         let room = plain * (self.ratio - 1.0).max(0.0);
-        ((room / per_token) as usize).clamp(1, cap.max(1))
+        let cap = cap.max(1);
+        ((room / per_token) as usize).clamp(MIN_PROMPT_ROWS.min(cap), cap)
     }
 
     /// Learns from a finished step that fed `prompt_rows` prompt tokens and `decode_rows` rows
@@ -117,21 +124,21 @@ mod tests {
     #[test]
     fn steps_settle_within_the_ratio_and_use_it() {
         let mut p = StepPacer::new(2.5);
-        let steps = run(&mut p, 10.0, 2.0, 200, 64);
+        let steps = run(&mut p, 10.0, 1.5, 200, 64);
         for &(n, took) in &steps[20..] {
             assert!(took <= 25.0 + 1e-9, "a step of {n} prompt tokens took {took} ms, over 2.5 x 10 ms");
         }
-        // 15 ms of room at 2 ms a token: 7 tokens, except on the steps that measure the decodes.
+        // 15 ms of room at 1.5 ms a token: 10 tokens, except on the steps that measure the decodes.
         let mixed: Vec<usize> = steps[20..].iter().map(|s| s.0).filter(|&n| n > 0).collect();
-        assert!(mixed.iter().all(|&n| n == 7), "{mixed:?}");
+        assert!(mixed.iter().all(|&n| n == 10), "{mixed:?}");
     }
 
     #[test]
     fn prompt_tokens_that_grow_dearer_get_fewer_per_step() {
         let mut p = StepPacer::new(3.0);
         let cheap = run(&mut p, 10.0, 1.0, 100, 64).iter().rev().find(|s| s.0 > 0).unwrap().0;
-        let dear = run(&mut p, 10.0, 5.0, 100, 64).iter().rev().find(|s| s.0 > 0).unwrap().0;
-        assert_eq!((cheap, dear), (20, 4));
+        let dear = run(&mut p, 10.0, 2.0, 100, 64).iter().rev().find(|s| s.0 > 0).unwrap().0;
+        assert_eq!((cheap, dear), (20, 10));
     }
 
     #[test]
@@ -149,10 +156,13 @@ mod tests {
 
     #[test]
     fn prompts_always_move_and_the_cap_holds() {
+        // A token dearer than the whole room: a block of rows a step, since fewer cost as much.
         let mut p = StepPacer::new(1.2);
         let steps = run(&mut p, 10.0, 50.0, 50, 64);
-        assert!(steps[2..].iter().all(|s| s.0 <= 1));
-        assert!(steps.iter().filter(|s| s.0 == 1).count() > 40);
+        assert!(steps[2..].iter().all(|s| s.0 == 0 || s.0 == MIN_PROMPT_ROWS), "{steps:?}");
+        assert!(steps.iter().filter(|s| s.0 == MIN_PROMPT_ROWS).count() > 40);
+        let mut p = StepPacer::new(1.2);
+        assert!(run(&mut p, 10.0, 50.0, 20, 3).iter().all(|s| s.0 <= 3), "a cap under a block holds");
         let mut p = StepPacer::new(100.0);
         assert!(run(&mut p, 10.0, 0.1, 50, 16).iter().all(|s| s.0 <= 16));
     }
