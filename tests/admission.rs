@@ -1,6 +1,6 @@
 //! Admission and the first minutes of a new user, over real sockets against the real binary:
 //! the API key, CORS, `/v1/models/{id}`, `--metrics-format`, the KV budget as the context,
-//! `--listen` host names, `--version`, errors that point the right way, and a shutdown that
+//! `--listen` host names, `--version`, the `MTPLX_ISA` cap, errors that point the right way, and a shutdown that
 //! ends open streams visibly.
 
 mod common;
@@ -104,6 +104,26 @@ fn a_public_address_without_an_api_key_starts_when_allowed() {
     let local = std::net::SocketAddr::from(([127, 0, 0, 1], s.addr.port()));
     assert_eq!(get(local, "/health").status, 200);
     assert_eq!(get(local, "/v1/models").status, 200, "no key guards /v1/ when none is set");
+}
+
+/// `MTPLX_ISA` lowers the kernels' level: a name that is no level is refused at start, naming
+/// the variable and the levels; a valid one is the level the benchmark reports running at.
+#[test]
+fn the_instruction_set_cap_is_checked_at_start_and_obeyed() {
+    let out = bin().args(["--model", "/nonexistent/model.gguf"]).env("MTPLX_ISA", "avx9").output().unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("MTPLX_ISA=avx9") && err.contains("avx512vnni"), "{err}");
+
+    let out = bin()
+        .args(model_args())
+        .args(["bench", "--rows", "1", "--reps", "1"])
+        .env("MTPLX_ISA", "scalar")
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{text}{}", String::from_utf8_lossy(&out.stderr));
+    assert!(text.contains("kernels at scalar"), "{text}");
 }
 
 #[test]

@@ -97,6 +97,7 @@ pub fn run(cfg: &ModelOpts, prompt: usize, generate: usize, sequences: usize) ->
     let name = mtplx_lite::model::load::model_id(&path, &files);
     let mut thread_counts = vec![1, mtplx_lite::backend::cpu::pool::threads_for(cfg.threads)];
     thread_counts.dedup();
+    println!("kernels at {}\n", mtplx_lite::backend::cpu::Isa::detect().name());
     println!("| model | threads | test | t/s |");
     println!("| --- | ---: | --- | ---: |");
     for &threads in &thread_counts {
@@ -130,7 +131,11 @@ pub fn run_rows(cfg: &ModelOpts, rows: &[usize], reps: usize) -> Result<(), Stri
     let model = Llama::load(&files, threads).map_err(|e| e.to_string())?;
     // Loading maps the file and repacks the weights the backend has a layout for: on a second
     // run, with the file in the page cache, this is the repacking's cost.
-    println!("model loaded in {:.0} ms (weights repacked for the kernels)\n", t.elapsed().as_secs_f64() * 1e3);
+    println!(
+        "model loaded in {:.0} ms (weights repacked for the kernels at {})\n",
+        t.elapsed().as_secs_f64() * 1e3,
+        mtplx_lite::backend::cpu::Isa::detect().name()
+    );
     decode_tok_s(&model, 8); // warm-up: page in the weights
     print!("{}", super::bench_rows::table(&name, threads, &super::bench_rows::measure(&model, rows, reps)));
     Ok(())

@@ -338,6 +338,7 @@ pub fn resolve_listen(s: &str) -> Result<SocketAddr, String> {
 impl Settings {
     pub fn from_cli(cli: &Cli) -> Result<Settings, String> {
         let listen = resolve_listen(&cli.listen)?;
+        mtplx_lite::backend::cpu::Isa::cap()?;
         let trusted_proxies = cli.trusted_proxy.iter().map(|s| Cidr::parse(s)).collect::<Result<Vec<_>, _>>()?;
         if !(cli.shutdown_grace.is_finite() && cli.shutdown_grace >= 0.0) {
             return Err(format!("--shutdown-grace must be a number of seconds >= 0, got {}", cli.shutdown_grace));

@@ -1,5 +1,9 @@
 //! The instruction-set levels the kernels come in, and which of them this CPU runs.
 
+/// Environment variable that lowers the level the backend uses (`scalar`, `avx2`): to measure or
+/// test a lower level's kernels on a CPU that has a higher one.
+pub const CAP_ENV: &str = "MTPLX_ISA";
+
 /// The instruction-set level the kernels run at.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Isa {
@@ -15,9 +19,29 @@ impl Isa {
     /// Every level, from `Scalar` up.
     pub const ALL: [Isa; 3] = [Isa::Scalar, Isa::Avx2, Isa::Avx512];
 
-    /// The best level this CPU supports.
+    /// The best level this CPU supports, lowered to the level [`CAP_ENV`] names if it is set
+    /// (a value [`Isa::cap`] rejects is ignored here: the command line reports it at start).
     pub fn detect() -> Isa {
-        *Isa::available().last().unwrap_or(&Isa::Scalar)
+        let best = *Isa::available().last().unwrap_or(&Isa::Scalar);
+        match Isa::cap() {
+            Ok(Some(cap)) => cap,
+            _ => best,
+        }
+    }
+
+    /// The level [`CAP_ENV`] asks for, if it is set: `Err` when it names no level or one this CPU
+    /// lacks.
+    pub fn cap() -> Result<Option<Isa>, String> {
+        let Some(v) = std::env::var_os(CAP_ENV) else {
+            return Ok(None);
+        };
+        let v = v.to_string_lossy();
+        let isa = Isa::from_name(&v)
+            .ok_or_else(|| format!("{CAP_ENV}={v} names no instruction-set level (scalar, avx2 or avx512vnni)"))?;
+        if !Isa::available().contains(&isa) {
+            return Err(format!("{CAP_ENV}={v}: this CPU does not support {}", isa.name()));
+        }
+        Ok(Some(isa))
     }
 
     /// Every level this CPU supports, from `Scalar` up.

@@ -13,74 +13,14 @@
 //! row's result does not depend on the batch it is in.
 
 use super::block::{IntBlock, Offset, Weights};
-use super::block_q::{BlockQ4_0, BlockQ4_1, BlockQ8_0};
-use super::kernel_io::{OutRows, QKind};
 use super::quantized_activations::QuantRows;
 use super::repack::{group_block_bytes, ROWS};
 use std::arch::x86_64::*;
-use std::ops::Range;
 
-/// Activation rows per pass over a group's weights.
+/// Activation rows per pass over a group's weights (the drivers' tile).
 const TILE: usize = 4;
 
-/// Matmul rows `rows` (whole groups) of an interleaved weight against activation rows `acts`.
-///
-/// # Safety
-/// The CPU supports AVX2, FMA and F16C; `w` is the interleaved copy of a matrix of `kind` with
-/// `x.cols()` columns and at least `rows.end` rows; `rows` starts and ends on a group boundary;
-/// `out` has room for `acts.end` rows of at least `rows.end` values, and no other thread
-/// writes these entries.
-#[target_feature(enable = "avx2,fma,f16c")]
-pub unsafe fn matmul_r8(
-    kind: QKind,
-    w: &[u8],
-    rows: Range<usize>,
-    x: &QuantRows,
-    acts: Range<usize>,
-    out: &OutRows<'_>,
-) {
-    // SAFETY: the target features are ours, the rest is this function's own contract.
-    unsafe {
-        match kind {
-            QKind::Q4_0 => drive::<BlockQ4_0>(w, rows, x, acts, out),
-            QKind::Q4_1 => drive::<BlockQ4_1>(w, rows, x, acts, out),
-            QKind::Q8_0 => drive::<BlockQ8_0>(w, rows, x, acts, out),
-        }
-    }
-}
-
-/// [`matmul_r8`] for the block type `B`; the same contract.
-#[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn drive<B: IntBlock>(w: &[u8], rows: Range<usize>, x: &QuantRows, acts: Range<usize>, out: &OutRows<'_>) {
-    let nb = x.cols() / B::LEN;
-    let group_bytes = nb * group_block_bytes::<B>();
-    debug_assert!(rows.start.is_multiple_of(ROWS) && rows.end.is_multiple_of(ROWS));
-    for g in rows.start / ROWS..rows.end / ROWS {
-        let grp = &w[g * group_bytes..(g + 1) * group_bytes];
-        let mut i = acts.start;
-        while i < acts.end {
-            let n = (acts.end - i).min(TILE);
-            let mut res = [[0f32; ROWS]; TILE];
-            // SAFETY: `grp` is a whole group of `nb` super-blocks of `B` (sliced above), and
-            // rows `i..i + n` are rows of `x` (within `acts`).
-            unsafe {
-                match n {
-                    4 => tile::<B, 4>(grp.as_ptr(), nb, x, i, &mut res),
-                    3 => tile::<B, 3>(grp.as_ptr(), nb, x, i, &mut res),
-                    2 => tile::<B, 2>(grp.as_ptr(), nb, x, i, &mut res),
-                    _ => tile::<B, 1>(grp.as_ptr(), nb, x, i, &mut res),
-                }
-            }
-            for (j, vals) in res.iter().enumerate().take(n) {
-                for (r, &v) in vals.iter().enumerate() {
-                    // SAFETY: entries (i + j, g * ROWS + r) lie in this caller's rows and acts.
-                    unsafe { out.write(i + j, g * ROWS + r, v) };
-                }
-            }
-            i += n;
-        }
-    }
-}
+r8_driver!("avx2,fma,f16c");
 
 /// Dots of one group (`nb` super-blocks at `grp`) with activation rows `i0..i0 + NR`, written
 /// to `res[j]`, one weight row per entry.
@@ -162,25 +102,49 @@ unsafe fn tile<B: IntBlock, const NR: usize>(
                 }
             }
         }
-        let m = match B::OFFSET {
-            // SAFETY: Q4_1 super-blocks hold the eight `m` right after the eight `d`.
-            Offset::Min => _mm256_cvtph_ps(unsafe { _mm_loadu_si128(sb.add(16) as *const __m128i) }),
-            Offset::TimesScale(c) => _mm256_mul_ps(_mm256_set1_ps(c), d),
-            Offset::None => _mm256_setzero_ps(),
-        };
-        for j in 0..NR {
-            // SAFETY: rows of `x` hold `nb` scales and sums each, and `b < nb`.
-            let (dx, sx) = unsafe { (*xd[j].add(b), *xs[j].add(b)) };
-            let scale = _mm256_mul_ps(d, _mm256_set1_ps(dx));
-            acc[j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sum[j]), scale, acc[j]);
-            if !matches!(B::OFFSET, Offset::None) {
-                off[j] = _mm256_fmadd_ps(m, _mm256_set1_ps(sx), off[j]);
-            }
-        }
+        // SAFETY: `sb` is super-block `b < nb`, and the rows of `x` hold `nb` scales and sums.
+        unsafe { fold_block::<B, NR>(sb, d, b, &xd, &xs, &sum, &mut acc, &mut off) };
     }
     for j in 0..NR {
         // SAFETY: `res[j]` is eight f32s.
         unsafe { _mm256_storeu_ps(res[j].as_mut_ptr(), _mm256_add_ps(acc[j], off[j])) };
+    }
+}
+
+/// Adds super-block `b`'s integer sums (`sum[j]`, one weight row per lane) into row `j`'s
+/// sums: `acc[j] += sum * d * dx`, and for the types with an offset `off[j] += m * sx`. Shared
+/// by the AVX2 and AVX-512 tiles (it inlines into either), so both round alike.
+///
+/// # Safety
+/// The CPU supports AVX2, FMA and F16C; `sb` is a readable super-block of `B` whose eight
+/// scales are `d`; `xd[j]` and `xs[j]` point at rows of at least `b + 1` scales and sums.
+#[target_feature(enable = "avx2,fma,f16c")]
+#[inline]
+#[allow(clippy::too_many_arguments)] // the tile's state, passed by reference to stay in registers
+pub(super) unsafe fn fold_block<B: IntBlock, const NR: usize>(
+    sb: *const u8,
+    d: __m256,
+    b: usize,
+    xd: &[*const f32; NR],
+    xs: &[*const f32; NR],
+    sum: &[__m256i; NR],
+    acc: &mut [__m256; NR],
+    off: &mut [__m256; NR],
+) {
+    let m = match B::OFFSET {
+        // SAFETY: Q4_1 super-blocks hold the eight `m` right after the eight `d`.
+        Offset::Min => _mm256_cvtph_ps(unsafe { _mm_loadu_si128(sb.add(16) as *const __m128i) }),
+        Offset::TimesScale(c) => _mm256_mul_ps(_mm256_set1_ps(c), d),
+        Offset::None => _mm256_setzero_ps(),
+    };
+    for j in 0..NR {
+        // SAFETY: rows of `x` hold more than `b` scales and sums (our contract).
+        let (dx, sx) = unsafe { (*xd[j].add(b), *xs[j].add(b)) };
+        let scale = _mm256_mul_ps(d, _mm256_set1_ps(dx));
+        acc[j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sum[j]), scale, acc[j]);
+        if !matches!(B::OFFSET, Offset::None) {
+            off[j] = _mm256_fmadd_ps(m, _mm256_set1_ps(sx), off[j]);
+        }
     }
 }
 
@@ -190,7 +154,7 @@ unsafe fn tile<B: IntBlock, const NR: usize>(
 /// The CPU supports AVX2; the four bytes are readable.
 #[target_feature(enable = "avx2,fma,f16c")]
 #[inline]
-unsafe fn bcast4(x: *const i8, o: usize) -> __m256i {
+pub(super) unsafe fn bcast4(x: *const i8, o: usize) -> __m256i {
     // SAFETY: the caller's contract.
     _mm256_set1_epi32(unsafe { std::ptr::read_unaligned(x.add(o) as *const i32) })
 }

@@ -124,7 +124,8 @@ pub(crate) fn matmul_many(
     }
     let kernels: Vec<Kernel> = ws.iter().map(|w| kernel(w.dtype, path)).collect();
     if kernels.iter().any(|k| matches!(k, Kernel::Int(_))) {
-        xq.q.quantize(isa, x, n, cols);
+        let row_major = ws.iter().zip(&kernels).any(|(w, k)| matches!(k, Kernel::Int(_)) && w.layout == Layout::Rows);
+        xq.q.quantize(isa, x, n, cols, row_major);
     }
     if kernels.iter().any(|k| matches!(k, Kernel::K(_))) {
         xq.k.quantize(x, n, cols);
@@ -278,8 +279,12 @@ fn matmul_r8(
         // interleaved matrix (its layout says so) whose shape `matmul` checked, and the tasks
         // cut it between groups.
         Isa::Avx2 => unsafe { super::kern_avx2_r8::matmul_r8(int_dot.kind, w.bytes, rows, x, acts, out) },
-        // The other levels have no kernels for the layout (the backend does not repack for
-        // them): the portable reference keeps such a matrix correct there.
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: `Isa::Avx512` is only produced after detecting AVX-512 F/BW/VL/VNNI, AVX2, FMA
+        // and F16C; the matrix and the cut as above.
+        Isa::Avx512 => unsafe { super::kern_avx512_r8::matmul_r8(int_dot.kind, w.bytes, rows, x, acts, out) },
+        // The portable level has no kernel for the layout (the backend does not repack for
+        // it): the portable reference keeps such a matrix correct there.
         _ => {
             let dot = repack::dot_group_of(int_dot.kind);
             let group_bytes = w.row_bytes() * repack::ROWS;

@@ -240,6 +240,7 @@ fn interleaved_weights_give_the_row_major_results_and_batches_do_not_change_a_ro
         let wp = WeightRef { bytes: &pb, layout: Layout::Rows8, ..w };
         for n in [1, 2, 5, ACT_CHUNK + 3] {
             let x = noise(n * cols, 40 + n as u64);
+            let mut simd = Vec::new();
             for isa in isas_under_test() {
                 let want = run(&p2, isa, w, &x, n);
                 let got = run(&p2, isa, wp, &x, n);
@@ -248,16 +249,20 @@ fn interleaved_weights_give_the_row_major_results_and_batches_do_not_change_a_ro
                     // The portable path runs each row's very operations: bit-equal.
                     assert_eq!(got, want, "{what}");
                 } else {
-                    // Another order of the float operations than the row-major kernel's: AVX2's
-                    // interleaved kernel, or at AVX-512 the portable fallback against the
-                    // AVX-512 row-major kernel.
+                    // The SIMD levels' interleaved kernels order the float operations otherwise
+                    // than their row-major ones.
                     assert_close(&got, &want, 1e-5, &what);
+                    simd.push(got.clone());
                 }
                 assert_eq!(got, run(&p1, isa, wp, &x, n), "{what}: 1 vs 2 threads");
                 for i in [0, n / 2, n - 1] {
                     let single = run(&p1, isa, wp, &x[i * cols..(i + 1) * cols], 1);
                     assert_eq!(&got[i * rows..(i + 1) * rows], &single[..], "{what}: row {i} alone");
                 }
+            }
+            // AVX-512's kernel sums the same integers as AVX2's and shares its float steps.
+            if let [avx2, avx512] = &simd[..] {
+                assert_eq!(avx2, avx512, "{dtype} n={n}: AVX2 and AVX-512 interleaved kernels differ");
             }
         }
     }

@@ -5,7 +5,8 @@
 //! and `block_k`; `type_traits` (one table entry per type); `quantized_activations` and
 //! `quantized_activations_k` (blocks of 32 and of 256); `repack` (the row-interleaved layout);
 //! the kernels `kern_scalar`, `kern_avx2`, `kern_avx2_r8`, `kern_avx2_f32`, `kern_avx2_attn` and
-//! `kern_avx512` (the row-major integer ones around `tile_driver!`), and for Q4_K/Q6_K
+//! `kern_avx512` (the row-major integer ones around `tile_driver!`), `kern_avx512_r8` (the
+//! interleaved ones, with `kern_avx2_r8`, around `r8_driver!`), and for Q4_K/Q6_K
 //! `kern_scalar_k` and `kern_avx2_k`; `matmul` (the driver), `ops` (norms, RoPE) and
 //! `attention` (its driver and portable kernel); `pool`.
 
@@ -43,15 +44,17 @@ mod kern_avx2_k_r8;
 mod kern_avx2_r8;
 #[cfg(target_arch = "x86_64")]
 mod kern_avx512;
+#[cfg(target_arch = "x86_64")]
+mod kern_avx512_r8;
 mod kern_scalar;
 mod kern_scalar_k;
 #[cfg(test)]
 mod test_inputs;
 
-pub use isa::Isa;
+pub use isa::{Isa, CAP_ENV as ISA_CAP_ENV};
 pub use type_traits::{dequantize_row, quantize_row};
 
-use crate::backend::{AttnSeq, Backend, DType, Heads, Layout, Rope, WeightRef};
+use crate::backend::{AttnSeq, Backend, Heads, Layout, Rope, WeightRef};
 use matmul::{Path, Scratch};
 use pool::Pool;
 use std::sync::Mutex;
@@ -109,15 +112,10 @@ impl Backend for CpuBackend {
         matmul::matmul_many(&self.pool, self.isa, ws, x, n, outs, &mut xq, Path::Best);
     }
 
-    /// Into [`Layout::Rows8`] where this level has kernels for it: Q4_0, Q4_1 and Q8_0 on AVX2
-    /// (AVX-512 has its own row-major kernels for them), Q4_K and Q6_K on AVX2 and AVX-512
-    /// (whose K-quant kernels are AVX2's). The portable fallback reads the file's layout.
+    /// Into [`Layout::Rows8`] where this level has kernels for it: Q4_0, Q4_1, Q8_0, Q4_K and
+    /// Q6_K on AVX2 and AVX-512. The portable fallback reads the file's layout.
     fn repack(&self, w: WeightRef<'_>) -> Option<(Layout, Vec<u8>)> {
-        let has_kernels = match w.dtype {
-            DType::Q4K | DType::Q6K => matches!(self.isa, Isa::Avx2 | Isa::Avx512),
-            _ => self.isa == Isa::Avx2,
-        };
-        if !has_kernels || w.layout != Layout::Rows {
+        if !matches!(self.isa, Isa::Avx2 | Isa::Avx512) || w.layout != Layout::Rows {
             return None;
         }
         repack::repack(w.dtype, w.bytes, w.rows, w.cols).map(|b| (Layout::Rows8, b))

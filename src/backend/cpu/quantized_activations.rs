@@ -57,9 +57,11 @@ impl QuantRows {
         QuantRows::default()
     }
 
-    /// Quantizes `n` rows of `cols` values (`cols` a multiple of 32), reusing the buffers. Every
-    /// instruction set gives bit-identical results.
-    pub(crate) fn quantize(&mut self, isa: Isa, x: &[f32], n: usize, cols: usize) {
+    /// Quantizes `n` rows of `cols` values (`cols` a multiple of 32), reusing the buffers, and
+    /// with `grouped` makes the SIMD levels' grouped copy that the row-major kernels read (the
+    /// interleaved ones read the rows as they are). Every instruction set gives bit-identical
+    /// results.
+    pub(crate) fn quantize(&mut self, isa: Isa, x: &[f32], n: usize, cols: usize, grouped: bool) {
         assert!(cols.is_multiple_of(QK) && x.len() == n * cols, "activations: {} values for {n} x {cols}", x.len());
         let nb = n * cols / QK;
         self.qs.resize(n * cols, 0);
@@ -77,7 +79,7 @@ impl QuantRows {
             };
             (*d, *s) = f16_scales(dq, sum);
         }
-        if matches!(isa, Isa::Avx2 | Isa::Avx512) {
+        if grouped && matches!(isa, Isa::Avx2 | Isa::Avx512) {
             // Only the AVX-512 kernel biases Q8_0 weights; AVX2 moves their signs instead.
             self.group(isa == Isa::Avx512);
         }
@@ -207,7 +209,7 @@ mod tests {
     fn blocks_round_trip_within_half_a_step() {
         let x: Vec<f32> = (0..128).map(|i| ((i * 37 % 101) as f32 - 50.0) * 0.013).collect();
         let mut q = QuantRows::new();
-        q.quantize(Isa::Scalar, &x, 2, 64);
+        q.quantize(Isa::Scalar, &x, 2, 64, true);
         for i in 0..2 {
             for (b, (&d, &s)) in q.d(i).iter().zip(q.s(i)).enumerate() {
                 let qs = &q.qs(i)[b * QK..(b + 1) * QK];
@@ -234,7 +236,7 @@ mod tests {
         let mut x = vec![0f32; 32];
         x[..6].copy_from_slice(&[127.0, 0.5, 1.5, 2.5, -0.5, -2.5]);
         let mut q = QuantRows::new();
-        q.quantize(Isa::Scalar, &x, 1, 32);
+        q.quantize(Isa::Scalar, &x, 1, 32, true);
         assert_eq!(&q.qs(0)[..6], &[127, 0, 2, 2, 0, -2]);
     }
 
@@ -243,10 +245,10 @@ mod tests {
         let x: Vec<f32> =
             (0..3 * 96).map(|i| ((i * 53 % 255) as f32 - 127.0) * 0.5 + if i % 7 == 0 { 0.25 } else { 0.0 }).collect();
         let mut want = QuantRows::new();
-        want.quantize(Isa::Scalar, &x, 3, 96);
+        want.quantize(Isa::Scalar, &x, 3, 96, true);
         for isa in isas_under_test() {
             let mut got = QuantRows::new();
-            got.quantize(isa, &x, 3, 96);
+            got.quantize(isa, &x, 3, 96, true);
             for i in 0..3 {
                 assert_eq!((got.qs(i), got.d(i), got.s(i)), (want.qs(i), want.d(i), want.s(i)), "{}", isa.name());
             }
@@ -260,7 +262,7 @@ mod tests {
         let x: Vec<f32> = (0..n * cols).map(|i| ((i * 31 % 97) as f32 - 48.0) * 0.07).collect();
         for isa in isas_under_test().into_iter().filter(|&i| i != Isa::Scalar) {
             let mut q = QuantRows::new();
-            q.quantize(isa, &x, n, cols);
+            q.quantize(isa, &x, n, cols, true);
             assert_eq!(q.groups(), 2);
             // The bias start values are the AVX-512 kernel's alone.
             let with_bias = isa == Isa::Avx512;
@@ -293,7 +295,7 @@ mod tests {
     #[test]
     fn a_zero_block_has_zero_scale_and_no_nan() {
         let mut q = QuantRows::new();
-        q.quantize(Isa::Scalar, &[0.0; 32], 1, 32);
+        q.quantize(Isa::Scalar, &[0.0; 32], 1, 32, true);
         assert_eq!(q.d(0), &[0.0]);
         assert!(q.qs(0).iter().all(|&v| v == 0));
     }

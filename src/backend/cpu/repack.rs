@@ -183,7 +183,7 @@ mod tests {
             let wb = weight(dtype, rows, cols, 21);
             let packed = repack(dtype, &wb, rows, cols).unwrap();
             let mut xq = QuantRows::new();
-            xq.quantize(Isa::Scalar, &noise(n * cols, 5), n, cols);
+            xq.quantize(Isa::Scalar, &noise(n * cols, 5), n, cols, false);
             let rb = wb.len() / rows;
             let gbytes = rb * ROWS;
             for i in 0..n {

@@ -83,3 +83,83 @@ macro_rules! tile_driver {
         }
     };
 }
+
+/// Defines, with the given target features, the level's entry point `pub unsafe fn
+/// matmul_r8(kind, w, rows, x, acts, out)` over the row-interleaved layout (`repack.rs`) and the
+/// loop behind it: for each group of eight weight rows, the activation rows in tiles of up to
+/// four. Needs `tile::<B: IntBlock, NR>(group, nb, x, i0, &mut [[f32; ROWS]; 4])` in scope.
+macro_rules! r8_driver {
+    ($features:literal) => {
+        /// Matmul rows `rows` (whole groups) of an interleaved weight against activation rows
+        /// `acts`.
+        ///
+        /// # Safety
+        #[doc = concat!("The CPU must support `", $features, "`;")]
+        /// `w` is the interleaved copy of a matrix of `kind` with `x.cols()` columns and at
+        /// least `rows.end` rows; `rows` starts and ends on a group boundary; `out` has room for
+        /// `acts.end` rows of at least `rows.end` values, and no other thread writes these
+        /// entries.
+        #[target_feature(enable = $features)]
+        pub unsafe fn matmul_r8(
+            kind: $crate::backend::cpu::kernel_io::QKind,
+            w: &[u8],
+            rows: ::std::ops::Range<usize>,
+            x: &$crate::backend::cpu::quantized_activations::QuantRows,
+            acts: ::std::ops::Range<usize>,
+            out: &$crate::backend::cpu::kernel_io::OutRows<'_>,
+        ) {
+            use $crate::backend::cpu::block_q::{BlockQ4_0, BlockQ4_1, BlockQ8_0};
+            use $crate::backend::cpu::kernel_io::QKind;
+            // SAFETY: the target features are ours, the rest is this function's own contract.
+            unsafe {
+                match kind {
+                    QKind::Q4_0 => drive_r8::<BlockQ4_0>(w, rows, x, acts, out),
+                    QKind::Q4_1 => drive_r8::<BlockQ4_1>(w, rows, x, acts, out),
+                    QKind::Q8_0 => drive_r8::<BlockQ8_0>(w, rows, x, acts, out),
+                }
+            }
+        }
+
+        /// [`matmul_r8`] for the block type `B`; the same contract.
+        #[target_feature(enable = $features)]
+        unsafe fn drive_r8<B: $crate::backend::cpu::block::IntBlock>(
+            w: &[u8],
+            rows: ::std::ops::Range<usize>,
+            x: &$crate::backend::cpu::quantized_activations::QuantRows,
+            acts: ::std::ops::Range<usize>,
+            out: &$crate::backend::cpu::kernel_io::OutRows<'_>,
+        ) {
+            use $crate::backend::cpu::repack::{group_block_bytes, ROWS};
+            const TILE: usize = 4;
+            let nb = x.cols() / B::LEN;
+            let group_bytes = nb * group_block_bytes::<B>();
+            debug_assert!(rows.start.is_multiple_of(ROWS) && rows.end.is_multiple_of(ROWS));
+            for g in rows.start / ROWS..rows.end / ROWS {
+                let grp = &w[g * group_bytes..(g + 1) * group_bytes];
+                let mut i = acts.start;
+                while i < acts.end {
+                    let n = (acts.end - i).min(TILE);
+                    let mut res = [[0f32; ROWS]; TILE];
+                    // SAFETY: `grp` is a whole group of `nb` super-blocks of `B` (sliced above),
+                    // and rows `i..i + n` are rows of `x` (within `acts`).
+                    unsafe {
+                        match n {
+                            4 => tile::<B, 4>(grp.as_ptr(), nb, x, i, &mut res),
+                            3 => tile::<B, 3>(grp.as_ptr(), nb, x, i, &mut res),
+                            2 => tile::<B, 2>(grp.as_ptr(), nb, x, i, &mut res),
+                            _ => tile::<B, 1>(grp.as_ptr(), nb, x, i, &mut res),
+                        }
+                    }
+                    for (j, vals) in res.iter().enumerate().take(n) {
+                        for (r, &v) in vals.iter().enumerate() {
+                            // SAFETY: entries (i + j, g * ROWS + r) lie in this caller's rows
+                            // and acts.
+                            unsafe { out.write(i + j, g * ROWS + r, v) };
+                        }
+                    }
+                    i += n;
+                }
+            }
+        }
+    };
+}
