@@ -2,6 +2,7 @@
 //! (both layouts), SwiGLU, softmax.
 
 use crate::backend::{Rope, RopeLayout};
+use std::cell::RefCell;
 
 /// Each row of `x` (rows of `weight.len()` values) times `weight / rms(row)`, as ggml's
 /// `rms_norm` followed by `mul` (sum of squares in f64, like ggml).
@@ -29,23 +30,84 @@ pub fn rope(x: &mut [f32], n_heads: usize, head_dim: usize, positions: &[usize],
         rope.dims
     );
     let half = rope.dims / 2;
-    let inv_freq: Vec<f64> = (0..half).map(|i| (rope.theta as f64).powf(-2.0 * i as f64 / rope.dims as f64)).collect();
-    let mut cs = vec![(0f32, 0f32); half];
-    for (xr, &pos) in x.chunks_exact_mut(row).zip(positions) {
-        for (c, &f) in cs.iter_mut().zip(&inv_freq) {
+    ANGLES.with_borrow_mut(|angles| {
+        angles.prepare(rope, positions.iter().copied().max().unwrap_or(0));
+        let mut cs = vec![(0f32, 0f32); half];
+        for (xr, &pos) in x.chunks_exact_mut(row).zip(positions) {
+            let cs: &[(f32, f32)] = match angles.cs.get(pos * half..(pos + 1) * half) {
+                Some(t) => t,
+                None => {
+                    angles.compute(pos, &mut cs);
+                    &cs
+                }
+            };
+            rotate(xr, head_dim, cs, rope.layout);
+        }
+    });
+}
+
+/// Positions whose angles [`ANGLES`] keeps: 32,768 x 32 pairs of f32 (head_dim 64) are 8 MiB.
+const CACHED_POSITIONS: usize = 32 * 1024;
+
+thread_local! {
+    /// The cos/sin of the last rope's angles, by position: every layer of every pass rotates by
+    /// the same angles, and computing them (in f64) took longer than the rotations.
+    static ANGLES: RefCell<Angles> = RefCell::new(Angles::default());
+}
+
+#[derive(Default)]
+struct Angles {
+    theta: f32,
+    dims: usize,
+    inv_freq: Vec<f64>,
+    /// `(cos, sin)` of position `p`'s angles at `cs[p * dims / 2..]`.
+    cs: Vec<(f32, f32)>,
+}
+
+impl Angles {
+    /// Ready for `rope`, with the angles of positions `0..=max_pos` (up to `CACHED_POSITIONS`).
+    fn prepare(&mut self, rope: Rope, max_pos: usize) {
+        if (self.theta.to_bits(), self.dims) != (rope.theta.to_bits(), rope.dims) {
+            let half = rope.dims / 2;
+            *self = Angles {
+                theta: rope.theta,
+                dims: rope.dims,
+                inv_freq: (0..half).map(|i| (rope.theta as f64).powf(-2.0 * i as f64 / rope.dims as f64)).collect(),
+                cs: Vec::new(),
+            };
+        }
+        let half = self.dims / 2;
+        let have = self.cs.len().checked_div(half).unwrap_or(0);
+        let want = (max_pos + 1).min(CACHED_POSITIONS);
+        let mut row = vec![(0f32, 0f32); half];
+        for pos in have..want {
+            self.compute(pos, &mut row);
+            self.cs.extend_from_slice(&row);
+        }
+    }
+
+    /// Position `pos`'s `(cos, sin)` pairs into `out`: angles in f64 (position times inverse
+    /// frequency), rounded once.
+    fn compute(&self, pos: usize, out: &mut [(f32, f32)]) {
+        for (c, &f) in out.iter_mut().zip(&self.inv_freq) {
             let (s, co) = (pos as f64 * f).sin_cos();
             *c = (co as f32, s as f32);
         }
-        for h in xr.chunks_exact_mut(head_dim) {
-            for (i, &(c, s)) in cs.iter().enumerate() {
-                let (a, b) = match rope.layout {
-                    RopeLayout::Interleaved => (2 * i, 2 * i + 1),
-                    RopeLayout::NeoX => (i, i + half),
-                };
-                let (x0, x1) = (h[a], h[b]);
-                h[a] = x0 * c - x1 * s;
-                h[b] = x0 * s + x1 * c;
-            }
+    }
+}
+
+/// Rotates every head of one row by the pairs `cs`.
+fn rotate(xr: &mut [f32], head_dim: usize, cs: &[(f32, f32)], layout: RopeLayout) {
+    let half = cs.len();
+    for h in xr.chunks_exact_mut(head_dim) {
+        for (i, &(c, s)) in cs.iter().enumerate() {
+            let (a, b) = match layout {
+                RopeLayout::Interleaved => (2 * i, 2 * i + 1),
+                RopeLayout::NeoX => (i, i + half),
+            };
+            let (x0, x1) = (h[a], h[b]);
+            h[a] = x0 * c - x1 * s;
+            h[b] = x0 * s + x1 * c;
         }
     }
 }
@@ -128,6 +190,32 @@ mod tests {
             assert!(near(score(7, 3), score(104, 100), 1e-4), "{layout:?}");
             assert!(!near(score(7, 3), score(3, 7), 1e-4), "{layout:?}: rotation direction matters");
         }
+    }
+
+    /// The cached angles give what computing them afresh gives, across a change of theta and
+    /// for positions past the cache.
+    #[test]
+    fn cached_angles_equal_fresh_ones_after_a_theta_change_and_past_the_cache() {
+        let x0 = noise(2 * 64, 5);
+        let at = |theta: f32, pos: usize| {
+            let mut x = x0.clone();
+            rope(&mut x, 2, 64, &[pos], rope_cfg(RopeLayout::NeoX, theta, 64));
+            x
+        };
+        let first = at(10000.0, 300);
+        let other = at(500.0, 300);
+        assert_ne!(first, other, "theta matters");
+        assert_eq!(at(10000.0, 300), first, "after theta 500 the angles of theta 10000 again");
+        let far = CACHED_POSITIONS + 3;
+        let (near_pos, far_pos) = (at(10000.0, 2), at(10000.0, far));
+        let mut both = [x0.clone(), x0.clone()].concat();
+        rope(&mut both, 2, 64, &[2, far], rope_cfg(RopeLayout::NeoX, 10000.0, 64));
+        assert_eq!(both, [near_pos, far_pos].concat(), "a row past the cache beside one in it");
+        let mut a = Angles::default();
+        a.prepare(rope_cfg(RopeLayout::NeoX, 10000.0, 64), 300);
+        let mut fresh = vec![(0f32, 0f32); 32];
+        a.compute(300, &mut fresh);
+        assert_eq!(&a.cs[300 * 32..301 * 32], &fresh[..]);
     }
 
     #[test]
