@@ -9,30 +9,8 @@
 //! `Isa::Avx512`, which `Isa::available` grants after `is_x86_feature_detected!` said yes.
 
 use super::attention::{AttnBlock, MAX_GROUP, TILE_KEYS};
+use super::kern_avx2_f32::exp_ps;
 use std::arch::x86_64::*;
-
-/// `e^x` lane-wise for `x <= 0`: `2^(x log2 e)` as Cephes' `exp2f` computes it (`2^n * 2^r`
-/// with `|r| <= 1/2` and a degree-6 polynomial), 13 operations where Cephes' `expf` (`ln 2`
-/// in two parts) took 17. Rounding `x log2 e` costs about `|x|` ulps of the result, which only
-/// weighs where the result is small (scores far below the row's largest): outputs stay within
-/// the attention tests' bound. From `x log2 e = -127` down (masked, minus infinite scores too)
-/// it returns exactly 0.
-#[target_feature(enable = "avx2,fma,f16c")]
-#[inline]
-fn exp_ps(x: __m256) -> __m256 {
-    let x = _mm256_max_ps(_mm256_mul_ps(x, _mm256_set1_ps(std::f32::consts::LOG2_E)), _mm256_set1_ps(-127.0));
-    let n = _mm256_round_ps::<{ _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC }>(x);
-    let r = _mm256_sub_ps(x, n);
-    let mut p = _mm256_set1_ps(1.535_336_2e-4);
-    for c in [1.339_887_4e-3, 9.618_437e-3, 5.550_332_5e-2, 0.240_226_48, std::f32::consts::LN_2] {
-        p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(c));
-    }
-    let y = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0));
-    // `n + 127` is 0 at -127: a zero bit pattern, so the product is 0.
-    let pow2n =
-        _mm256_castsi256_ps(_mm256_slli_epi32::<23>(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127))));
-    _mm256_mul_ps(y, pow2n)
-}
 
 /// Scores of keys `k..k + KB` for all `NV * 8` lanes into `s[(k - k0)..]` (lane-minor):
 /// `KB x NV` accumulators, each key element broadcast once for the `NV` lane vectors.

@@ -130,7 +130,13 @@ impl Backend for CpuBackend {
     }
 
     fn swiglu(&self, gate: &mut [f32], up: &[f32]) {
-        ops::swiglu(gate, up);
+        assert_eq!(gate.len(), up.len(), "swiglu: gate and up differ in length");
+        match self.isa {
+            #[cfg(target_arch = "x86_64")]
+            // SAFETY: both x86 SIMD levels imply AVX2, FMA and F16C (detected); lengths checked.
+            Isa::Avx2 | Isa::Avx512 => unsafe { kern_avx2_f32::swiglu(gate, up) },
+            _ => ops::swiglu(gate, up),
+        }
     }
 
     fn attention(&self, seq: AttnSeq<'_>, heads: Heads, scale: f32) {
