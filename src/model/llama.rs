@@ -12,6 +12,9 @@ use crate::backend::cpu::dequantize_row;
 use crate::backend::{AttnSeq, Backend, CpuBackend, Heads, Rope};
 use std::sync::Mutex;
 
+/// Rows of logits whose buffer a pass keeps for the next (a verify pass has up to 9).
+const KEEP_LOGITS_ROWS: usize = 16;
+
 /// Activation buffers reused across forward passes (grown to the largest batch seen).
 #[derive(Default)]
 struct Scratch {
@@ -25,6 +28,10 @@ struct Scratch {
     gate: Vec<f32>,
     up: Vec<f32>,
     positions: Vec<usize>,
+    /// The output head's rows and logits: kept, since freeing a buffer of a megabyte after
+    /// every pass made the allocator hand its pages back and fault them in again.
+    rows: Vec<f32>,
+    logits: Vec<f32>,
 }
 
 pub struct Llama {
@@ -214,7 +221,8 @@ impl Llama {
             add(&mut s.x, &s.o);
         }
         // Only the rows whose logits are wanted go through the (large) output head.
-        let mut rows = Vec::new();
+        let mut rows = std::mem::take(&mut s.rows);
+        rows.clear();
         let mut hidden_out = Vec::with_capacity(batch.len());
         let mut r = 0;
         for b in batch.iter_mut() {
@@ -230,18 +238,23 @@ impl Llama {
             b.cache.advance(n);
             r += n;
         }
-        drop(guard);
         let m = rows.len() / hidden;
         be.rms_norm(&mut rows, &self.output_norm, hp.rms_eps);
         let vocab = hp.vocab;
-        let mut logits = vec![0.0; m * vocab];
-        be.matmul(self.output.weight(), &rows, m, &mut logits);
+        let logits = &mut s.logits;
+        logits.resize(m * vocab, 0.0);
+        be.matmul(self.output.weight(), &rows, m, logits);
         let mut out = Vec::with_capacity(batch.len());
         let mut r = 0;
         for b in batch.iter() {
             let k = if b.logits == LogitsWanted::Last { b.tokens.len().min(1) } else { b.tokens.len() };
             out.push(logits[r * vocab..(r + k) * vocab].to_vec());
             r += k;
+        }
+        s.rows = rows;
+        if m > KEEP_LOGITS_ROWS {
+            // A pass with logits for a whole prompt: not worth keeping its megabytes.
+            s.logits = Vec::new();
         }
         Ok(ForwardOutput { logits: out, hidden: hidden_out })
     }
