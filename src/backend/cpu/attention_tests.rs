@@ -128,18 +128,22 @@ fn gqa_attention_matches_the_reference_at_odd_head_sizes_and_groups() {
 fn a_rows_output_does_not_depend_on_the_rows_around_it() {
     // What a reused prefix relies on: the last prompt row alone (after a cached prefix) gives
     // the bits it gave inside the whole prompt's call, so greedy outputs do not change.
-    let hs = Heads { n_heads: 9, n_kv_heads: 3, head_dim: 64 };
-    let (start, n_q) = (70, 21);
-    let ctx = start + n_q;
-    let q = noise(n_q * hs.q_dim(), 7);
-    let (k, v) = (noise(ctx * hs.kv_dim(), 8), noise(ctx * hs.kv_dim(), 9));
-    let qd = hs.q_dim();
-    for isa in isas_under_test() {
-        let pool = Pool::new(2);
-        let all = run(&pool, isa, &q, &k, &v, hs, start, n_q, 0.125);
-        for (t, n) in [(0, 1), (20, 1), (5, 3), (9, 12)] {
-            let part = run(&pool, isa, &q[t * qd..(t + n) * qd], &k, &v, hs, start + t, n, 0.125);
-            assert_eq!(part, &all[t * qd..(t + n) * qd], "{} rows {t}..{}", isa.name(), t + n);
+    // A single row takes the kernel's lane-by-lane weighted sum (its block has 1-4 lanes);
+    // head sizes 20 and 72 take its partial column steps.
+    for (n_heads, n_kv_heads, head_dim) in [(9, 3, 64), (6, 2, 20), (2, 2, 72)] {
+        let hs = Heads { n_heads, n_kv_heads, head_dim };
+        let (start, n_q) = (70, 21);
+        let ctx = start + n_q;
+        let q = noise(n_q * hs.q_dim(), 7);
+        let (k, v) = (noise(ctx * hs.kv_dim(), 8), noise(ctx * hs.kv_dim(), 9));
+        let qd = hs.q_dim();
+        for isa in isas_under_test() {
+            let pool = Pool::new(2);
+            let all = run(&pool, isa, &q, &k, &v, hs, start, n_q, 0.125);
+            for (t, n) in [(0, 1), (20, 1), (5, 3), (9, 12)] {
+                let part = run(&pool, isa, &q[t * qd..(t + n) * qd], &k, &v, hs, start + t, n, 0.125);
+                assert_eq!(part, &all[t * qd..(t + n) * qd], "{} {hs:?} rows {t}..{}", isa.name(), t + n);
+            }
         }
     }
 }
