@@ -132,16 +132,18 @@ unsafe fn weighted_lane(
     o: *mut f32,
 ) {
     let mut c = 0;
-    // SAFETY (all three): columns below `hd` of `o` and of value rows below `kt`.
     while c + 64 <= hd {
+        // SAFETY: columns `c..c + 64 <= hd` of `o` and of value rows below `kt` (contract).
         unsafe { weighted_cols::<8>(p, w, lane, kt, values.add(c), stride, alpha, o.add(c)) };
         c += 64;
     }
     while c + 8 <= hd {
+        // SAFETY: columns `c..c + 8 <= hd`, as above.
         unsafe { weighted_cols::<1>(p, w, lane, kt, values.add(c), stride, alpha, o.add(c)) };
         c += 8;
     }
     while c < hd {
+        // SAFETY: column `c < hd`, as above, and row `k < kt` of `p` at `lane < w`.
         unsafe {
             let mut x = *o.add(c) * alpha;
             for k in 0..kt {
