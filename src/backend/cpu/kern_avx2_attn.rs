@@ -9,6 +9,7 @@
 //! `Isa::Avx512`, which `Isa::available` grants after `is_x86_feature_detected!` said yes.
 
 use super::attention::{AttnBlock, MAX_GROUP, TILE_KEYS};
+use super::kern_avx2_attn_few::{few_lanes, scores_lanes, weighted_lane, FEW_LANES};
 use super::kern_avx2_f32::exp_ps;
 use std::arch::x86_64::*;
 
@@ -94,103 +95,6 @@ unsafe fn weighted<const NV: usize, const CB: usize>(
     }
 }
 
-/// Lanes a block may have for the lane-by-lane weighted sum ([`weighted_lane`]).
-const FEW_LANES: usize = 4;
-
-/// The lanes block `b` uses (those with a position; padding lanes have `i32::MAX`), when it
-/// has one vector of lanes and at most [`FEW_LANES`] of them are used; else 0.
-fn few_lanes<const NV: usize>(b: &AttnBlock<'_>) -> usize {
-    let used = b.lane_pos.iter().take(NV * 8).take_while(|&&p| p != i32::MAX).count();
-    if NV == 1 && used <= FEW_LANES {
-        used
-    } else {
-        0
-    }
-}
-
-/// [`weighted`] for one lane, with the value columns in the vector dimension: `o[c] = o[c] *
-/// alpha + sum over the tile's keys of p[k][lane] * v[k][c]`. Each column gets the operations
-/// `weighted` gives it, in the same order (a multiply, then one FMA per key), so a lane's
-/// result is the same bits either way; a block with only a few lanes used (a decode row) then
-/// costs one FMA per key and 8 columns instead of one per key and column.
-///
-/// # Safety
-/// AVX2 and FMA; `p` holds `kt` rows of `w` lanes and `lane < w`; `o` holds `hd` values; value
-/// rows `0..kt` (`hd` columns at `stride` apart) are in `values`.
-#[target_feature(enable = "avx2,fma,f16c")]
-#[inline]
-#[allow(clippy::too_many_arguments)]
-unsafe fn weighted_lane(
-    p: *const f32,
-    w: usize,
-    lane: usize,
-    kt: usize,
-    values: *const f32,
-    stride: usize,
-    hd: usize,
-    alpha: f32,
-    o: *mut f32,
-) {
-    let mut c = 0;
-    while c + 64 <= hd {
-        // SAFETY: columns `c..c + 64 <= hd` of `o` and of value rows below `kt` (contract).
-        unsafe { weighted_cols::<8>(p, w, lane, kt, values.add(c), stride, alpha, o.add(c)) };
-        c += 64;
-    }
-    while c + 8 <= hd {
-        // SAFETY: columns `c..c + 8 <= hd`, as above.
-        unsafe { weighted_cols::<1>(p, w, lane, kt, values.add(c), stride, alpha, o.add(c)) };
-        c += 8;
-    }
-    while c < hd {
-        // SAFETY: column `c < hd`, as above, and row `k < kt` of `p` at `lane < w`.
-        unsafe {
-            let mut x = *o.add(c) * alpha;
-            for k in 0..kt {
-                x = (*p.add(k * w + lane)).mul_add(*values.add(k * stride + c), x);
-            }
-            *o.add(c) = x;
-        }
-        c += 1;
-    }
-}
-
-/// [`weighted_lane`] for columns `0..NC * 8` of `o` and `values`; the same contract.
-#[target_feature(enable = "avx2,fma,f16c")]
-#[inline]
-#[allow(clippy::too_many_arguments)]
-unsafe fn weighted_cols<const NC: usize>(
-    p: *const f32,
-    w: usize,
-    lane: usize,
-    kt: usize,
-    values: *const f32,
-    stride: usize,
-    alpha: f32,
-    o: *mut f32,
-) {
-    let al = _mm256_set1_ps(alpha);
-    let mut acc = [_mm256_setzero_ps(); NC];
-    for (j, a) in acc.iter_mut().enumerate() {
-        // SAFETY: columns `8j..8j + 8 <= NC * 8` of `o` (contract).
-        *a = unsafe { _mm256_mul_ps(_mm256_loadu_ps(o.add(8 * j)), al) };
-    }
-    for k in 0..kt {
-        // SAFETY: row `k < kt` of `p` and of `values` (contract).
-        unsafe {
-            let pk = _mm256_broadcast_ss(&*p.add(k * w + lane));
-            let vk = values.add(k * stride);
-            for (j, a) in acc.iter_mut().enumerate() {
-                *a = _mm256_fmadd_ps(pk, _mm256_loadu_ps(vk.add(8 * j)), *a);
-            }
-        }
-    }
-    for (j, a) in acc.iter().enumerate() {
-        // SAFETY: as above.
-        unsafe { _mm256_storeu_ps(o.add(8 * j), *a) };
-    }
-}
-
 /// A block's online softmax between tiles: the running max and sum of each lane.
 #[derive(Clone, Copy)]
 struct Run<const NV: usize> {
@@ -229,12 +133,16 @@ pub unsafe fn attend_blocks<const NV: usize, const STEP: usize>(bs: &mut [AttnBl
     // outputs lane by lane, `FEW_LANES * hd` values per block, zero to start like `ot`.
     let few: [usize; MAX_GROUP] = std::array::from_fn(|i| bs.get(i).map_or(0, |b| few_lanes::<NV>(b)));
     let hd = bs.first().map_or(0, |b| b.hd);
-    let mut ol = if few.iter().any(|&u| u > 0) { vec![0f32; bs.len() * FEW_LANES * hd] } else { Vec::new() };
+    let any_few = few.iter().any(|&u| u > 0);
+    let mut ol = if any_few { vec![0f32; bs.len() * FEW_LANES * hd] } else { Vec::new() };
+    // The tile's keys transposed, for the few-lane scores.
+    let mut kbuf = if any_few { vec![0f32; hd * TILE_KEYS] } else { Vec::new() };
     let n_keys = bs.iter().map(|b| b.n_keys).max().unwrap_or(0);
     for k0 in (0..n_keys).step_by(TILE_KEYS) {
         for (i, (b, run)) in bs.iter_mut().zip(&mut runs).enumerate() {
             if k0 < b.n_keys {
-                let lanes = (few[i] > 0).then(|| (&mut ol[i * FEW_LANES * hd..(i + 1) * FEW_LANES * hd], few[i]));
+                let lanes = (few[i] > 0)
+                    .then(|| (&mut ol[i * FEW_LANES * hd..(i + 1) * FEW_LANES * hd], few[i], &mut kbuf[..]));
                 // SAFETY: AVX2 and FMA (caller); `b` was checked and `k0 < b.n_keys`.
                 unsafe { tile::<NV, STEP>(b, run, k0, lanes) };
             }
@@ -271,7 +179,7 @@ unsafe fn tile<const NV: usize, const STEP: usize>(
     b: &mut AttnBlock<'_>,
     run: &mut Run<NV>,
     k0: usize,
-    lanes: Option<(&mut [f32], usize)>,
+    mut lanes: Option<(&mut [f32], usize, &mut [f32])>,
 ) {
     let w = NV * 8;
     let (hd, stride) = (b.hd, b.stride);
@@ -286,7 +194,11 @@ unsafe fn tile<const NV: usize, const STEP: usize>(
     // `n_keys`, whose rows are in `keys` and `values` (checked); `s` holds `TILE_KEYS >= kt`
     // rows and `qt`, `ot` hold `hd` rows, of `w` lanes each (checked).
     let (kp, vp) = (b.keys[k0 * stride..].as_ptr(), b.values[k0 * stride..].as_ptr());
-    let mut k = 0;
+    if let Some((_, used, kbuf)) = &mut lanes {
+        // SAFETY: as above; `kbuf` holds `hd * TILE_KEYS` values.
+        unsafe { scores_lanes(qt, w, *used, kp, stride, hd, kt, kbuf, s) };
+    }
+    let mut k = if lanes.is_some() { kt } else { 0 };
     while k + STEP <= kt {
         // SAFETY: keys `k..k + step` of the tile; see above.
         unsafe { scores::<NV, STEP>(qt, kp.add(k * stride), stride, hd, s.add(k * w)) };
@@ -329,7 +241,7 @@ unsafe fn tile<const NV: usize, const STEP: usize>(
         l[v] = _mm256_fmadd_ps(l[v], alpha[v], sum);
         m[v] = mt;
     }
-    if let Some((ol, used)) = lanes {
+    if let Some((ol, used, _)) = lanes {
         let mut a = [0f32; 8];
         // SAFETY: `a` holds eight f32s.
         unsafe { _mm256_storeu_ps(a.as_mut_ptr(), alpha[0]) };

@@ -4,7 +4,8 @@
 //! the kernels); `block` (the block traits) and the block types in `block_float`, `block_q`
 //! and `block_k`; `type_traits` (one table entry per type); `quantized_activations` and
 //! `quantized_activations_k` (blocks of 32 and of 256); `repack` (the row-interleaved layout);
-//! the kernels `kern_scalar`, `kern_avx2`, `kern_avx2_r8`, `kern_avx2_f32`, `kern_avx2_attn` and
+//! the kernels `kern_scalar`, `kern_avx2`, `kern_avx2_r8`, `kern_avx2_f32`, `kern_avx2_attn` (with
+//! `kern_avx2_attn_few` for decode rows) and
 //! `kern_avx512` (the row-major integer ones around `tile_driver!`), `kern_avx512_r8` (the
 //! interleaved ones, with `kern_avx2_r8`, around `r8_driver!`), and for Q4_K/Q6_K
 //! `kern_scalar_k` and `kern_avx2_k`; `matmul` (the driver), `ops` (norms, RoPE) and
@@ -34,6 +35,8 @@ mod tile_driver;
 mod kern_avx2;
 #[cfg(target_arch = "x86_64")]
 mod kern_avx2_attn;
+#[cfg(target_arch = "x86_64")]
+mod kern_avx2_attn_few;
 #[cfg(target_arch = "x86_64")]
 mod kern_avx2_f32;
 #[cfg(target_arch = "x86_64")]

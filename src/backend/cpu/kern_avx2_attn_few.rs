@@ -1,0 +1,221 @@
+//! The tiled attention's kernel for blocks of a few lanes (`kern_avx2_attn.rs`), as a decode
+//! row makes: one query row times the heads that share a KV head (3 in the demo model), in a
+//! vector of 8 lanes. The lane-major products would spend an FMA per key and value element on
+//! all 8 lanes; here each used lane puts keys (scores) or value columns (weighted sum) in the
+//! vector dimension instead. Every lane, key and column gets the lane-major kernel's
+//! operations in the same order (a chain of FMAs from zero over the head's dimensions; a
+//! multiply by the rescale, then an FMA per key), so a row's result is the same bits whichever
+//! kernel its block takes.
+
+use super::attention::{AttnBlock, TILE_KEYS};
+use std::arch::x86_64::*;
+
+/// Lanes a block may have for the lane-by-lane weighted sum ([`weighted_lane`]).
+pub(super) const FEW_LANES: usize = 4;
+
+/// The lanes block `b` uses (those with a position; padding lanes have `i32::MAX`), when it
+/// has one vector of lanes and at most [`FEW_LANES`] of them are used; else 0.
+pub(super) fn few_lanes<const NV: usize>(b: &AttnBlock<'_>) -> usize {
+    let used = b.lane_pos.iter().take(NV * 8).take_while(|&&p| p != i32::MAX).count();
+    if NV == 1 && used <= FEW_LANES {
+        used
+    } else {
+        0
+    }
+}
+
+/// [`weighted`] for one lane, with the value columns in the vector dimension: `o[c] = o[c] *
+/// alpha + sum over the tile's keys of p[k][lane] * v[k][c]`. Each column gets the operations
+/// `weighted` gives it, in the same order (a multiply, then one FMA per key), so a lane's
+/// result is the same bits either way; a block with only a few lanes used (a decode row) then
+/// costs one FMA per key and 8 columns instead of one per key and column.
+///
+/// # Safety
+/// AVX2 and FMA; `p` holds `kt` rows of `w` lanes and `lane < w`; `o` holds `hd` values; value
+/// rows `0..kt` (`hd` columns at `stride` apart) are in `values`.
+#[target_feature(enable = "avx2,fma,f16c")]
+#[inline]
+#[allow(clippy::too_many_arguments)]
+pub(super) unsafe fn weighted_lane(
+    p: *const f32,
+    w: usize,
+    lane: usize,
+    kt: usize,
+    values: *const f32,
+    stride: usize,
+    hd: usize,
+    alpha: f32,
+    o: *mut f32,
+) {
+    let mut c = 0;
+    while c + 64 <= hd {
+        // SAFETY: columns `c..c + 64 <= hd` of `o` and of value rows below `kt` (contract).
+        unsafe { weighted_cols::<8>(p, w, lane, kt, values.add(c), stride, alpha, o.add(c)) };
+        c += 64;
+    }
+    while c + 8 <= hd {
+        // SAFETY: columns `c..c + 8 <= hd`, as above.
+        unsafe { weighted_cols::<1>(p, w, lane, kt, values.add(c), stride, alpha, o.add(c)) };
+        c += 8;
+    }
+    while c < hd {
+        // SAFETY: column `c < hd`, as above, and row `k < kt` of `p` at `lane < w`.
+        unsafe {
+            let mut x = *o.add(c) * alpha;
+            for k in 0..kt {
+                x = (*p.add(k * w + lane)).mul_add(*values.add(k * stride + c), x);
+            }
+            *o.add(c) = x;
+        }
+        c += 1;
+    }
+}
+
+/// [`weighted_lane`] for columns `0..NC * 8` of `o` and `values`; the same contract.
+#[target_feature(enable = "avx2,fma,f16c")]
+#[inline]
+#[allow(clippy::too_many_arguments)]
+unsafe fn weighted_cols<const NC: usize>(
+    p: *const f32,
+    w: usize,
+    lane: usize,
+    kt: usize,
+    values: *const f32,
+    stride: usize,
+    alpha: f32,
+    o: *mut f32,
+) {
+    let al = _mm256_set1_ps(alpha);
+    let mut acc = [_mm256_setzero_ps(); NC];
+    for (j, a) in acc.iter_mut().enumerate() {
+        // SAFETY: columns `8j..8j + 8 <= NC * 8` of `o` (contract).
+        *a = unsafe { _mm256_mul_ps(_mm256_loadu_ps(o.add(8 * j)), al) };
+    }
+    for k in 0..kt {
+        // SAFETY: row `k < kt` of `p` and of `values` (contract).
+        unsafe {
+            let pk = _mm256_broadcast_ss(&*p.add(k * w + lane));
+            let vk = values.add(k * stride);
+            for (j, a) in acc.iter_mut().enumerate() {
+                *a = _mm256_fmadd_ps(pk, _mm256_loadu_ps(vk.add(8 * j)), *a);
+            }
+        }
+    }
+    for (j, a) in acc.iter().enumerate() {
+        // SAFETY: as above.
+        unsafe { _mm256_storeu_ps(o.add(8 * j), *a) };
+    }
+}
+
+/// Scores of keys `0..kt` for lanes `0..used` into `s` (rows of `w` lanes, lane-minor), zero in
+/// the other lanes: the tile's keys are transposed into `kbuf` (`hd` rows of `TILE_KEYS`) in
+/// 8 x 8 blocks, then each lane runs `acc = fma(q[d], k[d], acc)` over `d` for 8 keys at once.
+///
+/// # Safety
+/// AVX2 and FMA; `qt` holds `hd` rows of `w >= 8` lanes and `used <= FEW_LANES`; key rows
+/// `0..kt <= TILE_KEYS` (`hd` values at `stride` apart) are at `keys`; `kbuf` holds
+/// `hd * TILE_KEYS` values and `s` holds `kt` rows of `w`.
+#[target_feature(enable = "avx2,fma,f16c")]
+#[allow(clippy::too_many_arguments)]
+pub(super) unsafe fn scores_lanes(
+    qt: *const f32,
+    w: usize,
+    used: usize,
+    keys: *const f32,
+    stride: usize,
+    hd: usize,
+    kt: usize,
+    kbuf: &mut [f32],
+    s: *mut f32,
+) {
+    assert!(kbuf.len() >= hd * TILE_KEYS && kt <= TILE_KEYS && used <= FEW_LANES && w >= 8);
+    let kb = kbuf.as_mut_ptr();
+    let nkv = kt.div_ceil(8);
+    // The transpose reads key rows below `kt`, columns below `hd`; it writes `kbuf` rows below
+    // `hd`, columns below `nkv * 8 <= TILE_KEYS` (keys past `kt` as zero).
+    // SAFETY: those are inside the keys (our contract) and `kbuf` (asserted above).
+    unsafe {
+        for g in 0..nkv {
+            let (k8, n) = (g * 8, (kt - g * 8).min(8));
+            let mut d = 0;
+            if n == 8 {
+                while d + 8 <= hd {
+                    let rows: [__m256; 8] = std::array::from_fn(|j| _mm256_loadu_ps(keys.add((k8 + j) * stride + d)));
+                    let t = transpose8(rows);
+                    for (i, v) in t.iter().enumerate() {
+                        _mm256_storeu_ps(kb.add((d + i) * TILE_KEYS + k8), *v);
+                    }
+                    d += 8;
+                }
+            }
+            for d in d..hd {
+                for j in 0..8 {
+                    *kb.add(d * TILE_KEYS + k8 + j) = if j < n { *keys.add((k8 + j) * stride + d) } else { 0.0 };
+                }
+            }
+        }
+    }
+    let mut sc = [[0f32; TILE_KEYS]; FEW_LANES];
+    for (lane, row) in sc.iter_mut().enumerate().take(used) {
+        let mut acc = [_mm256_setzero_ps(); TILE_KEYS / 8];
+        for d in 0..hd {
+            // SAFETY: row `d < hd` of `qt` at `lane < w`, and of `kbuf`.
+            unsafe {
+                let q = _mm256_broadcast_ss(&*qt.add(d * w + lane));
+                for (g, a) in acc.iter_mut().enumerate().take(nkv) {
+                    *a = _mm256_fmadd_ps(q, _mm256_loadu_ps(kb.add(d * TILE_KEYS + 8 * g)), *a);
+                }
+            }
+        }
+        for (g, a) in acc.iter().enumerate().take(nkv) {
+            // SAFETY: `8 * g + 8 <= TILE_KEYS`: inside `row`.
+            unsafe { _mm256_storeu_ps(row.as_mut_ptr().add(8 * g), *a) };
+        }
+    }
+    for k in 0..kt {
+        let mut row = [0f32; 8];
+        for (x, lane) in row.iter_mut().zip(&sc[..used]) {
+            *x = lane[k];
+        }
+        for (j, &x) in row.iter().enumerate() {
+            // SAFETY: row `k < kt` of `s`, lane `j < 8 <= w`.
+            unsafe { *s.add(k * w + j) = x };
+        }
+        for j in 8..w {
+            // SAFETY: as above, lane `j < w`.
+            unsafe { *s.add(k * w + j) = 0.0 };
+        }
+    }
+}
+
+/// The 8 x 8 transpose of `r` (row `i` of the result is column `i` of `r`).
+#[target_feature(enable = "avx2,fma,f16c")]
+#[inline]
+fn transpose8(r: [__m256; 8]) -> [__m256; 8] {
+    let t0 = _mm256_unpacklo_ps(r[0], r[1]);
+    let t1 = _mm256_unpackhi_ps(r[0], r[1]);
+    let t2 = _mm256_unpacklo_ps(r[2], r[3]);
+    let t3 = _mm256_unpackhi_ps(r[2], r[3]);
+    let t4 = _mm256_unpacklo_ps(r[4], r[5]);
+    let t5 = _mm256_unpackhi_ps(r[4], r[5]);
+    let t6 = _mm256_unpacklo_ps(r[6], r[7]);
+    let t7 = _mm256_unpackhi_ps(r[6], r[7]);
+    let u0 = _mm256_shuffle_ps::<0x44>(t0, t2);
+    let u1 = _mm256_shuffle_ps::<0xEE>(t0, t2);
+    let u2 = _mm256_shuffle_ps::<0x44>(t1, t3);
+    let u3 = _mm256_shuffle_ps::<0xEE>(t1, t3);
+    let u4 = _mm256_shuffle_ps::<0x44>(t4, t6);
+    let u5 = _mm256_shuffle_ps::<0xEE>(t4, t6);
+    let u6 = _mm256_shuffle_ps::<0x44>(t5, t7);
+    let u7 = _mm256_shuffle_ps::<0xEE>(t5, t7);
+    [
+        _mm256_permute2f128_ps::<0x20>(u0, u4),
+        _mm256_permute2f128_ps::<0x20>(u1, u5),
+        _mm256_permute2f128_ps::<0x20>(u2, u6),
+        _mm256_permute2f128_ps::<0x20>(u3, u7),
+        _mm256_permute2f128_ps::<0x31>(u0, u4),
+        _mm256_permute2f128_ps::<0x31>(u1, u5),
+        _mm256_permute2f128_ps::<0x31>(u2, u6),
+        _mm256_permute2f128_ps::<0x31>(u3, u7),
+    ]
+}
