@@ -181,6 +181,9 @@ def scenario_chat(d, base, _artifacts):
     except NoAlertPresentException:
         pass
     rid = answer.find_element(By.CSS_SELECTOR, ".rec").text.split(" · ")[-1]
+    # The table makes rows only while on screen, and two answers (their length varies) may have
+    # pushed it below the fold: look at it, as a user would.
+    d.execute_script("document.getElementById('requests').scrollIntoView()")
     wait_for(f"the chat's request {rid} in the table", lambda: row_shown(d, rid))
     # The pane is on the chats API: one chat, created by the first message, kept by the server
     # with both turns, the answers as streamed and under the records' ids.
