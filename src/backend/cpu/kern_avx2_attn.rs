@@ -9,7 +9,7 @@
 //! `Isa::Avx512`, which `Isa::available` grants after `is_x86_feature_detected!` said yes.
 
 use super::attention::{AttnBlock, MAX_GROUP, TILE_KEYS};
-use super::kern_avx2_attn_few::{few_lanes, scores_lanes, weighted_lane, FEW_LANES};
+use super::kern_avx2_attn_few::{few_lanes, scores_lanes, softmax_lane, weighted_lane, FEW_LANES};
 use super::kern_avx2_f32::exp_ps;
 use std::arch::x86_64::*;
 
@@ -179,7 +179,7 @@ unsafe fn tile<const NV: usize, const STEP: usize>(
     b: &mut AttnBlock<'_>,
     run: &mut Run<NV>,
     k0: usize,
-    mut lanes: Option<(&mut [f32], usize, &mut [f32])>,
+    lanes: Option<(&mut [f32], usize, &mut [f32])>,
 ) {
     let w = NV * 8;
     let (hd, stride) = (b.hd, b.stride);
@@ -194,11 +194,27 @@ unsafe fn tile<const NV: usize, const STEP: usize>(
     // `n_keys`, whose rows are in `keys` and `values` (checked); `s` holds `TILE_KEYS >= kt`
     // rows and `qt`, `ot` hold `hd` rows, of `w` lanes each (checked).
     let (kp, vp) = (b.keys[k0 * stride..].as_ptr(), b.values[k0 * stride..].as_ptr());
-    if let Some((_, used, kbuf)) = &mut lanes {
+    if let Some((ol, used, kbuf)) = lanes {
+        // A few lanes: scores, softmax and weighted sum lane by lane (kern_avx2_attn_few.rs).
+        let mut sc = [[0f32; TILE_KEYS]; FEW_LANES];
         // SAFETY: as above; `kbuf` holds `hd * TILE_KEYS` values.
-        unsafe { scores_lanes(qt, w, *used, kp, stride, hd, kt, kbuf, s) };
+        unsafe { scores_lanes(qt, w, used, kp, stride, hd, kt, kbuf, &mut sc) };
+        let (mut ms, mut ls) = ([0f32; 8], [1f32; 8]);
+        // SAFETY: both arrays hold eight f32s.
+        unsafe { (_mm256_storeu_ps(ms.as_mut_ptr(), m[0]), _mm256_storeu_ps(ls.as_mut_ptr(), l[0])) };
+        for lane in 0..used {
+            let pos = if k0 + kt - 1 > b.min_pos { b.lane_pos[lane] } else { i32::MAX };
+            // SAFETY: `kt <= TILE_KEYS`.
+            let al = unsafe { softmax_lane(&mut sc[lane], kt, k0, pos, &mut ms[lane], &mut ls[lane]) };
+            // SAFETY: `ol` holds `FEW_LANES >= used` rows of `hd`; `sc[lane]` holds `kt`
+            // weights, one per key; the values as above.
+            unsafe { weighted_lane(sc[lane].as_ptr(), 1, 0, kt, vp, stride, hd, al, ol[lane * hd..].as_mut_ptr()) };
+        }
+        // SAFETY: as above.
+        unsafe { (m[0], l[0]) = (_mm256_loadu_ps(ms.as_ptr()), _mm256_loadu_ps(ls.as_ptr())) };
+        return;
     }
-    let mut k = if lanes.is_some() { kt } else { 0 };
+    let mut k = 0;
     while k + STEP <= kt {
         // SAFETY: keys `k..k + step` of the tile; see above.
         unsafe { scores::<NV, STEP>(qt, kp.add(k * stride), stride, hd, s.add(k * w)) };
@@ -240,16 +256,6 @@ unsafe fn tile<const NV: usize, const STEP: usize>(
         }
         l[v] = _mm256_fmadd_ps(l[v], alpha[v], sum);
         m[v] = mt;
-    }
-    if let Some((ol, used, _)) = lanes {
-        let mut a = [0f32; 8];
-        // SAFETY: `a` holds eight f32s.
-        unsafe { _mm256_storeu_ps(a.as_mut_ptr(), alpha[0]) };
-        for (lane, &al) in a.iter().enumerate().take(used) {
-            // SAFETY: `ol` holds `FEW_LANES >= used` rows of `hd`; the rest as above.
-            unsafe { weighted_lane(s, w, lane, kt, vp, stride, hd, al, ol[lane * hd..(lane + 1) * hd].as_mut_ptr()) };
-        }
-        return;
     }
     let mut c = 0;
     while c + STEP <= hd {

@@ -8,6 +8,7 @@
 //! kernel its block takes.
 
 use super::attention::{AttnBlock, TILE_KEYS};
+use super::kern_avx2_f32::exp_ps;
 use std::arch::x86_64::*;
 
 /// Lanes a block may have for the lane-by-lane weighted sum ([`weighted_lane`]).
@@ -107,14 +108,14 @@ unsafe fn weighted_cols<const NC: usize>(
     }
 }
 
-/// Scores of keys `0..kt` for lanes `0..used` into `s` (rows of `w` lanes, lane-minor), zero in
-/// the other lanes: the tile's keys are transposed into `kbuf` (`hd` rows of `TILE_KEYS`) in
-/// 8 x 8 blocks, then each lane runs `acc = fma(q[d], k[d], acc)` over `d` for 8 keys at once.
+/// Scores of keys `0..kt` for lanes `0..used` into `sc` (lane `j`'s at `sc[j * TILE_KEYS..]`):
+/// the tile's keys are transposed into `kbuf` (`hd` rows of `TILE_KEYS`) in 8 x 8 blocks, then
+/// each lane runs `acc = fma(q[d], k[d], acc)` over `d` for 8 keys at once.
 ///
 /// # Safety
 /// AVX2 and FMA; `qt` holds `hd` rows of `w >= 8` lanes and `used <= FEW_LANES`; key rows
 /// `0..kt <= TILE_KEYS` (`hd` values at `stride` apart) are at `keys`; `kbuf` holds
-/// `hd * TILE_KEYS` values and `s` holds `kt` rows of `w`.
+/// `hd * TILE_KEYS` values.
 #[target_feature(enable = "avx2,fma,f16c")]
 #[allow(clippy::too_many_arguments)]
 pub(super) unsafe fn scores_lanes(
@@ -126,7 +127,7 @@ pub(super) unsafe fn scores_lanes(
     hd: usize,
     kt: usize,
     kbuf: &mut [f32],
-    s: *mut f32,
+    sc: &mut [[f32; TILE_KEYS]; FEW_LANES],
 ) {
     assert!(kbuf.len() >= hd * TILE_KEYS && kt <= TILE_KEYS && used <= FEW_LANES && w >= 8);
     let kb = kbuf.as_mut_ptr();
@@ -155,7 +156,6 @@ pub(super) unsafe fn scores_lanes(
             }
         }
     }
-    let mut sc = [[0f32; TILE_KEYS]; FEW_LANES];
     for (lane, row) in sc.iter_mut().enumerate().take(used) {
         let mut acc = [_mm256_setzero_ps(); TILE_KEYS / 8];
         for d in 0..hd {
@@ -172,20 +172,48 @@ pub(super) unsafe fn scores_lanes(
             unsafe { _mm256_storeu_ps(row.as_mut_ptr().add(8 * g), *a) };
         }
     }
-    for k in 0..kt {
-        let mut row = [0f32; 8];
-        for (x, lane) in row.iter_mut().zip(&sc[..used]) {
-            *x = lane[k];
-        }
-        for (j, &x) in row.iter().enumerate() {
-            // SAFETY: row `k < kt` of `s`, lane `j < 8 <= w`.
-            unsafe { *s.add(k * w + j) = x };
-        }
-        for j in 8..w {
-            // SAFETY: as above, lane `j < w`.
-            unsafe { *s.add(k * w + j) = 0.0 };
+}
+
+/// The online softmax of one tile for lane `lane` of a few-lane block, on its scores `row`
+/// (keys `0..kt`), which become `e^(score - max)`: the causal mask for a lane at position
+/// `pos` (keys past it are `-inf`, from key `k0` on), the running max `m` and sum `l`, and the
+/// rescale of what came before, returned. Each value gets the lane-major kernel's operations:
+/// the max is exact in any order, `exp` is the same vector function, and the sum adds the keys
+/// one at a time from zero, in order.
+///
+/// # Safety
+/// AVX2 and FMA; `kt <= TILE_KEYS`.
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(super) unsafe fn softmax_lane(
+    row: &mut [f32; TILE_KEYS],
+    kt: usize,
+    k0: usize,
+    pos: i32,
+    m: &mut f32,
+    l: &mut f32,
+) -> f32 {
+    for (k, x) in row.iter_mut().enumerate().take(kt) {
+        if (k0 + k) as i64 > pos as i64 {
+            *x = f32::NEG_INFINITY;
         }
     }
+    let mt = row[..kt].iter().fold(*m, |a, &x| a.max(x));
+    let alpha = _mm256_cvtss_f32(exp_ps(_mm256_set1_ps(*m - mt)));
+    let t = _mm256_set1_ps(mt);
+    let mut k = 0;
+    while k < kt {
+        let mut v = [0f32; 8];
+        let n = (kt - k).min(8);
+        v[..n].copy_from_slice(&row[k..k + n]);
+        // SAFETY: `v` holds eight f32s.
+        unsafe { _mm256_storeu_ps(v.as_mut_ptr(), exp_ps(_mm256_sub_ps(_mm256_loadu_ps(v.as_ptr()), t))) };
+        row[k..k + n].copy_from_slice(&v[..n]);
+        k += 8;
+    }
+    let sum = row[..kt].iter().fold(0f32, |s, &e| s + e);
+    *l = l.mul_add(alpha, sum);
+    *m = mt;
+    alpha
 }
 
 /// The 8 x 8 transpose of `r` (row `i` of the result is column `i` of `r`).
