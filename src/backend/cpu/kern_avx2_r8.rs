@@ -20,7 +20,7 @@ use std::arch::x86_64::*;
 /// Activation rows per pass over a group's weights (the drivers' tile).
 const TILE: usize = 4;
 
-r8_driver!("avx2,fma,f16c", 4);
+r8_driver!("avx2,fma,f16c", 4, [4 3 2]);
 
 /// Dots of one group (`nb` super-blocks at `grp`) with activation rows `i0..i0 + NR`, written
 /// to `res[j]`, one weight row per entry.

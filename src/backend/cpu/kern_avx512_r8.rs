@@ -21,7 +21,7 @@ use std::arch::x86_64::*;
 /// unpacks each super-block's weights once, not twice.
 const TILE: usize = 8;
 
-r8_driver!("avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c", 8);
+r8_driver!("avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c", 8, [8 7 6 5 4 3 2]);
 
 /// Dots of one group (`nb` super-blocks at `grp`) with activation rows `i0..i0 + NR`, written
 /// to `res[j]`, one weight row per entry.

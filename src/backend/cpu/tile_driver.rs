@@ -87,11 +87,12 @@ macro_rules! tile_driver {
 /// Defines, with the given target features, the level's entry point `pub unsafe fn
 /// matmul_r8(kind, w, rows, x, acts, out)` over the row-interleaved layout (`repack.rs`) and the
 /// loop behind it: for each group of eight weight rows, the activation rows in tiles of up to
-/// `$tile` (4 or 8: as many as the level's registers hold accumulators for). Needs
+/// `$tile` (as many as the level's registers hold accumulators for), the last tile of any size
+/// in `[$n ...]` (every size from `$tile` down to 2; 1 is the fallback). Needs
 /// `tile::<B: IntBlock, NR>(group, nb, x, i0, &mut [[f32; ROWS]; TILE])` and `TILE == $tile`
 /// in scope.
 macro_rules! r8_driver {
-    ($features:literal, $tile:literal) => {
+    ($features:literal, $tile:literal, [$($n:literal)+]) => {
         /// Matmul rows `rows` (whole groups) of an interleaved weight against activation rows
         /// `acts`.
         ///
@@ -132,7 +133,7 @@ macro_rules! r8_driver {
             out: &$crate::backend::cpu::kernel_io::OutRows<'_>,
         ) {
             use $crate::backend::cpu::repack::{group_block_bytes, ROWS};
-            const _: () = assert!(TILE == $tile && (TILE == 4 || TILE == 8));
+            const _: () = assert!(TILE == $tile);
             let nb = x.cols() / B::LEN;
             let group_bytes = nb * group_block_bytes::<B>();
             debug_assert!(rows.start.is_multiple_of(ROWS) && rows.end.is_multiple_of(ROWS));
@@ -146,13 +147,7 @@ macro_rules! r8_driver {
                     // and rows `i..i + n` are rows of `x` (within `acts`).
                     unsafe {
                         match n {
-                            8 if TILE == 8 => tile::<B, 8>(grp.as_ptr(), nb, x, i, &mut res),
-                            7 if TILE == 8 => tile::<B, 7>(grp.as_ptr(), nb, x, i, &mut res),
-                            6 if TILE == 8 => tile::<B, 6>(grp.as_ptr(), nb, x, i, &mut res),
-                            5 if TILE == 8 => tile::<B, 5>(grp.as_ptr(), nb, x, i, &mut res),
-                            4 => tile::<B, 4>(grp.as_ptr(), nb, x, i, &mut res),
-                            3 => tile::<B, 3>(grp.as_ptr(), nb, x, i, &mut res),
-                            2 => tile::<B, 2>(grp.as_ptr(), nb, x, i, &mut res),
+                            $($n => tile::<B, $n>(grp.as_ptr(), nb, x, i, &mut res),)+
                             _ => tile::<B, 1>(grp.as_ptr(), nb, x, i, &mut res),
                         }
                     }
