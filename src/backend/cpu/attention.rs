@@ -141,20 +141,33 @@ fn attend_block_scalar(b: &mut AttnBlock<'_>, w: usize) {
 }
 
 /// Blocks of `w` lanes (8, 16 or 24) through the kernel of `isa`.
-fn attend_blocks(isa: Isa, bs: &mut [AttnBlock<'_>], w: usize) {
+fn attend_blocks(isa: Isa, bs: &mut [AttnBlock<'_>], w: usize, few: &mut FewScratch) {
     match isa {
         #[cfg(target_arch = "x86_64")]
         // SAFETY: both x86 SIMD levels imply AVX2 and FMA (detected); bounds are checked inside.
         Isa::Avx2 | Isa::Avx512 => unsafe {
             use super::kern_avx2_attn::attend_blocks;
             match w {
-                8 => attend_blocks::<1, 8>(bs),
-                16 => attend_blocks::<2, 4>(bs),
-                _ => attend_blocks::<3, 3>(bs),
+                8 => attend_blocks::<1, 8>(bs, few),
+                16 => attend_blocks::<2, 4>(bs, few),
+                _ => attend_blocks::<3, 3>(bs, few),
             }
         },
-        _ => bs.iter_mut().for_each(|b| attend_block_scalar(b, w)),
+        _ => {
+            let _ = few;
+            bs.iter_mut().for_each(|b| attend_block_scalar(b, w));
+        }
     }
+}
+
+/// A worker's buffers for the SIMD kernel's few-lane blocks, kept between calls: every decode
+/// step runs a few such tasks per sequence and layer.
+#[derive(Default)]
+pub(super) struct FewScratch {
+    /// The few-lane blocks' outputs, `FEW_LANES * hd` per block.
+    pub ol: Vec<f32>,
+    /// The tile's keys transposed, for the few-lane scores.
+    pub kbuf: Vec<f32>,
 }
 
 /// A worker's buffers for the block it runs (a few KB, reused).
@@ -164,6 +177,7 @@ struct Scratch {
     pos: Vec<i32>,
     s: Vec<f32>,
     ot: Vec<f32>,
+    few: FewScratch,
 }
 
 thread_local! {
@@ -306,7 +320,7 @@ fn tiled(isa: Isa, part: &Part<'_>, heads: Heads, scale: f32, t: usize) {
                 ot,
             });
         }
-        attend_blocks(isa, &mut bs, w);
+        attend_blocks(isa, &mut bs, w, &mut sc.few);
         for (i, b) in bs.iter().enumerate() {
             let r0 = (first + i) * part.rows;
             for lane in 0..part.rows.min(part.n_q - r0) * nh {

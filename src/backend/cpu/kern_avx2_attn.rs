@@ -8,7 +8,7 @@
 //! Every function here requires AVX2 and FMA: the driver only calls them at `Isa::Avx2` or
 //! `Isa::Avx512`, which `Isa::available` grants after `is_x86_feature_detected!` said yes.
 
-use super::attention::{AttnBlock, MAX_GROUP, TILE_KEYS};
+use super::attention::{AttnBlock, FewScratch, MAX_GROUP, TILE_KEYS};
 use super::kern_avx2_attn_few::{few_lanes, scores_lanes, softmax_lane, weighted_lane, FEW_LANES};
 use super::kern_avx2_f32::exp_ps;
 use std::arch::x86_64::*;
@@ -120,7 +120,7 @@ struct Run<const NV: usize> {
 /// When a buffer of a block is shorter than `check` wants, or there are more than
 /// `MAX_GROUP` blocks.
 #[target_feature(enable = "avx2,fma,f16c")]
-pub unsafe fn attend_blocks<const NV: usize, const STEP: usize>(bs: &mut [AttnBlock<'_>]) {
+pub unsafe fn attend_blocks<const NV: usize, const STEP: usize>(bs: &mut [AttnBlock<'_>], few_buf: &mut FewScratch) {
     let w = NV * 8;
     assert!(bs.len() <= MAX_GROUP, "attention: {} blocks in a group", bs.len());
     let none = Run { m: [_mm256_set1_ps(f32::NEG_INFINITY); NV], l: [_mm256_setzero_ps(); NV] };
@@ -134,9 +134,12 @@ pub unsafe fn attend_blocks<const NV: usize, const STEP: usize>(bs: &mut [AttnBl
     let few: [usize; MAX_GROUP] = std::array::from_fn(|i| bs.get(i).map_or(0, |b| few_lanes::<NV>(b)));
     let hd = bs.first().map_or(0, |b| b.hd);
     let any_few = few.iter().any(|&u| u > 0);
-    let mut ol = if any_few { vec![0f32; bs.len() * FEW_LANES * hd] } else { Vec::new() };
-    // The tile's keys transposed, for the few-lane scores.
-    let mut kbuf = if any_few { vec![0f32; hd * TILE_KEYS] } else { Vec::new() };
+    let FewScratch { ol, kbuf } = few_buf;
+    if any_few {
+        ol.clear();
+        ol.resize(bs.len() * FEW_LANES * hd, 0.0);
+        kbuf.resize(hd * TILE_KEYS, 0.0);
+    }
     let n_keys = bs.iter().map(|b| b.n_keys).max().unwrap_or(0);
     for k0 in (0..n_keys).step_by(TILE_KEYS) {
         for (i, (b, run)) in bs.iter_mut().zip(&mut runs).enumerate() {
