@@ -11,7 +11,9 @@
 //! (c) 1 thread against 2 threads, and each instruction-set level;
 //! (d) Q4_K and Q6_K: the integer kernels against the dequantize-and-f32 path they replaced,
 //!     and their interleaved layout against the row-major one at the AVX2 level, in the same
-//!     run (`KERNELS_BENCH_KQUANT=1` runs only this part).
+//!     run (`KERNELS_BENCH_KQUANT=1` runs only this part);
+//! (e) decode attention of one row over a whole step's caches (30 layers) against the STREAM-like
+//!     read (`KERNELS_BENCH_ATTENTION=1` runs only this part).
 
 use mtplx_lite::backend::cpu::Isa;
 use mtplx_lite::backend::{AttnSeq, Backend, CpuBackend, DType, Heads, Layout, WeightRef};
@@ -232,12 +234,51 @@ fn kquant_vs_float() {
     }
 }
 
+/// Decode attention of one row over 30 layers' caches (separate keys and values), against the
+/// STREAM-like read bandwidth `stream` (1 and 2 threads, bytes per second).
+fn step_attention(x: &[f32], stream: [f64; 2]) {
+    let heads = Heads { n_heads: 9, n_kv_heads: 3, head_dim: 64 };
+    // A decode step reads every layer's cache once, more than the last-level cache holds at
+    // long contexts: what attention costs there is a question of memory, as the weights' is.
+    println!("\n== decode attention of a whole step (30 layers' caches), {} ==", Isa::detect().name());
+    for ctx in [512, 2048, 4096] {
+        let layer = |seed: usize| -> Vec<f32> {
+            (0..ctx * heads.kv_dim()).map(|i| (((i + seed) * 31 % 97) as f32 - 48.0) / 97.0).collect()
+        };
+        let caches: Vec<(Vec<f32>, Vec<f32>)> = (0..LAYERS).map(|l| (layer(2 * l), layer(2 * l + 1))).collect();
+        let bytes = (2 * LAYERS * ctx * heads.kv_dim() * std::mem::size_of::<f32>()) as f64;
+        let q = &x[..heads.q_dim()];
+        let mut o = vec![0f32; heads.q_dim()];
+        for threads in [1, 2] {
+            let be = CpuBackend::with_isa(threads, Isa::detect());
+            let secs = best(20, || {
+                for (k, v) in &caches {
+                    let seq = AttnSeq { q, keys: k, values: v, start_pos: ctx - 1, n_q: 1, out: &mut o };
+                    be.attention(seq, heads, 0.125);
+                }
+            });
+            print!(
+                "  ctx {ctx:>5}, {threads} thread(s): {:>6.2} ms ({:>4.1} GB/s, {:>3.0}% of STREAM)",
+                secs * 1e3,
+                bytes / secs / 1e9,
+                100.0 * bytes / secs / stream[threads - 1]
+            );
+        }
+        println!();
+    }
+}
+
 fn main() {
     if let Ok(spec) = std::env::var("KERNELS_BENCH_COMPUTE") {
         return compute_only(&spec);
     }
     if std::env::var("KERNELS_BENCH_KQUANT").is_ok() {
         return kquant_vs_float();
+    }
+    if std::env::var("KERNELS_BENCH_ATTENTION").is_ok() {
+        let buf: Vec<u64> = (0..96_000_000 / 8).map(|i| i as u64).collect();
+        let x: Vec<f32> = (0..576).map(|i| ((i * 7919 % 2003) as f32 / 1001.5) - 1.0).collect();
+        return step_attention(&x, [stream_read(&buf, 1), stream_read(&buf, 2)]);
     }
     let mut seed = 0x9e3779b97f4a7c15u64;
     let (mut layers, mut head) = model(&mut seed);
@@ -381,6 +422,8 @@ fn main() {
         }
         println!();
     }
+
+    step_attention(&x, [s1, s2]);
 
     println!("\n== instruction sets, decode pass, 2 threads ==");
     for &isa in &levels {

@@ -23,7 +23,7 @@ fn main() {
     let result = match &cli.command {
         None => cli::serve::run(settings),
         Some(Command::Bench(b)) => match &b.rows {
-            Some(rows) => cli::bench::run_rows(&settings.model, rows, b.reps.max(1)),
+            Some(rows) => cli::bench::run_rows(&settings.model, rows, b.reps.max(1), b.context),
             None => cli::bench::run(&settings.model, b.prompt, b.generate, b.sequences),
         },
         Some(Command::Generate(g)) => {

@@ -126,6 +126,26 @@ fn the_instruction_set_cap_is_checked_at_start_and_obeyed() {
     assert!(text.contains("kernels at scalar"), "{text}");
 }
 
+/// `bench --rows --context N` measures its passes after N cached positions, and refuses a
+/// context the model does not have.
+#[test]
+fn the_row_benchmark_takes_the_context_it_is_given_within_the_models() {
+    let run = |context: &str| {
+        bin().args(model_args()).args(["bench", "--rows", "1,2", "--reps", "1", "--context", context]).output().unwrap()
+    };
+    let out = run("300");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{text}{}", String::from_utf8_lossy(&out.stderr));
+    assert!(text.contains("after 300 cached positions") && text.contains("| 2 |"), "{text}");
+    let out = run("8191");
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("--context 8191") && err.contains("8193 positions") && err.contains("context of 8192"),
+        "{err}"
+    );
+}
+
 #[test]
 fn a_busy_port_is_reported_before_the_model_loads() {
     let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();

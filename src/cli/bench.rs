@@ -122,7 +122,7 @@ pub fn run(cfg: &ModelOpts, prompt: usize, generate: usize, sequences: usize) ->
 }
 
 /// `bench --rows`: the k-row against 1-row table at the configured thread count.
-pub fn run_rows(cfg: &ModelOpts, rows: &[usize], reps: usize) -> Result<(), String> {
+pub fn run_rows(cfg: &ModelOpts, rows: &[usize], reps: usize, context: usize) -> Result<(), String> {
     let path = cfg.path()?;
     let files = ModelFiles::open(&path).map_err(|e| e.to_string())?;
     let name = mtplx_lite::model::load::model_id(&path, &files);
@@ -136,8 +136,17 @@ pub fn run_rows(cfg: &ModelOpts, rows: &[usize], reps: usize) -> Result<(), Stri
         t.elapsed().as_secs_f64() * 1e3,
         mtplx_lite::backend::cpu::Isa::detect().name()
     );
+    let (context, most) = (context.max(1), rows.iter().copied().max().unwrap_or(1));
+    let limit = model.info().context_length;
+    if context + most > limit {
+        return Err(format!(
+            "--context {context}: with a pass of {most} rows it needs {} positions, more than the model's context of {limit}",
+            context + most
+        ));
+    }
     decode_tok_s(&model, 8); // warm-up: page in the weights
-    print!("{}", super::bench_rows::table(&name, threads, &super::bench_rows::measure(&model, rows, reps)));
+    println!("each pass after {context} cached positions per sequence\n");
+    print!("{}", super::bench_rows::table(&name, threads, &super::bench_rows::measure(&model, rows, reps, context)));
     Ok(())
 }
 

@@ -11,8 +11,8 @@
 use mtplx_lite::model::{KvCache, LogitsWanted, Model, SeqBatch};
 use std::time::Instant;
 
-/// Positions in every sequence's cache before a measured pass: a short chat turn.
-const CONTEXT: usize = 64;
+/// Positions in every sequence's cache before a measured pass, unless told: a short chat turn.
+pub const DEFAULT_CONTEXT: usize = 64;
 
 /// Median seconds of one pass, per k, for both shapes.
 pub struct RowCosts {
@@ -23,9 +23,9 @@ pub struct RowCosts {
     pub k_seqs: Vec<f64>,
 }
 
-fn prefilled(model: &dyn Model, capacity: usize, salt: usize) -> KvCache {
+fn prefilled(model: &dyn Model, context: usize, capacity: usize, salt: usize) -> KvCache {
     let vocab = model.info().vocab_size.max(1);
-    let toks: Vec<u32> = (0..CONTEXT).map(|i| ((i * 7919 + 13 + salt * 101) % vocab) as u32).collect();
+    let toks: Vec<u32> = (0..context).map(|i| ((i * 7919 + 13 + salt * 101) % vocab) as u32).collect();
     let mut cache = model.new_cache(capacity);
     model.forward(&mut [SeqBatch { tokens: &toks, cache: &mut cache, logits: LogitsWanted::Last }]).expect("prefill");
     cache
@@ -42,13 +42,14 @@ fn median(mut v: Vec<f64>) -> f64 {
     v[v.len() / 2]
 }
 
-/// Measures `reps` passes of each shape for each k in `rows`.
-pub fn measure(model: &dyn Model, rows: &[usize], reps: usize) -> RowCosts {
+/// Measures `reps` passes of each shape for each k in `rows`, each after `context` positions.
+pub fn measure(model: &dyn Model, rows: &[usize], reps: usize, context: usize) -> RowCosts {
+    let context = context.max(1);
     let kmax = rows.iter().copied().max().unwrap_or(1);
     let vocab = model.info().vocab_size.max(1);
     let tokens: Vec<u32> = (0..kmax).map(|i| ((i * 613 + 7) % vocab) as u32).collect();
-    let mut one = prefilled(model, CONTEXT + kmax, 0);
-    let mut many: Vec<KvCache> = (0..kmax).map(|s| prefilled(model, CONTEXT + 1, s + 1)).collect();
+    let mut one = prefilled(model, context, context + kmax, 0);
+    let mut many: Vec<KvCache> = (0..kmax).map(|s| prefilled(model, context, context + 1, s + 1)).collect();
     let mut t_one = vec![Vec::with_capacity(reps); rows.len()];
     let mut t_many = vec![Vec::with_capacity(reps); rows.len()];
     for rep in 0..reps + 1 {
@@ -57,7 +58,7 @@ pub fn measure(model: &dyn Model, rows: &[usize], reps: usize) -> RowCosts {
                 let mut b = [SeqBatch { tokens: &tokens[..k], cache: &mut one, logits: LogitsWanted::All }];
                 model.forward(&mut b).expect("k-row pass");
             });
-            one.truncate(CONTEXT);
+            one.truncate(context);
             let b = timed(|| {
                 let mut batch: Vec<SeqBatch<'_>> = many[..k]
                     .iter_mut()
@@ -66,7 +67,7 @@ pub fn measure(model: &dyn Model, rows: &[usize], reps: usize) -> RowCosts {
                     .collect();
                 model.forward(&mut batch).expect("k-sequence pass");
             });
-            many[..k].iter_mut().for_each(|c| c.truncate(CONTEXT));
+            many[..k].iter_mut().for_each(|c| c.truncate(context));
             // The first round warms caches and the pool: not counted.
             if rep > 0 {
                 t_one[j].push(a);

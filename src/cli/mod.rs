@@ -200,6 +200,10 @@ pub struct BenchCmd {
     /// passes per k for --rows, the median reported (default 30)
     #[argh(option, default = "30")]
     pub reps: usize,
+    /// positions already in each sequence's cache before a --rows pass (default 64; a verify
+    /// late in a long chat, or a prompt's piece late in a long prompt, reads more)
+    #[argh(option, default = "bench_rows::DEFAULT_CONTEXT")]
+    pub context: usize,
 }
 
 /// `1,2,4` into row counts, each at least 1.

@@ -37,7 +37,7 @@ pub fn run(opts: &ModelOpts, out: Option<&Path>, max_tokens: usize, reps: usize)
     let rows: Vec<usize> = (1..=MAX_DRAFT_DEPTH + 1).collect();
     eprintln!("mtplx-lite: tune: timing passes of 1 to {} rows, {reps} of each", rows.len());
     super::bench::decode_tok_s(&*loaded.model, 8); // warm-up: page in the weights
-    let costs = super::bench_rows::measure(&*loaded.model, &rows, reps);
+    let costs = super::bench_rows::measure(&*loaded.model, &rows, reps, super::bench_rows::DEFAULT_CONTEXT);
     println!("Verify pass costs:\n");
     print!("{}", super::bench_rows::table(&loaded.name, threads, &costs));
     let mut modes = vec![DraftMode::Ngram];
