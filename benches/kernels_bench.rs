@@ -16,7 +16,7 @@
 //!     read (`KERNELS_BENCH_ATTENTION=1` runs only this part).
 
 use mtplx_lite::backend::cpu::Isa;
-use mtplx_lite::backend::{AttnSeq, Backend, CpuBackend, DType, Heads, Layout, WeightRef};
+use mtplx_lite::backend::{grouped_keys, AttnSeq, Backend, CpuBackend, DType, Heads, Layout, WeightRef};
 use std::time::Instant;
 
 const LAYERS: usize = 30;
@@ -245,7 +245,8 @@ fn step_attention(x: &[f32], stream: [f64; 2]) {
         let layer = |seed: usize| -> Vec<f32> {
             (0..ctx * heads.kv_dim()).map(|i| (((i + seed) * 31 % 97) as f32 - 48.0) / 97.0).collect()
         };
-        let caches: Vec<(Vec<f32>, Vec<f32>)> = (0..LAYERS).map(|l| (layer(2 * l), layer(2 * l + 1))).collect();
+        let caches: Vec<(Vec<f32>, Vec<f32>)> =
+            (0..LAYERS).map(|l| (grouped_keys(&layer(2 * l), heads.kv_dim()), layer(2 * l + 1))).collect();
         let bytes = (2 * LAYERS * ctx * heads.kv_dim() * std::mem::size_of::<f32>()) as f64;
         let q = &x[..heads.q_dim()];
         let mut o = vec![0f32; heads.q_dim()];
@@ -410,12 +411,13 @@ fn main() {
     let heads = Heads { n_heads: 9, n_kv_heads: 3, head_dim: 64 };
     for ctx in [128, 512, 2048] {
         let kv: Vec<f32> = (0..ctx * heads.kv_dim()).map(|i| ((i * 31 % 97) as f32 - 48.0) / 97.0).collect();
+        let keys = grouped_keys(&kv, heads.kv_dim());
         let q = &x[..heads.q_dim()];
         let mut o = vec![0f32; heads.q_dim()];
         for threads in [1, 2] {
             let be = CpuBackend::with_isa(threads, best_isa);
             let secs = best(200, || {
-                let seq = AttnSeq { q, keys: &kv, values: &kv, start_pos: ctx - 1, n_q: 1, out: &mut o };
+                let seq = AttnSeq { q, keys: &keys, values: &kv, start_pos: ctx - 1, n_q: 1, out: &mut o };
                 be.attention(seq, heads, 0.125)
             });
             print!("  ctx {ctx:>5}, {threads} thread(s): {:>6.1} us", secs * 1e6);

@@ -163,10 +163,49 @@ pub trait Backend: Send {
     }
 }
 
+/// Positions per group of the key layout attention reads (see [`key_index`]).
+pub const KEY_GROUP: usize = 8;
+
+/// Where element `e` (of `kv_dim`) of the key of position `p` is in a grouped key buffer:
+/// groups of [`KEY_GROUP`] positions, each `kv_dim` columns of the group's positions side by
+/// side. A kernel then loads one element of 8 keys as one vector, where position-major keys
+/// had to be transposed for every tile of every decode step.
+pub fn key_index(p: usize, e: usize, kv_dim: usize) -> usize {
+    (p / KEY_GROUP) * KEY_GROUP * kv_dim + e * KEY_GROUP + p % KEY_GROUP
+}
+
+/// Length of a grouped key buffer holding positions `0..n`: whole groups.
+pub fn grouped_keys_len(n: usize, kv_dim: usize) -> usize {
+    n.div_ceil(KEY_GROUP) * KEY_GROUP * kv_dim
+}
+
+/// Writes position-major key `rows` (of `kv_dim`) for positions `start..` into the grouped
+/// buffer `keys`, growing it to whole groups (a group's unwritten positions are zero).
+pub fn store_keys(keys: &mut Vec<f32>, start: usize, rows: &[f32], kv_dim: usize) {
+    let n = rows.len() / kv_dim.max(1);
+    let need = grouped_keys_len(start + n, kv_dim);
+    if keys.len() < need {
+        keys.resize(need, 0.0);
+    }
+    for (i, row) in rows.chunks_exact(kv_dim).enumerate() {
+        for (e, &x) in row.iter().enumerate() {
+            keys[key_index(start + i, e, kv_dim)] = x;
+        }
+    }
+}
+
+/// Position-major keys of `kv_dim` into a new grouped buffer (tests and benchmarks).
+pub fn grouped_keys(rows: &[f32], kv_dim: usize) -> Vec<f32> {
+    let mut keys = Vec::new();
+    store_keys(&mut keys, 0, rows, kv_dim);
+    keys
+}
+
 /// One sequence's attention: `q` holds `n_q` rows of `heads.q_dim()`, the tokens at positions
-/// `start_pos..start_pos + n_q`; `keys`/`values` are position-major rows of `heads.kv_dim()`
-/// holding at least positions `0..start_pos + n_q`; `n_q` rows of `heads.q_dim()` are written
-/// to `out`.
+/// `start_pos..start_pos + n_q`; `keys` are grouped (see [`key_index`]) and `values`
+/// position-major rows of `heads.kv_dim()`, both holding at least positions
+/// `0..start_pos + n_q` (keys in whole groups); `n_q` rows of `heads.q_dim()` are written to
+/// `out`.
 pub struct AttnSeq<'a> {
     pub q: &'a [f32],
     pub keys: &'a [f32],

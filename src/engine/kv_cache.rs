@@ -278,7 +278,7 @@ mod tests {
     const BPP: usize = LAYERS * 2 * KV_DIM * 4;
 
     fn mk(cap: usize) -> KvCache {
-        KvCache::new(LAYERS, KV_DIM, cap)
+        KvCache::position_major(LAYERS, KV_DIM, cap)
     }
 
     /// What a model does to a cache in a forward pass, then what the scheduler records.

@@ -144,6 +144,12 @@ impl Model for ToyModel {
         &self.info
     }
 
+    /// The toy reads its cache itself, row by row: keys position-major.
+    fn new_cache(&self, capacity: usize) -> KvCache {
+        let i = &self.info;
+        KvCache::position_major(i.n_layers, i.n_kv_heads * i.head_dim, capacity)
+    }
+
     fn forward(&self, batch: &mut [SeqBatch<'_>]) -> Result<Vec<Vec<f32>>, ForwardError> {
         self.gate.pass();
         assert!(!self.poison.load(std::sync::atomic::Ordering::Relaxed), "poisoned toy model");

@@ -4,19 +4,58 @@
 //! and never beyond `capacity` positions. The engine decides which caches live and for how long
 //! (`engine::kv_cache`); the model reads and appends.
 
+use crate::backend::{grouped_keys_len, store_keys};
+
 pub struct KvCache {
-    /// Per layer, `len * kv_dim` keys, position-major.
+    /// Per layer, the keys: grouped as attention reads them (`backend::key_index`, whole groups
+    /// of 8 positions) in a cache made by [`KvCache::new`], position-major in one made by
+    /// [`KvCache::position_major`].
     pub k: Vec<Vec<f32>>,
     /// Per layer, `len * kv_dim` values, position-major.
     pub v: Vec<Vec<f32>>,
     kv_dim: usize,
     len: usize,
     capacity: usize,
+    grouped: bool,
 }
 
 impl KvCache {
+    /// A cache for the backend's attention: keys grouped.
     pub fn new(n_layers: usize, kv_dim: usize, capacity: usize) -> KvCache {
-        KvCache { k: vec![Vec::new(); n_layers], v: vec![Vec::new(); n_layers], kv_dim, len: 0, capacity }
+        KvCache {
+            k: vec![Vec::new(); n_layers],
+            v: vec![Vec::new(); n_layers],
+            kv_dim,
+            len: 0,
+            capacity,
+            grouped: true,
+        }
+    }
+
+    /// A cache whose keys are position-major rows, like its values (a model that reads its
+    /// cache itself, such as the engine's toy model).
+    pub fn position_major(n_layers: usize, kv_dim: usize, capacity: usize) -> KvCache {
+        KvCache { grouped: false, ..KvCache::new(n_layers, kv_dim, capacity) }
+    }
+
+    /// Layer `l`'s keys and values of positions `len..len + n` (`n` rows of `kv_dim` each, n
+    /// taken from `k`), before [`KvCache::advance`] makes them count.
+    pub fn append(&mut self, l: usize, k: &[f32], v: &[f32]) {
+        if self.grouped {
+            store_keys(&mut self.k[l], self.len, k, self.kv_dim);
+        } else {
+            self.k[l].extend_from_slice(k);
+        }
+        self.v[l].extend_from_slice(v);
+    }
+
+    /// Keys stored for `n` positions.
+    fn keys_len(&self, n: usize) -> usize {
+        if self.grouped {
+            grouped_keys_len(n, self.kv_dim)
+        } else {
+            n * self.kv_dim
+        }
     }
 
     /// Positions cached.
@@ -38,18 +77,19 @@ impl KvCache {
     pub fn truncate(&mut self, len: usize) {
         if len < self.len {
             self.len = len;
-            for l in self.k.iter_mut().chain(self.v.iter_mut()) {
-                l.truncate(len * self.kv_dim);
-            }
+            let keys = self.keys_len(len);
+            self.k.iter_mut().for_each(|l| l.truncate(keys));
+            self.v.iter_mut().for_each(|l| l.truncate(len * self.kv_dim));
         }
     }
 
     /// Marks `n` more positions as written; the model calls this once per forward, after it has
-    /// pushed `n * kv_dim` values onto every layer's `k` and `v`.
+    /// appended them to every layer.
     pub fn advance(&mut self, n: usize) {
         self.len += n;
         debug_assert!(self.len <= self.capacity);
-        debug_assert!(self.k.iter().all(|l| l.len() == self.len * self.kv_dim));
+        debug_assert!(self.k.iter().all(|l| l.len() == self.keys_len(self.len)));
+        debug_assert!(self.v.iter().all(|l| l.len() == self.len * self.kv_dim));
     }
 
     /// Bytes of memory the cache holds now (allocated, not just used).

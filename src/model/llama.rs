@@ -195,8 +195,7 @@ impl Llama {
                 (q, q_rows) = q_rows.split_at(n * qd);
                 let (out, rest) = std::mem::take(&mut att_rows).split_at_mut(n * qd);
                 att_rows = rest;
-                b.cache.k[l].extend_from_slice(k);
-                b.cache.v[l].extend_from_slice(v);
+                b.cache.append(l, k, v);
                 let b = &*b;
                 // The cache's length advances after the last layer, so it is still the start.
                 seqs.push(AttnSeq {

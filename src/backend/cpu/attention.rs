@@ -1,5 +1,6 @@
-//! Causal GQA attention over a position-major key/value cache: the pool driver and the tiled
-//! attention's portable kernel.
+//! Causal GQA attention over a key/value cache (keys grouped by 8 positions, values
+//! position-major; `backend::key_index`): the pool driver and the tiled attention's portable
+//! kernel.
 //!
 //! Scores, softmax and weighted sum per query row and head would read every key and value once
 //! per row and head, so prefill throughput would fall with the prompt's length. Instead (flash
@@ -15,7 +16,7 @@
 
 use super::isa::Isa;
 use super::pool::Pool;
-use crate::backend::{AttnSeq, Heads};
+use crate::backend::{grouped_keys_len, AttnSeq, Heads, KEY_GROUP};
 use std::cell::RefCell;
 
 /// Below this many multiply-adds attention runs on the calling thread alone.
@@ -48,8 +49,10 @@ pub(super) struct AttnBlock<'a> {
     pub qt: &'a [f32],
     /// `w` lane positions; padding lanes have `i32::MAX` (they see every key).
     pub lane_pos: &'a [i32],
-    /// The cache from the KV head's first value on: key `p` at `keys[p * stride..][..hd]`.
+    /// The grouped keys from the KV head's first column on: element `d` of key `p` at
+    /// `keys[(p / 8) * 8 * stride + d * 8 + p % 8]` (`backend::key_index`).
     pub keys: &'a [f32],
+    /// The values from the KV head's first on: value `p` at `values[p * stride..][..hd]`.
     pub values: &'a [f32],
     pub stride: usize,
     pub hd: usize,
@@ -79,8 +82,9 @@ impl AttnBlock<'_> {
             self.n_keys
         );
         let need = (self.n_keys - 1) * self.stride + self.hd;
+        let need_keys = (self.n_keys - 1) / KEY_GROUP * KEY_GROUP * self.stride + self.hd * KEY_GROUP;
         assert!(
-            self.keys.len() >= need && self.values.len() >= need,
+            self.keys.len() >= need_keys && self.values.len() >= need,
             "attention: the cache holds fewer than {} positions",
             self.n_keys
         );
@@ -98,10 +102,11 @@ fn attend_block_scalar(b: &mut AttnBlock<'_>, w: usize) {
     for k0 in (0..b.n_keys).step_by(TILE_KEYS) {
         let kt = TILE_KEYS.min(b.n_keys - k0);
         for k in 0..kt {
-            let key = &b.keys[(k0 + k) * stride..][..hd];
+            let p = k0 + k;
+            let key = &b.keys[p / KEY_GROUP * KEY_GROUP * stride + p % KEY_GROUP..];
             let row = &mut b.s[k * w..(k + 1) * w];
             row.fill(0.0);
-            for (d, &kd) in key.iter().enumerate() {
+            for (d, &kd) in key.iter().step_by(KEY_GROUP).take(hd).enumerate() {
                 for (x, &q) in row.iter_mut().zip(&b.qt[d * w..(d + 1) * w]) {
                     *x += q * kd;
                 }
@@ -166,8 +171,6 @@ fn attend_blocks(isa: Isa, bs: &mut [AttnBlock<'_>], w: usize, few: &mut FewScra
 pub(super) struct FewScratch {
     /// The few-lane blocks' outputs, `FEW_LANES * hd` per block.
     pub ol: Vec<f32>,
-    /// The tile's keys transposed, for the few-lane scores.
-    pub kbuf: Vec<f32>,
 }
 
 /// A worker's buffers for the block it runs (a few KB, reused).
@@ -231,7 +234,7 @@ pub(crate) fn attention_batch(pool: &Pool, isa: Isa, seqs: &mut [AttnSeq<'_>], h
         assert_eq!(s.q.len(), n_q * qd, "attention: q has {} values, want {n_q} x {qd}", s.q.len());
         assert_eq!(s.out.len(), n_q * qd, "attention: out has {} values, want {n_q} x {qd}", s.out.len());
         assert!(
-            s.keys.len() >= ctx * kvd && s.values.len() >= ctx * kvd,
+            s.keys.len() >= grouped_keys_len(ctx, kvd) && s.values.len() >= ctx * kvd,
             "attention: the cache holds fewer than {ctx} positions"
         );
         let per_block = heads.n_kv_heads * chunks_per_kv;
@@ -310,7 +313,7 @@ fn tiled(isa: Isa, part: &Part<'_>, heads: Heads, scale: f32, t: usize) {
             bs.push(AttnBlock {
                 qt,
                 lane_pos: pos,
-                keys: &part.keys[kvh * hd..],
+                keys: &part.keys[kvh * hd * KEY_GROUP..],
                 values: &part.values[kvh * hd..],
                 stride: kvd,
                 hd,

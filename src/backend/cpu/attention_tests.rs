@@ -21,6 +21,7 @@ fn run(
     scale: f32,
 ) -> Vec<f32> {
     let mut out = vec![f32::NAN; n_q * heads.q_dim()];
+    let keys = &crate::backend::grouped_keys(keys, heads.kv_dim());
     let seq = AttnSeq { q, keys, values, start_pos, n_q, out: &mut out };
     attention(pool, isa, seq, heads, scale);
     out
@@ -185,10 +186,12 @@ fn batched_attention_equals_one_call_per_sequence() {
         let alone: Vec<Vec<f32>> =
             seqs.iter().map(|(start, n, q, k, v)| run(&pool, isa, q, k, v, hs, *start, *n, 0.25)).collect();
         let mut outs: Vec<Vec<f32>> = seqs.iter().map(|s| vec![f32::NAN; s.1 * qd]).collect();
+        let keys: Vec<Vec<f32>> = seqs.iter().map(|s| crate::backend::grouped_keys(&s.3, kvd)).collect();
         let mut batch: Vec<AttnSeq<'_>> = seqs
             .iter()
+            .zip(&keys)
             .zip(outs.iter_mut())
-            .map(|((start, n, q, k, v), out)| AttnSeq { q, keys: k, values: v, start_pos: *start, n_q: *n, out })
+            .map(|(((start, n, q, _, v), k), out)| AttnSeq { q, keys: k, values: v, start_pos: *start, n_q: *n, out })
             .collect();
         attention_batch(&pool, isa, &mut batch, hs, 0.25);
         drop(batch);

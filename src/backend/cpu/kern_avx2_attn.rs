@@ -11,32 +11,38 @@
 use super::attention::{AttnBlock, FewScratch, MAX_GROUP, TILE_KEYS};
 use super::kern_avx2_attn_few::{few_lanes, scores_lanes, softmax_lane, weighted_lane, FEW_LANES};
 use super::kern_avx2_f32::exp_ps;
+use crate::backend::KEY_GROUP;
 use std::arch::x86_64::*;
 
-/// Scores of keys `k..k + KB` for all `NV * 8` lanes into `s[(k - k0)..]` (lane-minor):
+/// Scores of the tile's keys `k..k + KB` for all `NV * 8` lanes into `s[k..]` (lane-minor):
 /// `KB x NV` accumulators, each key element broadcast once for the `NV` lane vectors.
 ///
 /// # Safety
-/// AVX2 and FMA; `qt` holds `hd` rows of `NV * 8` lanes, `s` rows `k - k0 .. k - k0 + KB` of
-/// as many lanes, and key rows `k..k + KB` (`hd` values at `stride` apart) are in `keys`.
+/// AVX2 and FMA; `qt` holds `hd` rows of `NV * 8` lanes, `s` rows `k..k + KB` of as many lanes,
+/// and `keys` holds grouped keys `k..k + KB` (element `d` of key `i` at
+/// `(i / 8) * 8 * stride + d * 8 + i % 8`, `d < hd`).
 #[target_feature(enable = "avx2,fma,f16c")]
 #[inline]
 unsafe fn scores<const NV: usize, const KB: usize>(
     qt: *const f32,
     keys: *const f32,
+    k: usize,
     stride: usize,
     hd: usize,
     s: *mut f32,
 ) {
     let w = NV * 8;
     let mut acc = [[_mm256_setzero_ps(); NV]; KB];
-    let kp: [*const f32; KB] = std::array::from_fn(|j| keys.wrapping_add(j * stride));
+    let kp: [*const f32; KB] = std::array::from_fn(|j| {
+        let i = k + j;
+        keys.wrapping_add(i / KEY_GROUP * KEY_GROUP * stride + i % KEY_GROUP)
+    });
     for d in 0..hd {
-        // SAFETY: `d < hd`: row `d` of `qt` and value `d` of each key row (caller's contract).
+        // SAFETY: `d < hd`: row `d` of `qt` and element `d` of each key (caller's contract).
         unsafe {
             let q: [__m256; NV] = std::array::from_fn(|v| _mm256_loadu_ps(qt.add(d * w + 8 * v)));
             for j in 0..KB {
-                let kv = _mm256_broadcast_ss(&*kp[j].add(d));
+                let kv = _mm256_broadcast_ss(&*kp[j].add(d * KEY_GROUP));
                 for v in 0..NV {
                     acc[j][v] = _mm256_fmadd_ps(q[v], kv, acc[j][v]);
                 }
@@ -45,8 +51,8 @@ unsafe fn scores<const NV: usize, const KB: usize>(
     }
     for (j, a) in acc.iter().enumerate() {
         for (v, &x) in a.iter().enumerate() {
-            // SAFETY: row `j < KB` of `s` (caller's contract).
-            unsafe { _mm256_storeu_ps(s.add(j * w + 8 * v), x) };
+            // SAFETY: row `k + j` of `s`, `j < KB` (caller's contract).
+            unsafe { _mm256_storeu_ps(s.add((k + j) * w + 8 * v), x) };
         }
     }
 }
@@ -134,18 +140,16 @@ pub unsafe fn attend_blocks<const NV: usize, const STEP: usize>(bs: &mut [AttnBl
     let few: [usize; MAX_GROUP] = std::array::from_fn(|i| bs.get(i).map_or(0, |b| few_lanes::<NV>(b)));
     let hd = bs.first().map_or(0, |b| b.hd);
     let any_few = few.iter().any(|&u| u > 0);
-    let FewScratch { ol, kbuf } = few_buf;
+    let FewScratch { ol } = few_buf;
     if any_few {
         ol.clear();
         ol.resize(bs.len() * FEW_LANES * hd, 0.0);
-        kbuf.resize(hd * TILE_KEYS, 0.0);
     }
     let n_keys = bs.iter().map(|b| b.n_keys).max().unwrap_or(0);
     for k0 in (0..n_keys).step_by(TILE_KEYS) {
         for (i, (b, run)) in bs.iter_mut().zip(&mut runs).enumerate() {
             if k0 < b.n_keys {
-                let lanes = (few[i] > 0)
-                    .then(|| (&mut ol[i * FEW_LANES * hd..(i + 1) * FEW_LANES * hd], few[i], &mut kbuf[..]));
+                let lanes = (few[i] > 0).then(|| (&mut ol[i * FEW_LANES * hd..(i + 1) * FEW_LANES * hd], few[i]));
                 // SAFETY: AVX2 and FMA (caller); `b` was checked and `k0 < b.n_keys`.
                 unsafe { tile::<NV, STEP>(b, run, k0, lanes) };
             }
@@ -182,7 +186,7 @@ unsafe fn tile<const NV: usize, const STEP: usize>(
     b: &mut AttnBlock<'_>,
     run: &mut Run<NV>,
     k0: usize,
-    lanes: Option<(&mut [f32], usize, &mut [f32])>,
+    lanes: Option<(&mut [f32], usize)>,
 ) {
     let w = NV * 8;
     let (hd, stride) = (b.hd, b.stride);
@@ -196,12 +200,13 @@ unsafe fn tile<const NV: usize, const STEP: usize>(
     // SAFETY (the pointer arithmetic below): keys and values `k0..k0 + kt` are below
     // `n_keys`, whose rows are in `keys` and `values` (checked); `s` holds `TILE_KEYS >= kt`
     // rows and `qt`, `ot` hold `hd` rows, of `w` lanes each (checked).
-    let (kp, vp) = (b.keys[k0 * stride..].as_ptr(), b.values[k0 * stride..].as_ptr());
-    if let Some((ol, used, kbuf)) = lanes {
+    // `k0` is a multiple of `TILE_KEYS`, so the tile starts a group of keys.
+    let (kp, vp) = (b.keys[k0 / KEY_GROUP * KEY_GROUP * stride..].as_ptr(), b.values[k0 * stride..].as_ptr());
+    if let Some((ol, used)) = lanes {
         // A few lanes: scores, softmax and weighted sum lane by lane (kern_avx2_attn_few.rs).
         let mut sc = [[0f32; TILE_KEYS]; FEW_LANES];
-        // SAFETY: as above; `kbuf` holds `hd * TILE_KEYS` values.
-        unsafe { scores_lanes(qt, w, used, kp, stride, hd, kt, kbuf, &mut sc) };
+        // SAFETY: as above (the keys in whole groups).
+        unsafe { scores_lanes(qt, w, used, kp, stride, hd, kt, &mut sc) };
         let (mut ms, mut ls) = ([0f32; 8], [1f32; 8]);
         // SAFETY: both arrays hold eight f32s.
         unsafe { (_mm256_storeu_ps(ms.as_mut_ptr(), m[0]), _mm256_storeu_ps(ls.as_mut_ptr(), l[0])) };
@@ -220,12 +225,12 @@ unsafe fn tile<const NV: usize, const STEP: usize>(
     let mut k = 0;
     while k + STEP <= kt {
         // SAFETY: keys `k..k + step` of the tile; see above.
-        unsafe { scores::<NV, STEP>(qt, kp.add(k * stride), stride, hd, s.add(k * w)) };
+        unsafe { scores::<NV, STEP>(qt, kp, k, stride, hd, s) };
         k += STEP;
     }
     while k < kt {
         // SAFETY: key `k` of the tile; see above.
-        unsafe { scores::<NV, 1>(qt, kp.add(k * stride), stride, hd, s.add(k * w)) };
+        unsafe { scores::<NV, 1>(qt, kp, k, stride, hd, s) };
         k += 1;
     }
     let mut alpha = [_mm256_setzero_ps(); NV];

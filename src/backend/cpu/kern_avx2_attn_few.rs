@@ -9,6 +9,7 @@
 
 use super::attention::{AttnBlock, TILE_KEYS};
 use super::kern_avx2_f32::exp_ps;
+use crate::backend::KEY_GROUP;
 use std::arch::x86_64::*;
 
 /// Lanes a block may have for the lane-by-lane weighted sum ([`weighted_lane`]).
@@ -109,13 +110,14 @@ unsafe fn weighted_cols<const NC: usize>(
 }
 
 /// Scores of keys `0..kt` for lanes `0..used` into `sc` (lane `j`'s at `sc[j * TILE_KEYS..]`):
-/// the tile's keys are transposed into `kbuf` (`hd` rows of `TILE_KEYS`) in 8 x 8 blocks, then
-/// each lane runs `acc = fma(q[d], k[d], acc)` over `d` for 8 keys at once.
+/// the keys are grouped (8 keys side by side per element), so each lane runs
+/// `acc = fma(q[d], k[d], acc)` over `d` for 8 keys at once, straight from the cache. A group's
+/// keys past `kt` get scores too (the cache holds whole groups); the softmax ignores them.
 ///
 /// # Safety
-/// AVX2 and FMA; `qt` holds `hd` rows of `w >= 8` lanes and `used <= FEW_LANES`; key rows
-/// `0..kt <= TILE_KEYS` (`hd` values at `stride` apart) are at `keys`; `kbuf` holds
-/// `hd * TILE_KEYS` values.
+/// AVX2 and FMA; `qt` holds `hd` rows of `w >= 8` lanes and `used <= FEW_LANES`; `keys` holds
+/// the grouped keys `0..kt.div_ceil(8) * 8`, `kt <= TILE_KEYS` (element `d` of key `i` at
+/// `(i / 8) * 8 * stride + d * 8 + i % 8`, `d < hd`).
 #[target_feature(enable = "avx2,fma,f16c")]
 #[allow(clippy::too_many_arguments)]
 pub(super) unsafe fn scores_lanes(
@@ -126,44 +128,20 @@ pub(super) unsafe fn scores_lanes(
     stride: usize,
     hd: usize,
     kt: usize,
-    kbuf: &mut [f32],
     sc: &mut [[f32; TILE_KEYS]; FEW_LANES],
 ) {
-    assert!(kbuf.len() >= hd * TILE_KEYS && kt <= TILE_KEYS && used <= FEW_LANES && w >= 8);
-    let kb = kbuf.as_mut_ptr();
-    let nkv = kt.div_ceil(8);
-    // The transpose reads key rows below `kt`, columns below `hd`; it writes `kbuf` rows below
-    // `hd`, columns below `nkv * 8 <= TILE_KEYS` (keys past `kt` as zero).
-    // SAFETY: those are inside the keys (our contract) and `kbuf` (asserted above).
-    unsafe {
-        for g in 0..nkv {
-            let (k8, n) = (g * 8, (kt - g * 8).min(8));
-            let mut d = 0;
-            if n == 8 {
-                while d + 8 <= hd {
-                    let rows: [__m256; 8] = std::array::from_fn(|j| _mm256_loadu_ps(keys.add((k8 + j) * stride + d)));
-                    let t = transpose8(rows);
-                    for (i, v) in t.iter().enumerate() {
-                        _mm256_storeu_ps(kb.add((d + i) * TILE_KEYS + k8), *v);
-                    }
-                    d += 8;
-                }
-            }
-            for d in d..hd {
-                for j in 0..8 {
-                    *kb.add(d * TILE_KEYS + k8 + j) = if j < n { *keys.add((k8 + j) * stride + d) } else { 0.0 };
-                }
-            }
-        }
-    }
+    assert!(kt <= TILE_KEYS && used <= FEW_LANES && w >= 8);
+    let nkv = kt.div_ceil(KEY_GROUP);
     for (lane, row) in sc.iter_mut().enumerate().take(used) {
-        let mut acc = [_mm256_setzero_ps(); TILE_KEYS / 8];
+        let mut acc = [_mm256_setzero_ps(); TILE_KEYS / KEY_GROUP];
         for d in 0..hd {
-            // SAFETY: row `d < hd` of `qt` at `lane < w`, and of `kbuf`.
+            // SAFETY: row `d < hd` of `qt` at `lane < w`; element `d` of groups below `nkv`
+            // (our contract).
             unsafe {
                 let q = _mm256_broadcast_ss(&*qt.add(d * w + lane));
                 for (g, a) in acc.iter_mut().enumerate().take(nkv) {
-                    *a = _mm256_fmadd_ps(q, _mm256_loadu_ps(kb.add(d * TILE_KEYS + 8 * g)), *a);
+                    let k8 = keys.add(g * KEY_GROUP * stride + d * KEY_GROUP);
+                    *a = _mm256_fmadd_ps(q, _mm256_loadu_ps(k8), *a);
                 }
             }
         }
@@ -214,36 +192,4 @@ pub(super) unsafe fn softmax_lane(
     *l = l.mul_add(alpha, sum);
     *m = mt;
     alpha
-}
-
-/// The 8 x 8 transpose of `r` (row `i` of the result is column `i` of `r`).
-#[target_feature(enable = "avx2,fma,f16c")]
-#[inline]
-fn transpose8(r: [__m256; 8]) -> [__m256; 8] {
-    let t0 = _mm256_unpacklo_ps(r[0], r[1]);
-    let t1 = _mm256_unpackhi_ps(r[0], r[1]);
-    let t2 = _mm256_unpacklo_ps(r[2], r[3]);
-    let t3 = _mm256_unpackhi_ps(r[2], r[3]);
-    let t4 = _mm256_unpacklo_ps(r[4], r[5]);
-    let t5 = _mm256_unpackhi_ps(r[4], r[5]);
-    let t6 = _mm256_unpacklo_ps(r[6], r[7]);
-    let t7 = _mm256_unpackhi_ps(r[6], r[7]);
-    let u0 = _mm256_shuffle_ps::<0x44>(t0, t2);
-    let u1 = _mm256_shuffle_ps::<0xEE>(t0, t2);
-    let u2 = _mm256_shuffle_ps::<0x44>(t1, t3);
-    let u3 = _mm256_shuffle_ps::<0xEE>(t1, t3);
-    let u4 = _mm256_shuffle_ps::<0x44>(t4, t6);
-    let u5 = _mm256_shuffle_ps::<0xEE>(t4, t6);
-    let u6 = _mm256_shuffle_ps::<0x44>(t5, t7);
-    let u7 = _mm256_shuffle_ps::<0xEE>(t5, t7);
-    [
-        _mm256_permute2f128_ps::<0x20>(u0, u4),
-        _mm256_permute2f128_ps::<0x20>(u1, u5),
-        _mm256_permute2f128_ps::<0x20>(u2, u6),
-        _mm256_permute2f128_ps::<0x20>(u3, u7),
-        _mm256_permute2f128_ps::<0x31>(u0, u4),
-        _mm256_permute2f128_ps::<0x31>(u1, u5),
-        _mm256_permute2f128_ps::<0x31>(u2, u6),
-        _mm256_permute2f128_ps::<0x31>(u3, u7),
-    ]
 }

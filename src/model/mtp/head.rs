@@ -300,8 +300,7 @@ impl MtpHead {
         }
         be.rope(&mut q, self.heads.n_heads, self.heads.head_dim, &positions, shared.rope);
         be.rope(&mut k, self.heads.n_kv_heads, self.heads.head_dim, &positions, shared.rope);
-        cache.k[0].extend_from_slice(&k);
-        cache.v[0].extend_from_slice(&v);
+        cache.append(0, &k, &v);
         let mut att = vec![0.0; n * qd];
         let seq = AttnSeq { q: &q, keys: &cache.k[0], values: &cache.v[0], start_pos: start, n_q: n, out: &mut att };
         be.attention(seq, self.heads, 1.0 / (self.heads.head_dim as f32).sqrt());
