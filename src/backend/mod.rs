@@ -170,6 +170,7 @@ pub const KEY_GROUP: usize = 8;
 /// groups of [`KEY_GROUP`] positions, each `kv_dim` columns of the group's positions side by
 /// side. A kernel then loads one element of 8 keys as one vector, where position-major keys
 /// had to be transposed for every tile of every decode step.
+#[inline]
 pub fn key_index(p: usize, e: usize, kv_dim: usize) -> usize {
     (p / KEY_GROUP) * KEY_GROUP * kv_dim + e * KEY_GROUP + p % KEY_GROUP
 }

@@ -102,3 +102,38 @@ impl KvCache {
         self.k.len() * 2 * self.kv_dim * 4
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::backend::grouped_keys;
+
+    /// Appends across groups, a rollback into the middle of a group and appends after it leave
+    /// the keys the grouped layout of the rows that remain, and the values position-major.
+    #[test]
+    fn grouped_keys_survive_appends_and_a_rollback_inside_a_group() {
+        let kvd = 3;
+        let row = |p: usize, salt: f32| -> Vec<f32> { (0..kvd).map(|e| p as f32 * 10.0 + e as f32 + salt).collect() };
+        let mut c = KvCache::new(2, kvd, 64);
+        let feed = |c: &mut KvCache, from: usize, n: usize, salt: f32| {
+            let rows: Vec<f32> = (from..from + n).flat_map(|p| row(p, salt)).collect();
+            for l in 0..2 {
+                c.append(l, &rows, &rows);
+            }
+            c.advance(n);
+        };
+        feed(&mut c, 0, 5, 0.0);
+        feed(&mut c, 5, 7, 0.0);
+        c.truncate(10);
+        feed(&mut c, 10, 3, 0.5);
+        let want: Vec<f32> = (0..13).flat_map(|p| row(p, if p < 10 { 0.0 } else { 0.5 })).collect();
+        for l in 0..2 {
+            assert_eq!(c.k[l], grouped_keys(&want, kvd), "layer {l}");
+            assert_eq!(c.v[l], want, "layer {l}");
+        }
+        let mut p = KvCache::position_major(1, kvd, 64);
+        p.append(0, &want, &want);
+        p.advance(13);
+        assert_eq!(p.k[0], want);
+    }
+}

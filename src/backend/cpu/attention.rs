@@ -16,7 +16,7 @@
 
 use super::isa::Isa;
 use super::pool::Pool;
-use crate::backend::{grouped_keys_len, AttnSeq, Heads, KEY_GROUP};
+use crate::backend::{grouped_keys_len, key_index, AttnSeq, Heads, KEY_GROUP};
 use std::cell::RefCell;
 
 /// Below this many multiply-adds attention runs on the calling thread alone.
@@ -82,7 +82,9 @@ impl AttnBlock<'_> {
             self.n_keys
         );
         let need = (self.n_keys - 1) * self.stride + self.hd;
-        let need_keys = (self.n_keys - 1) / KEY_GROUP * KEY_GROUP * self.stride + self.hd * KEY_GROUP;
+        // The keys' last group, from its first position, through the head's `hd` elements.
+        let last_group = (self.n_keys - 1) / KEY_GROUP * KEY_GROUP;
+        let need_keys = key_index(last_group, self.hd, self.stride);
         assert!(
             self.keys.len() >= need_keys && self.values.len() >= need,
             "attention: the cache holds fewer than {} positions",
@@ -102,8 +104,7 @@ fn attend_block_scalar(b: &mut AttnBlock<'_>, w: usize) {
     for k0 in (0..b.n_keys).step_by(TILE_KEYS) {
         let kt = TILE_KEYS.min(b.n_keys - k0);
         for k in 0..kt {
-            let p = k0 + k;
-            let key = &b.keys[p / KEY_GROUP * KEY_GROUP * stride + p % KEY_GROUP..];
+            let key = &b.keys[key_index(k0 + k, 0, stride)..];
             let row = &mut b.s[k * w..(k + 1) * w];
             row.fill(0.0);
             for (d, &kd) in key.iter().step_by(KEY_GROUP).take(hd).enumerate() {
@@ -313,7 +314,7 @@ fn tiled(isa: Isa, part: &Part<'_>, heads: Heads, scale: f32, t: usize) {
             bs.push(AttnBlock {
                 qt,
                 lane_pos: pos,
-                keys: &part.keys[kvh * hd * KEY_GROUP..],
+                keys: &part.keys[key_index(0, kvh * hd, kvd)..],
                 values: &part.values[kvh * hd..],
                 stride: kvd,
                 hd,

@@ -11,7 +11,7 @@
 use super::attention::{AttnBlock, FewScratch, MAX_GROUP, TILE_KEYS};
 use super::kern_avx2_attn_few::{few_lanes, scores_lanes, softmax_lane, weighted_lane, FEW_LANES};
 use super::kern_avx2_f32::exp_ps;
-use crate::backend::KEY_GROUP;
+use crate::backend::{key_index, KEY_GROUP};
 use std::arch::x86_64::*;
 
 /// Scores of the tile's keys `k..k + KB` for all `NV * 8` lanes into `s[k..]` (lane-minor):
@@ -33,10 +33,7 @@ unsafe fn scores<const NV: usize, const KB: usize>(
 ) {
     let w = NV * 8;
     let mut acc = [[_mm256_setzero_ps(); NV]; KB];
-    let kp: [*const f32; KB] = std::array::from_fn(|j| {
-        let i = k + j;
-        keys.wrapping_add(i / KEY_GROUP * KEY_GROUP * stride + i % KEY_GROUP)
-    });
+    let kp: [*const f32; KB] = std::array::from_fn(|j| keys.wrapping_add(key_index(k + j, 0, stride)));
     for d in 0..hd {
         // SAFETY: `d < hd`: row `d` of `qt` and element `d` of each key (caller's contract).
         unsafe {
@@ -201,7 +198,7 @@ unsafe fn tile<const NV: usize, const STEP: usize>(
     // `n_keys`, whose rows are in `keys` and `values` (checked); `s` holds `TILE_KEYS >= kt`
     // rows and `qt`, `ot` hold `hd` rows, of `w` lanes each (checked).
     // `k0` is a multiple of `TILE_KEYS`, so the tile starts a group of keys.
-    let (kp, vp) = (b.keys[k0 / KEY_GROUP * KEY_GROUP * stride..].as_ptr(), b.values[k0 * stride..].as_ptr());
+    let (kp, vp) = (b.keys[key_index(k0, 0, stride)..].as_ptr(), b.values[k0 * stride..].as_ptr());
     if let Some((ol, used)) = lanes {
         // A few lanes: scores, softmax and weighted sum lane by lane (kern_avx2_attn_few.rs).
         let mut sc = [[0f32; TILE_KEYS]; FEW_LANES];
