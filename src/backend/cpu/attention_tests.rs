@@ -73,9 +73,11 @@ fn max_err(out: &[f32], want: &[(usize, Vec<f64>)]) -> f32 {
 #[test]
 fn tiled_attention_matches_the_reference_at_every_row_count_isa_and_start() {
     // The demo model's head size and GQA group of 3.
+    // From 600, a few rows' keys split by segment across tasks (1, 7), and many rows' merged
+    // segment after segment in one task (64).
     for (n_q, n_heads, n_kv_heads) in [(1, 9, 3), (7, 9, 3), (64, 9, 3), (257, 6, 2), (4096, 3, 1)] {
         let hs = Heads { n_heads, n_kv_heads, head_dim: 64 };
-        for start in [0, 95] {
+        for start in [0, 95, 600].into_iter().filter(|&s| s < 600 || n_q <= 64) {
             let ctx = start + n_q;
             let seed = (n_q * 10 + start) as u64;
             let q: Vec<f32> = noise(n_q * hs.q_dim(), seed).iter().map(|v| v * 3.0).collect();
@@ -130,10 +132,13 @@ fn a_rows_output_does_not_depend_on_the_rows_around_it() {
     // What a reused prefix relies on: the last prompt row alone (after a cached prefix) gives
     // the bits it gave inside the whole prompt's call, so greedy outputs do not change.
     // A single row takes the kernel's lane-by-lane weighted sum (its block has 1-4 lanes);
-    // head sizes 20 and 72 take its partial column steps.
-    for (n_heads, n_kv_heads, head_dim) in [(9, 3, 64), (6, 2, 20), (2, 2, 72)] {
+    // head sizes 20 and 72 take its partial column steps. From 600, the 21 rows run in tasks
+    // over all their keys, segment after segment, and the parts of 1 to 12 rows in a task per
+    // segment, merged after: the same bits either way.
+    let shapes = [(9, 3, 64), (6, 2, 20), (2, 2, 72)];
+    for ((n_heads, n_kv_heads, head_dim), start) in shapes.into_iter().flat_map(|h| [(h, 70), (h, 600)]) {
         let hs = Heads { n_heads, n_kv_heads, head_dim };
-        let (start, n_q) = (70, 21);
+        let n_q = 21;
         let ctx = start + n_q;
         let q = noise(n_q * hs.q_dim(), 7);
         let (k, v) = (noise(ctx * hs.kv_dim(), 8), noise(ctx * hs.kv_dim(), 9));

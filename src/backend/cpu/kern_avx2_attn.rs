@@ -8,8 +8,8 @@
 //! Every function here requires AVX2 and FMA: the driver only calls them at `Isa::Avx2` or
 //! `Isa::Avx512`, which `Isa::available` grants after `is_x86_feature_detected!` said yes.
 
-use super::attention::{AttnBlock, FewScratch, MAX_GROUP, TILE_KEYS};
-use super::kern_avx2_attn_few::{few_lanes, scores_lanes, softmax_lane, weighted_lane, FEW_LANES};
+use super::attention::{AttnBlock, FewScratch, FEW_LANES, MAX_GROUP, TILE_KEYS};
+use super::kern_avx2_attn_few::{few_lanes, scores_lanes, softmax_lane, weighted_lane};
 use super::kern_avx2_f32::exp_ps;
 use crate::backend::{key_index, KEY_GROUP};
 use std::arch::x86_64::*;
@@ -111,25 +111,29 @@ struct Run<const NV: usize> {
 /// stack inside both loops and they ran at about half speed), 8 with one so that enough FMAs
 /// are in flight.
 ///
-/// The blocks share the key and value cache (one KV head), and each tile of keys goes through
-/// every block that sees it before the next is read, so that it is read from the shared cache
-/// once per group rather than once per block. Each block's result is what it would be alone
-/// (the same operations in the same order).
+/// The blocks run over the same keys from `k_begin` (one segment), each tile of keys going
+/// through every block that sees it before the next is read, so that it is read from the
+/// shared cache once per call rather than once per block (blocks of one KV head share it;
+/// blocks of the other KV heads read the rest of the same cache lines). Each block's result is
+/// what it would be alone (the same operations in the same order): its outputs unnormalised,
+/// with each lane's max and sum (see [`AttnBlock`]).
 ///
 /// # Safety
 /// The CPU supports AVX2 and FMA.
 ///
 /// # Panics
-/// When a buffer of a block is shorter than `check` wants, or there are more than
-/// `MAX_GROUP` blocks.
+/// When a buffer of a block is shorter than `check` wants, the blocks start at different
+/// keys, or there are more than `MAX_GROUP` blocks.
 #[target_feature(enable = "avx2,fma,f16c")]
 pub unsafe fn attend_blocks<const NV: usize, const STEP: usize>(bs: &mut [AttnBlock<'_>], few_buf: &mut FewScratch) {
     let w = NV * 8;
     assert!(bs.len() <= MAX_GROUP, "attention: {} blocks in a group", bs.len());
     let none = Run { m: [_mm256_set1_ps(f32::NEG_INFINITY); NV], l: [_mm256_setzero_ps(); NV] };
     let mut runs = [none; MAX_GROUP];
+    let k_begin = bs.first().map_or(0, |b| b.k_begin);
     for b in bs.iter_mut() {
         b.check(w);
+        assert_eq!(b.k_begin, k_begin, "attention: blocks of a group start at different keys");
         b.ot[..b.hd * w].fill(0.0);
     }
     // Blocks of a few lanes (a decode row: one row times the heads of a KV head) keep their
@@ -143,7 +147,7 @@ pub unsafe fn attend_blocks<const NV: usize, const STEP: usize>(bs: &mut [AttnBl
         ol.resize(bs.len() * FEW_LANES * hd, 0.0);
     }
     let n_keys = bs.iter().map(|b| b.n_keys).max().unwrap_or(0);
-    for k0 in (0..n_keys).step_by(TILE_KEYS) {
+    for k0 in (k_begin..n_keys).step_by(TILE_KEYS) {
         for (i, (b, run)) in bs.iter_mut().zip(&mut runs).enumerate() {
             if k0 < b.n_keys {
                 let lanes = (few[i] > 0).then(|| (&mut ol[i * FEW_LANES * hd..(i + 1) * FEW_LANES * hd], few[i]));
@@ -160,15 +164,11 @@ pub unsafe fn attend_blocks<const NV: usize, const STEP: usize>(bs: &mut [AttnBl
         }
     }
     for (b, run) in bs.iter_mut().zip(&runs) {
-        let inv: [__m256; NV] = std::array::from_fn(|v| _mm256_div_ps(_mm256_set1_ps(1.0), run.l[v]));
-        let ot = b.ot.as_mut_ptr();
-        for c in 0..b.hd {
-            for (v, iv) in inv.iter().enumerate() {
-                // SAFETY: row `c < hd` of `ot` (checked).
-                unsafe {
-                    let o = ot.add(c * w + 8 * v);
-                    _mm256_storeu_ps(o, _mm256_mul_ps(_mm256_loadu_ps(o), *iv));
-                }
+        for v in 0..NV {
+            // SAFETY: `m` and `l` hold `w` lanes (checked).
+            unsafe {
+                _mm256_storeu_ps(b.m.as_mut_ptr().add(8 * v), run.m[v]);
+                _mm256_storeu_ps(b.l.as_mut_ptr().add(8 * v), run.l[v]);
             }
         }
     }
@@ -247,7 +247,9 @@ unsafe fn tile<const NV: usize, const STEP: usize>(
             }
             mt = _mm256_max_ps(mt, x);
         }
-        // Key 0 is in the first tile and every lane sees it, so `mt` is finite here.
+        // Not below f32::MIN: a lane before the segment's keys (it sees none of them) gets
+        // weights of 0, and its sum stays 0.
+        mt = _mm256_max_ps(mt, _mm256_set1_ps(f32::MIN));
         alpha[v] = exp_ps(_mm256_sub_ps(m[v], mt));
         let mut sum = _mm256_setzero_ps();
         for k in 0..kt {

@@ -7,13 +7,10 @@
 //! multiply by the rescale, then an FMA per key), so a row's result is the same bits whichever
 //! kernel its block takes.
 
-use super::attention::{AttnBlock, TILE_KEYS};
+use super::attention::{AttnBlock, FEW_LANES, TILE_KEYS};
 use super::kern_avx2_f32::exp_ps;
 use crate::backend::KEY_GROUP;
 use std::arch::x86_64::*;
-
-/// Lanes a block may have for the lane-by-lane weighted sum ([`weighted_lane`]).
-pub(super) const FEW_LANES: usize = 4;
 
 /// The lanes block `b` uses (those with a position; padding lanes have `i32::MAX`), when it
 /// has one vector of lanes and at most [`FEW_LANES`] of them are used; else 0.
@@ -131,24 +128,62 @@ pub(super) unsafe fn scores_lanes(
     sc: &mut [[f32; TILE_KEYS]; FEW_LANES],
 ) {
     assert!(kt <= TILE_KEYS && used <= FEW_LANES && w >= 8);
-    let nkv = kt.div_ceil(KEY_GROUP);
+    const FULL: usize = TILE_KEYS / KEY_GROUP;
     for (lane, row) in sc.iter_mut().enumerate().take(used) {
-        let mut acc = [_mm256_setzero_ps(); TILE_KEYS / KEY_GROUP];
-        for d in 0..hd {
-            // SAFETY: row `d < hd` of `qt` at `lane < w`; element `d` of groups below `nkv`
-            // (our contract).
-            unsafe {
-                let q = _mm256_broadcast_ss(&*qt.add(d * w + lane));
-                for (g, a) in acc.iter_mut().enumerate().take(nkv) {
-                    let k8 = keys.add(g * KEY_GROUP * stride + d * KEY_GROUP);
-                    *a = _mm256_fmadd_ps(q, _mm256_loadu_ps(k8), *a);
+        // SAFETY: our contract, for lane `lane < used`.
+        unsafe {
+            if kt == TILE_KEYS {
+                // A whole tile (all but a segment's last): a fixed count of accumulators that
+                // stay in registers (with a variable count, each went to the stack per FMA).
+                scores_groups::<FULL>(qt.add(lane), w, keys, stride, hd, row);
+            } else {
+                for g in 0..kt.div_ceil(KEY_GROUP) {
+                    scores_groups::<1>(
+                        qt.add(lane),
+                        w,
+                        keys.add(g * KEY_GROUP * stride),
+                        stride,
+                        hd,
+                        &mut row[8 * g..],
+                    );
                 }
             }
         }
-        for (g, a) in acc.iter().enumerate().take(nkv) {
-            // SAFETY: `8 * g + 8 <= TILE_KEYS`: inside `row`.
-            unsafe { _mm256_storeu_ps(row.as_mut_ptr().add(8 * g), *a) };
+    }
+}
+
+/// Scores of the `NG * 8` keys of `NG` groups from `keys` for the lane at `qt` (its `hd`
+/// query elements at `w` apart) into `row[..NG * 8]`: `acc = fma(q[d], k[d], acc)` over `d`
+/// from zero, 8 keys per vector.
+///
+/// # Safety
+/// AVX2 and FMA; `qt` holds `hd` values `w` apart; `keys` holds `NG` groups (`d < hd` of each
+/// at `g * 8 * stride + d * 8`); `row` holds `NG * 8` values.
+#[target_feature(enable = "avx2,fma,f16c")]
+#[inline]
+unsafe fn scores_groups<const NG: usize>(
+    qt: *const f32,
+    w: usize,
+    keys: *const f32,
+    stride: usize,
+    hd: usize,
+    row: &mut [f32],
+) {
+    assert!(row.len() >= NG * KEY_GROUP);
+    let mut acc = [_mm256_setzero_ps(); NG];
+    for d in 0..hd {
+        // SAFETY: element `d < hd` of the lane's query and of each group (contract).
+        unsafe {
+            let q = _mm256_broadcast_ss(&*qt.add(d * w));
+            for (g, a) in acc.iter_mut().enumerate() {
+                let k8 = keys.add(g * KEY_GROUP * stride + d * KEY_GROUP);
+                *a = _mm256_fmadd_ps(q, _mm256_loadu_ps(k8), *a);
+            }
         }
+    }
+    for (g, a) in acc.iter().enumerate() {
+        // SAFETY: `8 * g + 8 <= NG * 8 <= row.len()` (asserted).
+        unsafe { _mm256_storeu_ps(row.as_mut_ptr().add(8 * g), *a) };
     }
 }
 
@@ -175,7 +210,8 @@ pub(super) unsafe fn softmax_lane(
             *x = f32::NEG_INFINITY;
         }
     }
-    let mt = row[..kt].iter().fold(*m, |a, &x| a.max(x));
+    // Not below f32::MIN, as the lane-major kernel: a lane that sees no key gets weights of 0.
+    let mt = row[..kt].iter().fold(*m, |a, &x| a.max(x)).max(f32::MIN);
     let alpha = _mm256_cvtss_f32(exp_ps(_mm256_set1_ps(*m - mt)));
     let t = _mm256_set1_ps(mt);
     let mut k = 0;

@@ -9,9 +9,10 @@
 //! `kern_avx512` (the row-major integer ones around `tile_driver!`), `kern_avx512_r8` (the
 //! interleaved ones, with `kern_avx2_r8`, around `r8_driver!`), and for Q4_K/Q6_K
 //! `kern_scalar_k` and `kern_avx2_k`; `matmul` (the driver), `ops` (norms, RoPE) and
-//! `attention` (its driver and portable kernel); `pool`.
+//! `attention` (the blocks and the portable kernel) and `attention_tasks` (its driver); `pool`.
 
 mod attention;
+mod attention_tasks;
 pub mod block;
 pub mod block_float;
 pub mod block_k;
@@ -143,10 +144,10 @@ impl Backend for CpuBackend {
     }
 
     fn attention(&self, seq: AttnSeq<'_>, heads: Heads, scale: f32) {
-        attention::attention(&self.pool, self.isa, seq, heads, scale);
+        attention_tasks::attention(&self.pool, self.isa, seq, heads, scale);
     }
 
     fn attention_batch(&self, seqs: &mut [AttnSeq<'_>], heads: Heads, scale: f32) {
-        attention::attention_batch(&self.pool, self.isa, seqs, heads, scale);
+        attention_tasks::attention_batch(&self.pool, self.isa, seqs, heads, scale);
     }
 }
