@@ -5,9 +5,9 @@
 //! with a fixed token budget. So the pacer measures what a step of the decodes alone takes and what each prompt
 //! token adds to it, and gives prompts as many tokens as keep a step within `ratio` times the
 //! decodes alone: every stream's gap between tokens stays bounded from the first prompt token
-//! to the last, and prompts take whatever time is left. A step feeds at least a block of 8
-//! prompt tokens (one token costs it nearly as much), which late in a long prompt costs more
-//! than a decode step: that is the gap's floor.
+//! to the last, and prompts take whatever time is left. A step feeds at least one prompt token
+//! so that prompts always move; late in a long prompt that one token (its attention reads the
+//! whole prompt's cache) costs more than a decode step: that is the gap's floor.
 
 use std::time::Duration;
 
@@ -25,11 +25,6 @@ const EWMA_WEIGHT: f64 = 0.25;
 const PLAIN_EWMA_WEIGHT: f64 = 0.5;
 /// Least cost of one prompt token, in seconds, so a noisy step cannot make prompts look free.
 const MIN_TOKEN_COST_S: f64 = 1e-6;
-/// Prompt tokens a step feeds at least once their cost is known: the tiled attention computes
-/// a block of 8 query rows (`backend/cpu/attention.rs`) however few it holds, reading the
-/// prompt's whole cache for it, so late in a long prompt one token costs a step nearly what 8
-/// do. Fed one or two at a time, a 4,480-token prompt beside a stream took 4.5x its time alone.
-const MIN_PROMPT_ROWS: usize = 8;
 
 /// Running estimates of a step's cost, and the prompt tokens they allow.
 #[derive(Clone, Debug)]
@@ -64,7 +59,7 @@ impl StepPacer {
         };
         let room = plain * (self.ratio - 1.0).max(0.0);
         let cap = cap.max(1);
-        ((room / per_token) as usize).clamp(MIN_PROMPT_ROWS.min(cap), cap)
+        ((room / per_token) as usize).clamp(1, cap)
     }
 
     /// Learns from a finished step that fed `prompt_rows` prompt tokens and `decode_rows` rows
@@ -156,13 +151,17 @@ mod tests {
 
     #[test]
     fn prompts_always_move_and_the_cap_holds() {
-        // A token dearer than the whole room: a block of rows a step, since fewer cost as much.
+        // A token dearer than the whole room: still one a step.
         let mut p = StepPacer::new(1.2);
         let steps = run(&mut p, 10.0, 50.0, 50, 64);
-        assert!(steps[2..].iter().all(|s| s.0 == 0 || s.0 == MIN_PROMPT_ROWS), "{steps:?}");
-        assert!(steps.iter().filter(|s| s.0 == MIN_PROMPT_ROWS).count() > 40);
+        assert!(steps[2..].iter().all(|s| s.0 <= 1), "{steps:?}");
+        assert!(steps.iter().filter(|s| s.0 == 1).count() > 40);
         let mut p = StepPacer::new(1.2);
-        assert!(run(&mut p, 10.0, 50.0, 20, 3).iter().all(|s| s.0 <= 3), "a cap under a block holds");
+        let steps = run(&mut p, 10.0, 0.1, 20, 3);
+        assert!(
+            steps.iter().all(|s| s.0 <= 3) && steps.iter().any(|s| s.0 == 3),
+            "a cap under the room holds: {steps:?}"
+        );
         let mut p = StepPacer::new(100.0);
         assert!(run(&mut p, 10.0, 0.1, 50, 16).iter().all(|s| s.0 <= 16));
     }
