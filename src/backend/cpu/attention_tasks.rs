@@ -320,17 +320,17 @@ fn whole_task(isa: Isa, part: &Part<'_>, heads: Heads, scale: f32, group: usize,
             let Scratch { ot, m, l, acc_o, acc_m, acc_l, .. } = &mut *sc;
             for j in (0..which.len()).filter(|&j| active[j]) {
                 let (o, ao) = (&ot[j * hd * w..][..hd * w], &mut acc_o[j * hd * w..][..hd * w]);
-                for lane in j * w..(j + 1) * w {
+                for lane in 0..w {
+                    let at = j * w + lane;
                     if seg == 0 {
-                        (acc_m[lane], acc_l[lane]) = (m[lane], l[lane]);
+                        (acc_m[at], acc_l[at]) = (m[at], l[at]);
                         for c in 0..hd {
-                            ao[c * w + lane % w] = o[c * w + lane % w];
+                            ao[c * w + lane] = o[c * w + lane];
                         }
                     } else {
-                        let (a, b) = fold(&mut acc_m[lane], &mut acc_l[lane], m[lane], l[lane]);
+                        let (a, b) = fold(&mut acc_m[at], &mut acc_l[at], m[at], l[at]);
                         for c in 0..hd {
-                            let x = &mut ao[c * w + lane % w];
-                            *x = *x * a + o[c * w + lane % w] * b;
+                            ao[c * w + lane] = ao[c * w + lane] * a + o[c * w + lane] * b;
                         }
                     }
                 }
