@@ -129,24 +129,23 @@ pub(super) unsafe fn scores_lanes(
 ) {
     assert!(kt <= TILE_KEYS && used <= FEW_LANES && w >= 8);
     const FULL: usize = TILE_KEYS / KEY_GROUP;
+    // The match below names every group count of a tile.
+    const _: () = assert!(FULL == 8);
     for (lane, row) in sc.iter_mut().enumerate().take(used) {
         // SAFETY: our contract, for lane `lane < used`.
         unsafe {
-            if kt == TILE_KEYS {
-                // A whole tile (all but a segment's last): a fixed count of accumulators that
-                // stay in registers (with a variable count, each went to the stack per FMA).
-                scores_groups::<FULL>(qt.add(lane), w, keys, stride, hd, row);
-            } else {
-                for g in 0..kt.div_ceil(KEY_GROUP) {
-                    scores_groups::<1>(
-                        qt.add(lane),
-                        w,
-                        keys.add(g * KEY_GROUP * stride),
-                        stride,
-                        hd,
-                        &mut row[8 * g..],
-                    );
-                }
+            // A fixed count of accumulators, which stay in registers (with a variable count,
+            // each went to the stack after every FMA), all of the tile's groups at once.
+            let (q, row) = (qt.add(lane), &mut row[..]);
+            match kt.div_ceil(KEY_GROUP) {
+                1 => scores_groups::<1>(q, w, keys, stride, hd, row),
+                2 => scores_groups::<2>(q, w, keys, stride, hd, row),
+                3 => scores_groups::<3>(q, w, keys, stride, hd, row),
+                4 => scores_groups::<4>(q, w, keys, stride, hd, row),
+                5 => scores_groups::<5>(q, w, keys, stride, hd, row),
+                6 => scores_groups::<6>(q, w, keys, stride, hd, row),
+                7 => scores_groups::<7>(q, w, keys, stride, hd, row),
+                _ => scores_groups::<FULL>(q, w, keys, stride, hd, row),
             }
         }
     }
