@@ -104,6 +104,11 @@ fn head_chunks(heads: Heads) -> (usize, usize) {
     (per, group.div_ceil(per))
 }
 
+/// Units of a sequence's heads: each KV head's chunks of query heads.
+fn units(heads: Heads) -> usize {
+    heads.n_kv_heads * head_chunks(heads).1
+}
+
 /// The lanes of row block `i` and unit `u`: rows `r0..r0 + nr` times heads `h0..h0 + nh`, which
 /// share KV head `kvh`.
 struct Lanes {
@@ -138,8 +143,7 @@ fn fold(acc_m: &mut f32, acc_l: &mut f32, m: f32, l: f32) -> (f32, f32) {
 pub(crate) fn attention_batch(pool: &Pool, isa: Isa, seqs: &mut [AttnSeq<'_>], heads: Heads, scale: f32) {
     let (qd, kvd, hd) = (heads.q_dim(), heads.kv_dim(), heads.head_dim);
     assert!(heads.n_kv_heads > 0 && heads.n_heads.is_multiple_of(heads.n_kv_heads), "attention: {heads:?}");
-    let (hpu, chunks_per_kv) = head_chunks(heads);
-    let units = heads.n_kv_heads * chunks_per_kv;
+    let (hpu, units) = (head_chunks(heads).0, units(heads));
     let min_tasks = MIN_GROUP_TASKS_PER_THREAD * pool.threads();
     let (mut tasks, mut macs, mut partials) = (0, 0, 0);
     let mut parts = Vec::with_capacity(seqs.len());
@@ -306,7 +310,7 @@ fn segment(
 /// so that the cheap ones fill in at the end.
 fn whole_task(isa: Isa, part: &Part<'_>, heads: Heads, scale: f32, group: usize, t: usize) {
     let (qd, hd) = (heads.q_dim(), heads.head_dim);
-    let units = heads.n_kv_heads * head_chunks(heads).1;
+    let units = units(heads);
     let blocks = part.n_q.div_ceil(part.rows);
     let first = (blocks.div_ceil(group) - 1 - t / units) * group;
     let which: Vec<(usize, usize)> = (first..blocks.min(first + group)).map(|i| (t % units, i)).collect();
@@ -318,20 +322,21 @@ fn whole_task(isa: Isa, part: &Part<'_>, heads: Heads, scale: f32, group: usize,
         for seg in 0..n_keys.div_ceil(SEGMENT_KEYS) {
             let active = segment(isa, part, heads, &which, w, seg, sc);
             let Scratch { ot, m, l, acc_o, acc_m, acc_l, .. } = &mut *sc;
+            if seg == 0 {
+                // Every block sees key 0: the first segment is the running state as it stands
+                // (what folding it into an empty one would give, bit for bit).
+                std::mem::swap(ot, acc_o);
+                std::mem::swap(m, acc_m);
+                std::mem::swap(l, acc_l);
+                continue;
+            }
             for j in (0..which.len()).filter(|&j| active[j]) {
                 let (o, ao) = (&ot[j * hd * w..][..hd * w], &mut acc_o[j * hd * w..][..hd * w]);
                 for lane in 0..w {
                     let at = j * w + lane;
-                    if seg == 0 {
-                        (acc_m[at], acc_l[at]) = (m[at], l[at]);
-                        for c in 0..hd {
-                            ao[c * w + lane] = o[c * w + lane];
-                        }
-                    } else {
-                        let (a, b) = fold(&mut acc_m[at], &mut acc_l[at], m[at], l[at]);
-                        for c in 0..hd {
-                            ao[c * w + lane] = ao[c * w + lane] * a + o[c * w + lane] * b;
-                        }
+                    let (a, b) = fold(&mut acc_m[at], &mut acc_l[at], m[at], l[at]);
+                    for c in 0..hd {
+                        ao[c * w + lane] = ao[c * w + lane] * a + o[c * w + lane] * b;
                     }
                 }
             }
@@ -358,7 +363,7 @@ fn whole_task(isa: Isa, part: &Part<'_>, heads: Heads, scale: f32, group: usize,
 #[allow(clippy::too_many_arguments)]
 fn split_task(isa: Isa, part: &Part<'_>, heads: Heads, scale: f32, per: usize, pp: &SyncPtr, at: usize, t: usize) {
     let hd = heads.head_dim;
-    let units = heads.n_kv_heads * head_chunks(heads).1;
+    let units = units(heads);
     let sets = units.div_ceil(per);
     let (seg, set) = (t / sets, t % sets);
     let blocks = part.n_q.div_ceil(part.rows);
