@@ -16,7 +16,7 @@
 //!     read (`KERNELS_BENCH_ATTENTION=1` runs only this part).
 
 use mtplx_lite::backend::cpu::Isa;
-use mtplx_lite::backend::{grouped_keys, AttnSeq, Backend, CpuBackend, DType, Heads, Layout, WeightRef};
+use mtplx_lite::backend::{f16_values, grouped_keys, AttnSeq, Backend, CpuBackend, DType, Heads, Layout, WeightRef};
 use std::time::Instant;
 
 const LAYERS: usize = 30;
@@ -245,9 +245,10 @@ fn step_attention(x: &[f32], stream: [f64; 2]) {
         let layer = |seed: usize| -> Vec<f32> {
             (0..ctx * heads.kv_dim()).map(|i| (((i + seed) * 31 % 97) as f32 - 48.0) / 97.0).collect()
         };
-        let caches: Vec<(Vec<f32>, Vec<f32>)> =
-            (0..LAYERS).map(|l| (grouped_keys(&layer(2 * l), heads.kv_dim()), layer(2 * l + 1))).collect();
-        let bytes = (2 * LAYERS * ctx * heads.kv_dim() * std::mem::size_of::<f32>()) as f64;
+        let caches: Vec<(Vec<u16>, Vec<u16>)> =
+            (0..LAYERS).map(|l| (grouped_keys(&layer(2 * l), heads.kv_dim()), f16_values(&layer(2 * l + 1)))).collect();
+        // The cache holds f16 keys and values.
+        let bytes = (2 * LAYERS * ctx * heads.kv_dim() * std::mem::size_of::<u16>()) as f64;
         let q = &x[..heads.q_dim()];
         let mut o = vec![0f32; heads.q_dim()];
         for threads in [1, 2] {
@@ -412,6 +413,7 @@ fn main() {
     for ctx in [128, 512, 2048] {
         let kv: Vec<f32> = (0..ctx * heads.kv_dim()).map(|i| ((i * 31 % 97) as f32 - 48.0) / 97.0).collect();
         let keys = grouped_keys(&kv, heads.kv_dim());
+        let kv = f16_values(&kv);
         let q = &x[..heads.q_dim()];
         let mut o = vec![0f32; heads.q_dim()];
         for threads in [1, 2] {

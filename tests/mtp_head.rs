@@ -7,9 +7,11 @@ use mtplx_lite::model::mtp::{MtpHead, MtpTrunk};
 use mtplx_lite::model::{sha256, KvCache, LogitsWanted, Model, ModelError, ModelFiles, SeqBatch};
 use std::path::PathBuf;
 
-/// Both sides compute in f32 over the same f32 weights; the difference is summation order
-/// (SIMD lanes against torch's BLAS), a few ulps of values of order 1 through three layers.
-const TOL: f32 = 2e-4;
+/// Both sides compute in f32 over the same f32 weights, but the server's KV caches hold keys
+/// and values as f16 (a relative rounding of up to 2^-11, about 5e-4 of values of order 1,
+/// where summation order alone left a few ulps): measured 8.3e-4 on the hidden states and
+/// 2.6e-3 on the logits; a wrong mask, position or weight moves them by tenths.
+const TOL: f32 = 5e-3;
 
 fn data(name: &str) -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/data/mtp").join(name)

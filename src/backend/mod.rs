@@ -181,36 +181,54 @@ pub fn grouped_keys_len(n: usize, kv_dim: usize) -> usize {
 }
 
 /// Writes position-major key `rows` (of `kv_dim`) for positions `start..` into the grouped
-/// buffer `keys`, growing it to whole groups (a group's unwritten positions are zero).
-pub fn store_keys(keys: &mut Vec<f32>, start: usize, rows: &[f32], kv_dim: usize) {
+/// buffer `keys` as f16 (rounded to nearest even), growing it to whole groups (a group's
+/// unwritten positions are zero).
+pub fn store_keys(keys: &mut Vec<u16>, start: usize, rows: &[f32], kv_dim: usize) {
     let n = rows.len() / kv_dim.max(1);
     let need = grouped_keys_len(start + n, kv_dim);
     if keys.len() < need {
-        keys.resize(need, 0.0);
+        keys.resize(need, 0);
     }
+    let mut half = vec![0u16; kv_dim];
     for (i, row) in rows.chunks_exact(kv_dim).enumerate() {
-        for (e, &x) in row.iter().enumerate() {
+        cpu::float16::f32s_to_f16(row, &mut half);
+        for (e, &x) in half.iter().enumerate() {
             keys[key_index(start + i, e, kv_dim)] = x;
         }
     }
 }
 
-/// Position-major keys of `kv_dim` into a new grouped buffer (tests and benchmarks).
-pub fn grouped_keys(rows: &[f32], kv_dim: usize) -> Vec<f32> {
+/// Appends position-major value `rows` to `values` as f16 (rounded to nearest even).
+pub fn store_values(values: &mut Vec<u16>, rows: &[f32]) {
+    let at = values.len();
+    values.resize(at + rows.len(), 0);
+    cpu::float16::f32s_to_f16(rows, &mut values[at..]);
+}
+
+/// Position-major keys of `kv_dim` into a new grouped f16 buffer (tests and benchmarks).
+pub fn grouped_keys(rows: &[f32], kv_dim: usize) -> Vec<u16> {
     let mut keys = Vec::new();
     store_keys(&mut keys, 0, rows, kv_dim);
     keys
 }
 
+/// Position-major values into a new f16 buffer (tests and benchmarks).
+pub fn f16_values(rows: &[f32]) -> Vec<u16> {
+    let mut values = Vec::new();
+    store_values(&mut values, rows);
+    values
+}
+
 /// One sequence's attention: `q` holds `n_q` rows of `heads.q_dim()`, the tokens at positions
 /// `start_pos..start_pos + n_q`; `keys` are grouped (see [`key_index`]) and `values`
-/// position-major rows of `heads.kv_dim()`, both holding at least positions
+/// position-major rows of `heads.kv_dim()`, both IEEE half bits ([`store_keys`],
+/// [`store_values`]: half the bytes of f32 for attention to read), both holding at least positions
 /// `0..start_pos + n_q` (keys in whole groups); `n_q` rows of `heads.q_dim()` are written to
 /// `out`.
 pub struct AttnSeq<'a> {
     pub q: &'a [f32],
-    pub keys: &'a [f32],
-    pub values: &'a [f32],
+    pub keys: &'a [u16],
+    pub values: &'a [u16],
     pub start_pos: usize,
     pub n_q: usize,
     pub out: &'a mut [f32],

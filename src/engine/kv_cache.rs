@@ -274,8 +274,8 @@ mod tests {
 
     const LAYERS: usize = 2;
     const KV_DIM: usize = 4;
-    /// 2 layers * (k + v) * 4 floats * 4 bytes.
-    const BPP: usize = LAYERS * 2 * KV_DIM * 4;
+    /// 2 layers * (k + v) * 4 values * 2 bytes (f16).
+    const BPP: usize = LAYERS * 2 * KV_DIM * 2;
 
     fn mk(cap: usize) -> KvCache {
         KvCache::position_major(LAYERS, KV_DIM, cap)
@@ -286,10 +286,13 @@ mod tests {
         m.prepare(id, tokens.len());
         let c = &mut m.caches_mut(&[id])[0];
         let start = c.len();
-        for (i, &t) in tokens.iter().enumerate() {
-            for l in c.k.iter_mut().chain(c.v.iter_mut()) {
-                l.extend(std::iter::repeat_n((t as f32) * 1000.0 + (start + i) as f32, KV_DIM));
-            }
+        let rows: Vec<f32> = tokens
+            .iter()
+            .enumerate()
+            .flat_map(|(i, &t)| std::iter::repeat_n((t as f32) * 1000.0 + (start + i) as f32, KV_DIM))
+            .collect();
+        for l in 0..LAYERS {
+            c.append(l, &rows, &rows);
         }
         c.advance(tokens.len());
         m.record(id, tokens);

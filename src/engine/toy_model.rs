@@ -2,6 +2,7 @@
 //! a gate that lets a test run the decode thread one forward pass at a time, and helpers.
 
 use super::job::{Event, FinishReason, GenStats};
+use crate::backend::cpu::float16::f16_to_f32;
 use crate::model::{ForwardError, KvCache, LogitsWanted, Model, ModelInfo, SeqBatch};
 use std::sync::{Condvar, Mutex};
 use std::time::{Duration, Instant};
@@ -108,7 +109,7 @@ impl ToyModel {
         let start = out.len();
         ToyModel::hashed_row(cache, pos, out);
         if let Some(p) = self.echo.filter(|&p| pos + 1 >= p) {
-            let back = cache.k[0][2 * (pos + 1 - p)] as usize;
+            let back = f16_to_f32(cache.k[0][2 * (pos + 1 - p)]) as usize;
             let h = mix(out[start].to_bits() as u64);
             if !h.is_multiple_of(4) {
                 out[start + back] += 9.0;
@@ -121,7 +122,7 @@ impl ToyModel {
         for q in 0..=pos {
             for l in 0..cache.k.len() {
                 for x in [&cache.k[l][2 * q..2 * q + 2], &cache.v[l][2 * q..2 * q + 2]] {
-                    h = mix(h ^ (x[0].to_bits() as u64) << 32 ^ x[1].to_bits() as u64);
+                    h = mix(h ^ (x[0] as u64) << 32 ^ x[1] as u64);
                 }
             }
         }
@@ -168,12 +169,14 @@ impl Model for ToyModel {
         let mut out = Vec::with_capacity(batch.len());
         for b in batch.iter_mut() {
             let start = b.cache.len();
-            for (i, &t) in b.tokens.iter().enumerate() {
-                let pos = (start + i) as f32;
-                for l in 0..TOY_LAYERS {
-                    b.cache.k[l].extend([t as f32, pos]);
-                    b.cache.v[l].extend([t as f32 + l as f32, -pos]);
-                }
+            // Token ids (below 300) are exact in the cache's f16; positions past 2,048 round,
+            // which only changes the hash.
+            for l in 0..TOY_LAYERS {
+                let rows = |f: &dyn Fn(f32, f32) -> [f32; 2]| -> Vec<f32> {
+                    b.tokens.iter().enumerate().flat_map(|(i, &t)| f(t as f32, (start + i) as f32)).collect()
+                };
+                let (k, v) = (rows(&|t, p| [t, p]), rows(&|t, p| [t + l as f32, -p]));
+                b.cache.append(l, &k, &v);
             }
             b.cache.advance(b.tokens.len());
             let first = match b.logits {

@@ -4,15 +4,21 @@
 //! and never beyond `capacity` positions. The engine decides which caches live and for how long
 //! (`engine::kv_cache`); the model reads and appends.
 
-use crate::backend::{grouped_keys_len, store_keys};
+use crate::backend::{grouped_keys_len, store_keys, store_values};
 
+/// Bytes of one stored key or value element (f16).
+const BYTES_PER_VALUE: usize = 2;
+
+/// Keys and values are stored as IEEE half floats (f16 bits, rounded to nearest even), as
+/// llama.cpp's default cache type: attention at long contexts is bound by reading them, and
+/// half the bytes read take about half the time (docs/performance.md, "Keys and values in f16").
 pub struct KvCache {
-    /// Per layer, the keys: grouped as attention reads them (`backend::key_index`, whole groups
-    /// of 8 positions) in a cache made by [`KvCache::new`], position-major in one made by
-    /// [`KvCache::position_major`].
-    pub k: Vec<Vec<f32>>,
-    /// Per layer, `len * kv_dim` values, position-major.
-    pub v: Vec<Vec<f32>>,
+    /// Per layer, the keys (f16 bits): grouped as attention reads them (`backend::key_index`,
+    /// whole groups of 8 positions) in a cache made by [`KvCache::new`], position-major in one
+    /// made by [`KvCache::position_major`].
+    pub k: Vec<Vec<u16>>,
+    /// Per layer, `len * kv_dim` values (f16 bits), position-major.
+    pub v: Vec<Vec<u16>>,
     kv_dim: usize,
     len: usize,
     capacity: usize,
@@ -39,14 +45,14 @@ impl KvCache {
     }
 
     /// Layer `l`'s keys and values of positions `len..len + n` (`n` rows of `kv_dim` each, n
-    /// taken from `k`), before [`KvCache::advance`] makes them count.
+    /// taken from `k`), before [`KvCache::advance`] makes them count; rounded to f16.
     pub fn append(&mut self, l: usize, k: &[f32], v: &[f32]) {
         if self.grouped {
             store_keys(&mut self.k[l], self.len, k, self.kv_dim);
         } else {
-            self.k[l].extend_from_slice(k);
+            store_values(&mut self.k[l], k);
         }
-        self.v[l].extend_from_slice(v);
+        store_values(&mut self.v[l], v);
     }
 
     /// Keys stored for `n` positions.
@@ -94,19 +100,19 @@ impl KvCache {
 
     /// Bytes of memory the cache holds now (allocated, not just used).
     pub fn bytes(&self) -> usize {
-        self.k.iter().chain(self.v.iter()).map(|l| l.capacity() * 4).sum()
+        self.k.iter().chain(self.v.iter()).map(|l| l.capacity() * BYTES_PER_VALUE).sum()
     }
 
     /// Bytes one position costs across all layers, keys and values.
     pub fn bytes_per_position(&self) -> usize {
-        self.k.len() * 2 * self.kv_dim * 4
+        self.k.len() * 2 * self.kv_dim * BYTES_PER_VALUE
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::backend::grouped_keys;
+    use crate::backend::{f16_values, grouped_keys};
 
     /// Appends across groups, a rollback into the middle of a group and appends after it leave
     /// the keys the grouped layout of the rows that remain, and the values position-major.
@@ -129,11 +135,11 @@ mod tests {
         let want: Vec<f32> = (0..13).flat_map(|p| row(p, if p < 10 { 0.0 } else { 0.5 })).collect();
         for l in 0..2 {
             assert_eq!(c.k[l], grouped_keys(&want, kvd), "layer {l}");
-            assert_eq!(c.v[l], want, "layer {l}");
+            assert_eq!(c.v[l], f16_values(&want), "layer {l}");
         }
         let mut p = KvCache::position_major(1, kvd, 64);
         p.append(0, &want, &want);
         p.advance(13);
-        assert_eq!(p.k[0], want);
+        assert_eq!(p.k[0], f16_values(&want));
     }
 }

@@ -17,6 +17,7 @@
 //! whether it is prefilled with others, alone, or after a reused prefix (greedy outputs must
 //! not change with the prefix cache).
 
+use super::float16::f16_to_f32;
 use super::isa::Isa;
 use crate::backend::{key_index, KEY_GROUP};
 
@@ -42,11 +43,12 @@ pub(super) struct AttnBlock<'a> {
     pub qt: &'a [f32],
     /// `w` lane positions; padding lanes have `i32::MAX` (they see every key).
     pub lane_pos: &'a [i32],
-    /// The grouped keys from the KV head's first column on: element `d` of key `p` at
-    /// `keys[(p / 8) * 8 * stride + d * 8 + p % 8]` (`backend::key_index`).
-    pub keys: &'a [f32],
-    /// The values from the KV head's first on: value `p` at `values[p * stride..][..hd]`.
-    pub values: &'a [f32],
+    /// The grouped keys (f16 bits) from the KV head's first column on: element `d` of key `p`
+    /// at `keys[(p / 8) * 8 * stride + d * 8 + p % 8]` (`backend::key_index`).
+    pub keys: &'a [u16],
+    /// The values (f16 bits) from the KV head's first on: value `p` at
+    /// `values[p * stride..][..hd]`.
+    pub values: &'a [u16],
     pub stride: usize,
     pub hd: usize,
     /// The first key read: a multiple of `TILE_KEYS`.
@@ -96,7 +98,8 @@ impl AttnBlock<'_> {
 }
 
 /// The portable tiled kernel: what `kern_avx2_attn::attend_blocks` computes, in the same order
-/// (f32 throughout; `f32::exp` instead of its polynomial).
+/// (keys and values widened to f32 exactly, f32 throughout; `f32::exp` instead of its
+/// polynomial).
 fn attend_block_scalar(b: &mut AttnBlock<'_>, w: usize) {
     b.check(w);
     let (hd, stride) = (b.hd, b.stride);
@@ -113,6 +116,7 @@ fn attend_block_scalar(b: &mut AttnBlock<'_>, w: usize) {
             let row = &mut b.s[k * w..(k + 1) * w];
             row.fill(0.0);
             for (d, &kd) in key.iter().step_by(KEY_GROUP).take(hd).enumerate() {
+                let kd = f16_to_f32(kd);
                 for (x, &q) in row.iter_mut().zip(&b.qt[d * w..(d + 1) * w]) {
                     *x += q * kd;
                 }
@@ -142,7 +146,7 @@ fn attend_block_scalar(b: &mut AttnBlock<'_>, w: usize) {
             let o = &mut ot[c * w..(c + 1) * w];
             o.iter_mut().zip(&alpha).for_each(|(x, a)| *x *= a);
             for k in 0..kt {
-                let v = b.values[(k0 + k) * stride + c];
+                let v = f16_to_f32(b.values[(k0 + k) * stride + c]);
                 o.iter_mut().zip(&b.s[k * w..(k + 1) * w]).for_each(|(x, p)| *x += p * v);
             }
         }
@@ -151,29 +155,35 @@ fn attend_block_scalar(b: &mut AttnBlock<'_>, w: usize) {
 
 /// Blocks of `w` lanes (8, 16 or 24), all over the same keys from `k_begin`, through the kernel
 /// of `isa`.
-pub(super) fn attend_blocks(isa: Isa, bs: &mut [AttnBlock<'_>], w: usize, few: &mut FewScratch) {
+pub(super) fn attend_blocks(isa: Isa, bs: &mut [AttnBlock<'_>], w: usize, scratch: &mut TileScratch) {
     match isa {
         #[cfg(target_arch = "x86_64")]
         // SAFETY: both x86 SIMD levels imply AVX2 and FMA (detected); bounds are checked inside.
         Isa::Avx2 | Isa::Avx512 => unsafe {
             use super::kern_avx2_attn::attend_blocks;
             match w {
-                8 => attend_blocks::<1, 8>(bs, few),
-                16 => attend_blocks::<2, 4>(bs, few),
-                _ => attend_blocks::<3, 3>(bs, few),
+                8 => attend_blocks::<1, 8>(bs, scratch),
+                16 => attend_blocks::<2, 4>(bs, scratch),
+                _ => attend_blocks::<3, 3>(bs, scratch),
             }
         },
         _ => {
-            let _ = few;
+            let _ = scratch;
             bs.iter_mut().for_each(|b| attend_block_scalar(b, w));
         }
     }
 }
 
-/// A worker's buffers for the SIMD kernel's few-lane blocks, kept between calls: every decode
-/// step runs a few such tasks per sequence and layer.
+/// A worker's buffers for the SIMD kernel, kept between calls: every decode step runs a few
+/// tasks per sequence and layer.
 #[derive(Default)]
-pub(super) struct FewScratch {
+pub(super) struct TileScratch {
     /// The few-lane blocks' outputs, `FEW_LANES * hd` per block.
     pub ol: Vec<f32>,
+    /// A tile's keys widened to f32 for the lane-major blocks, grouped with a stride of `hd`
+    /// (each key element feeds an FMA per lane vector, so it is converted once per tile, not
+    /// once per use).
+    pub keys: Vec<f32>,
+    /// A tile's values widened to f32, `hd` apart.
+    pub values: Vec<f32>,
 }

@@ -12,7 +12,7 @@
 //!   block is halved to make tasks (which read its keys twice). The segments' partial results
 //!   are merged after the pool's job.
 
-use super::attention::{attend_blocks, AttnBlock, FewScratch, BLOCK_LANES, FEW_LANES, MAX_GROUP, TILE_KEYS};
+use super::attention::{attend_blocks, AttnBlock, TileScratch, BLOCK_LANES, FEW_LANES, MAX_GROUP, TILE_KEYS};
 use super::isa::Isa;
 use super::pool::Pool;
 use crate::backend::{grouped_keys_len, key_index, AttnSeq, Heads};
@@ -50,7 +50,7 @@ struct Scratch {
     acc_o: Vec<f32>,
     acc_m: Vec<f32>,
     acc_l: Vec<f32>,
-    few: FewScratch,
+    tile: TileScratch,
 }
 
 thread_local! {
@@ -84,8 +84,8 @@ enum Plan {
 /// One sequence of a batched attention call, checked.
 struct Part<'a> {
     q: &'a [f32],
-    keys: &'a [f32],
-    values: &'a [f32],
+    keys: &'a [u16],
+    values: &'a [u16],
     start_pos: usize,
     n_q: usize,
     out: SyncPtr,
@@ -273,7 +273,7 @@ fn segment(
     let (kvd, hd) = (heads.kv_dim(), heads.head_dim);
     let k_begin = seg * SEGMENT_KEYS;
     let mut active = [false; MAX_GROUP];
-    let Scratch { qt, pos, s, ot, m, l, few, .. } = sc;
+    let Scratch { qt, pos, s, ot, m, l, tile, .. } = sc;
     let bufs = qt.chunks_exact(hd * w).zip(pos.chunks_exact(w));
     let bufs = bufs.zip(s.chunks_exact_mut(TILE_KEYS * w).zip(ot.chunks_exact_mut(hd * w)));
     let bufs = bufs.zip(m.chunks_exact_mut(w).zip(l.chunks_exact_mut(w)));
@@ -301,7 +301,7 @@ fn segment(
             l,
         });
     }
-    attend_blocks(isa, &mut bs, w, few);
+    attend_blocks(isa, &mut bs, w, tile);
     active
 }
 

@@ -1,5 +1,6 @@
 //! Attention on every path (one row, tiled) and kernel against a plain f64 reference.
 
+use super::super::float16::{f16_to_f32, f32_to_f16};
 use super::super::test_inputs::{isas_under_test, noise};
 use super::*;
 
@@ -22,13 +23,14 @@ fn run(
 ) -> Vec<f32> {
     let mut out = vec![f32::NAN; n_q * heads.q_dim()];
     let keys = &crate::backend::grouped_keys(keys, heads.kv_dim());
+    let values = &crate::backend::f16_values(values);
     let seq = AttnSeq { q, keys, values, start_pos, n_q, out: &mut out };
     attention(pool, isa, seq, heads, scale);
     out
 }
 
 /// Attention written out plainly in f64, for query rows `rows` (row `t` at `start + t`):
-/// `(row, its q_dim outputs)`.
+/// `(row, its q_dim outputs)`, over the keys and values the cache holds (rounded to f16).
 fn reference(
     q: &[f32],
     k: &[f32],
@@ -39,6 +41,8 @@ fn reference(
     scale: f32,
 ) -> Vec<(usize, Vec<f64>)> {
     let (qd, kvd, hd) = (hs.q_dim(), hs.kv_dim(), hs.head_dim);
+    let half = |x: &[f32]| -> Vec<f32> { x.iter().map(|&x| f16_to_f32(f32_to_f16(x))).collect() };
+    let (k, v) = (&half(k), &half(v));
     rows.iter()
         .map(|&t| {
             let mut out = vec![0f64; qd];
@@ -191,12 +195,20 @@ fn batched_attention_equals_one_call_per_sequence() {
         let alone: Vec<Vec<f32>> =
             seqs.iter().map(|(start, n, q, k, v)| run(&pool, isa, q, k, v, hs, *start, *n, 0.25)).collect();
         let mut outs: Vec<Vec<f32>> = seqs.iter().map(|s| vec![f32::NAN; s.1 * qd]).collect();
-        let keys: Vec<Vec<f32>> = seqs.iter().map(|s| crate::backend::grouped_keys(&s.3, kvd)).collect();
+        let keys: Vec<Vec<u16>> = seqs.iter().map(|s| crate::backend::grouped_keys(&s.3, kvd)).collect();
+        let values: Vec<Vec<u16>> = seqs.iter().map(|s| crate::backend::f16_values(&s.4)).collect();
         let mut batch: Vec<AttnSeq<'_>> = seqs
             .iter()
-            .zip(&keys)
+            .zip(keys.iter().zip(&values))
             .zip(outs.iter_mut())
-            .map(|(((start, n, q, _, v), k), out)| AttnSeq { q, keys: k, values: v, start_pos: *start, n_q: *n, out })
+            .map(|(((start, n, q, _, _), (k, v)), out)| AttnSeq {
+                q,
+                keys: k,
+                values: v,
+                start_pos: *start,
+                n_q: *n,
+                out,
+            })
             .collect();
         attention_batch(&pool, isa, &mut batch, hs, 0.25);
         drop(batch);

@@ -8,9 +8,9 @@
 //! Every function here requires AVX2 and FMA: the driver only calls them at `Isa::Avx2` or
 //! `Isa::Avx512`, which `Isa::available` grants after `is_x86_feature_detected!` said yes.
 
-use super::attention::{AttnBlock, FewScratch, FEW_LANES, MAX_GROUP, TILE_KEYS};
+use super::attention::{AttnBlock, TileScratch, FEW_LANES, MAX_GROUP, TILE_KEYS};
 use super::kern_avx2_attn_few::{few_lanes, scores_lanes, softmax_lane, weighted_lane};
-use super::kern_avx2_f32::exp_ps;
+use super::kern_avx2_f32::{exp_ps, f16s_to_f32};
 use crate::backend::{key_index, KEY_GROUP};
 use std::arch::x86_64::*;
 
@@ -125,7 +125,7 @@ struct Run<const NV: usize> {
 /// When a buffer of a block is shorter than `check` wants, the blocks start at different
 /// keys, or there are more than `MAX_GROUP` blocks.
 #[target_feature(enable = "avx2,fma,f16c")]
-pub unsafe fn attend_blocks<const NV: usize, const STEP: usize>(bs: &mut [AttnBlock<'_>], few_buf: &mut FewScratch) {
+pub unsafe fn attend_blocks<const NV: usize, const STEP: usize>(bs: &mut [AttnBlock<'_>], scratch: &mut TileScratch) {
     let w = NV * 8;
     assert!(bs.len() <= MAX_GROUP, "attention: {} blocks in a group", bs.len());
     let none = Run { m: [_mm256_set1_ps(f32::NEG_INFINITY); NV], l: [_mm256_setzero_ps(); NV] };
@@ -141,19 +141,37 @@ pub unsafe fn attend_blocks<const NV: usize, const STEP: usize>(bs: &mut [AttnBl
     let few: [usize; MAX_GROUP] = std::array::from_fn(|i| bs.get(i).map_or(0, |b| few_lanes::<NV>(b)));
     let hd = bs.first().map_or(0, |b| b.hd);
     let any_few = few.iter().any(|&u| u > 0);
-    let FewScratch { ol } = few_buf;
+    let TileScratch { ol, keys: kw, values: vw } = scratch;
     if any_few {
         ol.clear();
         ol.resize(bs.len() * FEW_LANES * hd, 0.0);
     }
+    // The lane-major blocks read a tile's keys and values widened to f32, once for all the
+    // blocks of one KV head (the same cache slices), through the keys the last of them sees.
+    kw.resize(TILE_KEYS * hd, 0.0);
+    vw.resize(TILE_KEYS * hd, 0.0);
+    let source = |b: &AttnBlock<'_>| (b.keys.as_ptr(), b.values.as_ptr());
+    let sees: [usize; MAX_GROUP] = std::array::from_fn(|i| {
+        bs.get(i).map_or(0, |b| bs.iter().filter(|o| source(o) == source(b)).map(|o| o.n_keys).max().unwrap_or(0))
+    });
     let n_keys = bs.iter().map(|b| b.n_keys).max().unwrap_or(0);
     for k0 in (k_begin..n_keys).step_by(TILE_KEYS) {
+        let mut widened = None;
         for (i, (b, run)) in bs.iter_mut().zip(&mut runs).enumerate() {
-            if k0 < b.n_keys {
-                let lanes = (few[i] > 0).then(|| (&mut ol[i * FEW_LANES * hd..(i + 1) * FEW_LANES * hd], few[i]));
-                // SAFETY: AVX2 and FMA (caller); `b` was checked and `k0 < b.n_keys`.
-                unsafe { tile::<NV, STEP>(b, run, k0, lanes) };
+            if k0 >= b.n_keys {
+                continue;
             }
+            let lanes = (few[i] > 0).then(|| (&mut ol[i * FEW_LANES * hd..(i + 1) * FEW_LANES * hd], few[i]));
+            if lanes.is_none() && widened != Some(source(b)) {
+                // SAFETY: F16C (caller); every block of this source was checked for the keys
+                // and values through its `n_keys`, so through `sees[i]`; both buffers hold
+                // `TILE_KEYS * hd`.
+                unsafe { widen(b, k0, TILE_KEYS.min(sees[i] - k0), kw, vw) };
+                widened = Some(source(b));
+            }
+            // SAFETY: AVX2 and FMA (caller); `b` was checked and `k0 < b.n_keys`; a lane-major
+            // block's tile is in `kw` and `vw`.
+            unsafe { tile::<NV, STEP>(b, run, k0, lanes, kw.as_ptr(), vw.as_ptr()) };
         }
     }
     for (i, b) in bs.iter_mut().enumerate() {
@@ -174,16 +192,46 @@ pub unsafe fn attend_blocks<const NV: usize, const STEP: usize>(bs: &mut [AttnBl
     }
 }
 
-/// Keys `k0..` (one tile, or to `b.n_keys`) into block `b`'s softmax `run` and outputs.
+/// Keys `k0..k0 + kt` of block `b`'s cache widened into `kw` (grouped, `hd` apart: element `d`
+/// of key `k` at `(k / 8) * 8 * hd + d * 8 + k % 8`) and their values into `vw` (`hd` apart).
 ///
 /// # Safety
-/// AVX2 and FMA; `b.check(NV * 8)` passed; `k0 < b.n_keys`.
+/// F16C; `k0` is a multiple of 8, `kt <= TILE_KEYS`; the cache holds keys `k0..k0 + kt` in
+/// whole groups and their values (`check` passed for a block reaching them); `kw` and `vw` hold
+/// `TILE_KEYS * hd` values.
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn widen(b: &AttnBlock<'_>, k0: usize, kt: usize, kw: &mut [f32], vw: &mut [f32]) {
+    let (hd, stride) = (b.hd, b.stride);
+    debug_assert!(kw.len() >= TILE_KEYS * hd && vw.len() >= TILE_KEYS * hd && kt <= TILE_KEYS);
+    for g in 0..kt.div_ceil(KEY_GROUP) {
+        // SAFETY: group `g` of the tile holds `KEY_GROUP * hd` keys elements from its first
+        // (contract), and `kw` room for them at `g * KEY_GROUP * hd`.
+        unsafe {
+            let src = b.keys.as_ptr().add(key_index(k0 + g * KEY_GROUP, 0, stride));
+            f16s_to_f32(src, KEY_GROUP * hd, kw.as_mut_ptr().add(g * KEY_GROUP * hd));
+        }
+    }
+    for k in 0..kt {
+        // SAFETY: value row `k0 + k` has `hd` values from the head's first (contract).
+        unsafe { f16s_to_f32(b.values.as_ptr().add((k0 + k) * stride), hd, vw.as_mut_ptr().add(k * hd)) };
+    }
+}
+
+/// Keys `k0..` (one tile, or to `b.n_keys`) into block `b`'s softmax `run` and outputs: a
+/// few-lane block (`lanes`) straight from the cache, a lane-major one from the tile widened
+/// into `kw` and `vw` (see [`widen`]).
+///
+/// # Safety
+/// AVX2 and FMA; `b.check(NV * 8)` passed; `k0 < b.n_keys`; unless `lanes` is given, `kw` and
+/// `vw` hold the tile as [`widen`] leaves it.
 #[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn tile<const NV: usize, const STEP: usize>(
     b: &mut AttnBlock<'_>,
     run: &mut Run<NV>,
     k0: usize,
     lanes: Option<(&mut [f32], usize)>,
+    kw: *const f32,
+    vw: *const f32,
 ) {
     let w = NV * 8;
     let (hd, stride) = (b.hd, b.stride);
@@ -198,8 +246,8 @@ unsafe fn tile<const NV: usize, const STEP: usize>(
     // `n_keys`, whose rows are in `keys` and `values` (checked); `s` holds `TILE_KEYS >= kt`
     // rows and `qt`, `ot` hold `hd` rows, of `w` lanes each (checked).
     // `k0` is a multiple of `TILE_KEYS`, so the tile starts a group of keys.
-    let (kp, vp) = (b.keys[key_index(k0, 0, stride)..].as_ptr(), b.values[k0 * stride..].as_ptr());
     if let Some((ol, used)) = lanes {
+        let (kp, vp) = (b.keys[key_index(k0, 0, stride)..].as_ptr(), b.values[k0 * stride..].as_ptr());
         // A few lanes: scores, softmax and weighted sum lane by lane (kern_avx2_attn_few.rs).
         let mut sc = [[0f32; TILE_KEYS]; FEW_LANES];
         // SAFETY: as above (the keys in whole groups).
@@ -219,6 +267,8 @@ unsafe fn tile<const NV: usize, const STEP: usize>(
         unsafe { (m[0], l[0]) = (_mm256_loadu_ps(ms.as_ptr()), _mm256_loadu_ps(ls.as_ptr())) };
         return;
     }
+    // The widened tile: keys and values `hd` apart.
+    let (kp, vp, stride) = (kw, vw, hd);
     let mut k = 0;
     while k + STEP <= kt {
         // SAFETY: keys `k..k + step` of the tile; see above.

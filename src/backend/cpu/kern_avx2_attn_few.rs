@@ -8,6 +8,7 @@
 //! kernel its block takes.
 
 use super::attention::{AttnBlock, FEW_LANES, TILE_KEYS};
+use super::float16::f16_to_f32;
 use super::kern_avx2_f32::exp_ps;
 use crate::backend::KEY_GROUP;
 use std::arch::x86_64::*;
@@ -40,7 +41,7 @@ pub(super) unsafe fn weighted_lane(
     w: usize,
     lane: usize,
     kt: usize,
-    values: *const f32,
+    values: *const u16,
     stride: usize,
     hd: usize,
     alpha: f32,
@@ -62,7 +63,7 @@ pub(super) unsafe fn weighted_lane(
         unsafe {
             let mut x = *o.add(c) * alpha;
             for k in 0..kt {
-                x = (*p.add(k * w + lane)).mul_add(*values.add(k * stride + c), x);
+                x = (*p.add(k * w + lane)).mul_add(f16_to_f32(*values.add(k * stride + c)), x);
             }
             *o.add(c) = x;
         }
@@ -79,7 +80,7 @@ unsafe fn weighted_cols<const NC: usize>(
     w: usize,
     lane: usize,
     kt: usize,
-    values: *const f32,
+    values: *const u16,
     stride: usize,
     alpha: f32,
     o: *mut f32,
@@ -96,7 +97,7 @@ unsafe fn weighted_cols<const NC: usize>(
             let pk = _mm256_broadcast_ss(&*p.add(k * w + lane));
             let vk = values.add(k * stride);
             for (j, a) in acc.iter_mut().enumerate() {
-                *a = _mm256_fmadd_ps(pk, _mm256_loadu_ps(vk.add(8 * j)), *a);
+                *a = _mm256_fmadd_ps(pk, _mm256_cvtph_ps(_mm_loadu_si128(vk.add(8 * j) as *const __m128i)), *a);
             }
         }
     }
@@ -121,7 +122,7 @@ pub(super) unsafe fn scores_lanes(
     qt: *const f32,
     w: usize,
     used: usize,
-    keys: *const f32,
+    keys: *const u16,
     stride: usize,
     hd: usize,
     kt: usize,
@@ -163,7 +164,7 @@ pub(super) unsafe fn scores_lanes(
 unsafe fn scores_groups<const NG: usize>(
     qt: *const f32,
     w: usize,
-    keys: *const f32,
+    keys: *const u16,
     stride: usize,
     hd: usize,
     row: &mut [f32],
@@ -176,7 +177,7 @@ unsafe fn scores_groups<const NG: usize>(
             let q = _mm256_broadcast_ss(&*qt.add(d * w));
             for (g, a) in acc.iter_mut().enumerate() {
                 let k8 = keys.add(g * KEY_GROUP * stride + d * KEY_GROUP);
-                *a = _mm256_fmadd_ps(q, _mm256_loadu_ps(k8), *a);
+                *a = _mm256_fmadd_ps(q, _mm256_cvtph_ps(_mm_loadu_si128(k8 as *const __m128i)), *a);
             }
         }
     }

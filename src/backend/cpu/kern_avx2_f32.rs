@@ -126,6 +126,48 @@ pub unsafe fn f16_row(src: &[u8], out: &mut [f32]) {
     }
 }
 
+/// f32 values to f16 bits with F16C, rounding to nearest even (the scalar `f32_to_f16`'s
+/// bits, NaN payloads aside); the last `len % 8` through the scalar conversion.
+///
+/// # Safety
+/// The CPU must support AVX and F16C; `src` and `dst` have the same length.
+#[target_feature(enable = "avx,f16c")]
+pub unsafe fn f32_to_f16_row(src: &[f32], dst: &mut [u16]) {
+    let n = src.len().min(dst.len());
+    let mut k = 0;
+    while k + 8 <= n {
+        // SAFETY: values `k..k + 8` are within both slices (`k + 8 <= n`).
+        unsafe {
+            let h = _mm256_cvtps_ph::<_MM_FROUND_TO_NEAREST_INT>(_mm256_loadu_ps(src.as_ptr().add(k)));
+            _mm_storeu_si128(dst.as_mut_ptr().add(k) as *mut __m128i, h);
+        }
+        k += 8;
+    }
+    for j in k..n {
+        dst[j] = super::float16::f32_to_f16(src[j]);
+    }
+}
+
+/// `n` f16 values from `src` to f32 at `dst`, exact.
+///
+/// # Safety
+/// The CPU must support AVX and F16C; `src` holds `n` values and `dst` room for `n`.
+#[target_feature(enable = "avx,f16c")]
+#[inline]
+pub(super) unsafe fn f16s_to_f32(src: *const u16, n: usize, dst: *mut f32) {
+    let mut k = 0;
+    while k + 8 <= n {
+        // SAFETY: values `k..k + 8 <= n` of both (contract).
+        unsafe { _mm256_storeu_ps(dst.add(k), _mm256_cvtph_ps(_mm_loadu_si128(src.add(k) as *const __m128i))) };
+        k += 8;
+    }
+    while k < n {
+        // SAFETY: value `k < n` of both (contract).
+        unsafe { *dst.add(k) = super::float16::f16_to_f32(*src.add(k)) };
+        k += 1;
+    }
+}
+
 /// Quantizes one block of 32 activations to int8 with scale `d = amax / 127`; returns
 /// `(d, sum(q))`. Bit-identical to the portable `quantize_block` of `quantized_activations.rs`
 /// (same max, same products, the same half-to-even rounding).
