@@ -64,6 +64,8 @@ struct Slot {
     cache: KvCache,
     /// Positions reserved while active; `None` when idle.
     reserved: Option<usize>,
+    /// The prompt's length while active: positions certain to be written.
+    prompt: usize,
     last_used: u64,
 }
 
@@ -164,13 +166,21 @@ impl KvCacheManager {
                     l.shrink_to(positions * kv_dim);
                 }
                 s.reserved = Some(positions);
+                s.prompt = p;
                 (id, common)
             }
             _ => {
                 let id = SeqId(self.next_id);
                 self.next_id += 1;
                 let cache = new_cache(self.ctx);
-                self.slots.push(Slot { id, tokens: Vec::new(), cache, reserved: Some(positions), last_used: 0 });
+                self.slots.push(Slot {
+                    id,
+                    tokens: Vec::new(),
+                    cache,
+                    reserved: Some(positions),
+                    prompt: p,
+                    last_used: 0,
+                });
                 (id, 0)
             }
         };
@@ -191,7 +201,10 @@ impl KvCacheManager {
     }
 
     /// Makes room for `n` more positions without reallocating during the forward pass:
-    /// storage grows to the next chunk boundary, but never past the reservation.
+    /// storage grows to the next chunk boundary, but never past the reservation. A growing
+    /// cache is copied into its larger buffer while every stream waits for the step, so a
+    /// prompt's positions are allocated at once, and growth after it is geometric (by half of
+    /// what is held, and at least a chunk): a 4,000-token prompt copied its cache 16 times.
     pub fn prepare(&mut self, id: SeqId, n: usize) {
         let s = self.slot_mut(id);
         let target = s.cache.len() + n;
@@ -201,7 +214,8 @@ impl KvCacheManager {
         if have >= target {
             return;
         }
-        let cap = target.div_ceil(ALLOC_CHUNK_POSITIONS).saturating_mul(ALLOC_CHUNK_POSITIONS).min(reserved);
+        let want = target.max(s.prompt).max(have + have / 2);
+        let cap = want.div_ceil(ALLOC_CHUNK_POSITIONS).saturating_mul(ALLOC_CHUNK_POSITIONS).min(reserved);
         for l in s.cache.k.iter_mut().chain(s.cache.v.iter_mut()) {
             l.reserve_exact(cap * kv_dim - l.len());
         }
@@ -392,5 +406,34 @@ mod tests {
         assert!(e.to_string().contains(&(10 * BPP).to_string()));
         // max_tokens beyond the context is capped by it, so this fits.
         assert!(m.admit(&[1; 4], 1000, &mk).unwrap().is_some());
+    }
+
+    /// Storage a sequence holds, in positions (keys of layer 0).
+    fn held(m: &mut KvCacheManager, id: SeqId) -> usize {
+        m.caches_mut(&[id])[0].k[0].capacity() / KV_DIM
+    }
+
+    #[test]
+    fn a_prompt_is_allocated_at_once_and_growth_after_it_is_geometric() {
+        let mut m = KvCacheManager::new(8192, 8192 * BPP, BPP);
+        let prompt = vec![3u32; 1000];
+        let a = admit(&mut m, &prompt, 5000);
+        // The first chunk of a paced prompt already holds the whole prompt, in chunks.
+        feed(&mut m, a.id, &prompt[..16]);
+        assert_eq!(held(&mut m, a.id), 1024);
+        for chunk in prompt[16..].chunks(100) {
+            feed(&mut m, a.id, chunk);
+        }
+        assert_eq!(held(&mut m, a.id), 1024, "no growth while the prompt is fed");
+        // Generation past it: by half of what is held, rounded up to chunks.
+        feed(&mut m, a.id, &[4; 25]);
+        assert_eq!(held(&mut m, a.id), 1536);
+        feed(&mut m, a.id, &[5; 1000]);
+        assert_eq!(held(&mut m, a.id), 2304);
+        feed(&mut m, a.id, &[5; 2000]);
+        assert_eq!(held(&mut m, a.id), 4096);
+        // Never past the reservation (prompt plus max_tokens).
+        feed(&mut m, a.id, &[5; 1975]);
+        assert_eq!(held(&mut m, a.id), 6000);
     }
 }
