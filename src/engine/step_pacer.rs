@@ -23,6 +23,11 @@ const EWMA_WEIGHT: f64 = 0.25;
 /// The same for the decodes alone, higher: during a prefill they are measured only once every
 /// [`REMEASURE_EVERY`] steps, and a stale figure misprices every prompt token.
 const PLAIN_EWMA_WEIGHT: f64 = 0.5;
+/// Most prompt tokens a step feeds, as a multiple of the last step's: one or two more rows on a
+/// pass cost less each than many (they share the weights' reads, where many rows are bound by
+/// the arithmetic), so a cost learned from a few tokens would let the next step take far too
+/// many (a 4,000-token prompt's second step took 31 tokens and 33 ms, 5x a plain step).
+const RAMP: usize = 2;
 /// Least cost of one prompt token, in seconds, so a noisy step cannot make prompts look free.
 const MIN_TOKEN_COST_S: f64 = 1e-6;
 
@@ -37,11 +42,13 @@ pub struct StepPacer {
     per_token: Option<f64>,
     /// Steps with prompt tokens since the decodes alone were last measured.
     since_plain: u32,
+    /// Prompt tokens of the last step that fed some beside decoding streams.
+    last_rows: usize,
 }
 
 impl StepPacer {
     pub fn new(ratio: f64) -> StepPacer {
-        StepPacer { ratio, plain: None, per_token: None, since_plain: 0 }
+        StepPacer { ratio, plain: None, per_token: None, since_plain: 0, last_rows: 0 }
     }
 
     /// Prompt tokens the next step may feed beside decoding streams, at most `cap`. Zero asks for
@@ -58,7 +65,7 @@ impl StepPacer {
             return cap.min(1);
         };
         let room = plain * (self.ratio - 1.0).max(0.0);
-        let cap = cap.max(1);
+        let cap = cap.max(1).min(RAMP * self.last_rows.max(1));
         ((room / per_token) as usize).clamp(1, cap)
     }
 
@@ -76,6 +83,7 @@ impl StepPacer {
             return;
         }
         self.since_plain += 1;
+        self.last_rows = prompt_rows;
         if let Some(plain) = self.plain {
             let per_token = ((t - plain) / prompt_rows as f64).max(MIN_TOKEN_COST_S);
             self.per_token = Some(ewma(self.per_token, per_token, EWMA_WEIGHT));
@@ -164,6 +172,24 @@ mod tests {
         );
         let mut p = StepPacer::new(100.0);
         assert!(run(&mut p, 10.0, 0.1, 50, 16).iter().all(|s| s.0 <= 16));
+    }
+
+    #[test]
+    fn a_cheap_first_token_does_not_let_the_next_step_overshoot() {
+        // The first prompt row beside a decode costs 0.1 ms (it shares the weights' reads), each
+        // further one 1 ms: the cost learned from one token is a tenth of the steady one.
+        let mut p = StepPacer::new(2.5);
+        p.observe(0, 1, ms(10.0));
+        let mut worst: f64 = 0.0;
+        for _ in 0..40 {
+            let n = p.allowance(64);
+            let took = 10.0 + if n > 0 { 0.1 + (n - 1) as f64 } else { 0.0 };
+            p.observe(n, 1, ms(took));
+            worst = worst.max(took);
+        }
+        // Without the ramp the second step fed 64 tokens (73 ms); the EWMA's lag still lets one
+        // step or two pass the bound of 25 ms.
+        assert!(worst <= 37.5, "a step took {worst} ms");
     }
 
     #[test]
