@@ -172,10 +172,12 @@ impl Model for ToyModel {
             // Token ids (below 300) are exact in the cache's f16; positions past 2,048 round,
             // which only changes the hash.
             for l in 0..TOY_LAYERS {
-                let rows = |f: &dyn Fn(f32, f32) -> [f32; 2]| -> Vec<f32> {
-                    b.tokens.iter().enumerate().flat_map(|(i, &t)| f(t as f32, (start + i) as f32)).collect()
-                };
-                let (k, v) = (rows(&|t, p| [t, p]), rows(&|t, p| [t + l as f32, -p]));
+                let (mut k, mut v) = (Vec::new(), Vec::new());
+                for (i, &t) in b.tokens.iter().enumerate() {
+                    let (t, pos) = (t as f32, (start + i) as f32);
+                    k.extend([t, pos]);
+                    v.extend([t + l as f32, -pos]);
+                }
                 b.cache.append(l, &k, &v);
             }
             b.cache.advance(b.tokens.len());
