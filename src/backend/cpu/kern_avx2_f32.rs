@@ -105,25 +105,17 @@ pub unsafe fn dot_f32(a: &[f32], b: &[f32]) -> f32 {
     s
 }
 
-/// f16 bytes to f32 values with F16C (exact, like the scalar conversion).
+/// f16 bytes to f32 values with F16C (exact, like the scalar conversion): [`f16s_to_f32`] over
+/// the bytes (little-endian, as x86 reads them).
 ///
 /// # Safety
 /// The CPU must support F16C and AVX; `src` holds `2 * out.len()` bytes.
 #[target_feature(enable = "avx2,fma,f16c")]
 pub unsafe fn f16_row(src: &[u8], out: &mut [f32]) {
     let n = out.len().min(src.len() / 2);
-    let mut k = 0;
-    while k + 8 <= n {
-        // SAFETY: values `k..k + 8` are within `out` and their bytes within `src` (`k + 8 <= n`).
-        unsafe {
-            let h = _mm_loadu_si128(src.as_ptr().add(2 * k) as *const __m128i);
-            _mm256_storeu_ps(out.as_mut_ptr().add(k), _mm256_cvtph_ps(h));
-        }
-        k += 8;
-    }
-    for j in k..n {
-        out[j] = super::float16::f16_to_f32(u16::from_le_bytes([src[2 * j], src[2 * j + 1]]));
-    }
+    // SAFETY: `src` holds `n` f16 values and `out` room for them; `f16s_to_f32` reads them
+    // unaligned.
+    unsafe { f16s_to_f32(src.as_ptr() as *const u16, n, out.as_mut_ptr()) };
 }
 
 /// f32 values to f16 bits with F16C, rounding to nearest even (the scalar `f32_to_f16`'s
@@ -148,7 +140,7 @@ pub unsafe fn f32_to_f16_row(src: &[f32], dst: &mut [u16]) {
     }
 }
 
-/// `n` f16 values from `src` to f32 at `dst`, exact.
+/// `n` f16 values from `src` (aligned or not) to f32 at `dst`, exact.
 ///
 /// # Safety
 /// The CPU must support AVX and F16C; `src` holds `n` values and `dst` room for `n`.
@@ -163,7 +155,7 @@ pub(super) unsafe fn f16s_to_f32(src: *const u16, n: usize, dst: *mut f32) {
     }
     while k < n {
         // SAFETY: value `k < n` of both (contract).
-        unsafe { *dst.add(k) = super::float16::f16_to_f32(*src.add(k)) };
+        unsafe { *dst.add(k) = super::float16::f16_to_f32(src.add(k).read_unaligned()) };
         k += 1;
     }
 }
