@@ -2,6 +2,7 @@
 //! qwen2 and llama models (real safetensors) whose logits a numpy forward pass computed
 //! (tests/golden/make_tiny_models.py).
 
+use mtplx_lite::backend::cpu::Isa;
 use mtplx_lite::model::llama::Llama;
 use mtplx_lite::model::{LogitsWanted, Model, ModelFiles, SeqBatch};
 use std::path::Path;
@@ -30,8 +31,16 @@ fn max_abs_diff(a: &[f32], b: &[f32]) -> f32 {
     a.iter().zip(b).map(|(x, y)| (x - y).abs()).fold(0.0, f32::max)
 }
 
-/// Tolerance on logits: the references are float64; we compute in float32.
-const TOL: f32 = 2e-3;
+/// Tolerance on logits: the references are float64; we compute in float32 (measured: at most
+/// 6e-4), except where attention multiplies bf16 pairs (`Isa::bf16_attention`: queries, keys,
+/// values and weights rounded to 8 significant bits; measured: at most 8.0e-3).
+fn tol() -> f32 {
+    if Isa::detect().bf16_attention() {
+        2e-2
+    } else {
+        2e-3
+    }
+}
 
 fn check_prefill(arch: &str) {
     let model = load(arch);
@@ -42,7 +51,7 @@ fn check_prefill(arch: &str) {
     assert_eq!(out[0].len(), tokens.len() * vocab);
     for (i, row) in out[0].chunks(vocab).enumerate() {
         let d = max_abs_diff(row, &want[i]);
-        assert!(d < TOL, "{arch}: position {i} differs from the numpy reference by {d}");
+        assert!(d < tol(), "{arch}: position {i} differs from the numpy reference by {d}");
     }
     assert_eq!(cache.len(), tokens.len());
 }
@@ -80,8 +89,8 @@ fn incremental_and_batched_decoding_match_prefill() {
                 SeqBatch { tokens: &tokens[i + 3..i + 4], cache: &mut b, logits: LogitsWanted::Last },
             ])
             .unwrap();
-        assert!(max_abs_diff(&out[0], &want[i]) < TOL, "a at {i}");
-        assert!(max_abs_diff(&out[1], &want[i + 3]) < TOL, "b at {}", i + 3);
+        assert!(max_abs_diff(&out[0], &want[i]) < tol(), "a at {i}");
+        assert!(max_abs_diff(&out[1], &want[i + 3]) < tol(), "b at {}", i + 3);
         assert_eq!(out[0].len(), vocab);
     }
 }

@@ -158,6 +158,17 @@ fn attend_block_scalar(b: &mut AttnBlock<'_>, w: usize) {
 pub(super) fn attend_blocks(isa: Isa, bs: &mut [AttnBlock<'_>], w: usize, scratch: &mut TileScratch) {
     match isa {
         #[cfg(target_arch = "x86_64")]
+        // SAFETY: `bf16_attention` detected AVX-512 BF16 (F, VL, BW: the level); bounds are
+        // checked inside.
+        Isa::Avx512 if bf16_products(isa, bs) => unsafe {
+            use super::kern_avx512_attn::attend_blocks;
+            match w {
+                8 => attend_blocks::<1, 16>(bs, scratch),
+                16 => attend_blocks::<2, 8>(bs, scratch),
+                _ => attend_blocks::<3, 8>(bs, scratch),
+            }
+        },
+        #[cfg(target_arch = "x86_64")]
         // SAFETY: both x86 SIMD levels imply AVX2 and FMA (detected); bounds are checked inside.
         Isa::Avx2 | Isa::Avx512 => unsafe {
             use super::kern_avx2_attn::attend_blocks;
@@ -174,6 +185,13 @@ pub(super) fn attend_blocks(isa: Isa, bs: &mut [AttnBlock<'_>], w: usize, scratc
     }
 }
 
+/// Whether blocks of head size `hd` take the bf16 kernel at `isa` (`Isa::bf16_attention`; its
+/// pairs and vectors want whole groups of 8 of the head's dimensions): decided per head size,
+/// never per block, so that a row's bits do not depend on the rows around it.
+pub(super) fn bf16_products(isa: Isa, bs: &[AttnBlock<'_>]) -> bool {
+    isa.bf16_attention() && bs.first().is_some_and(|b| b.hd.is_multiple_of(8))
+}
+
 /// A worker's buffers for the SIMD kernel, kept between calls: every decode step runs a few
 /// tasks per sequence and layer.
 #[derive(Default)]
@@ -186,4 +204,10 @@ pub(super) struct TileScratch {
     pub keys: Vec<f32>,
     /// A tile's values widened to f32, `hd` apart.
     pub values: Vec<f32>,
+    /// The bf16 kernel's buffers (`kern_avx512_attn.rs`): the blocks' query pairs, the tile's
+    /// key and value pairs, a tile's weight pairs.
+    pub qb: Vec<u32>,
+    pub kb: Vec<u32>,
+    pub vb: Vec<u32>,
+    pub pb: Vec<u32>,
 }

@@ -3,6 +3,9 @@
 /// Environment variable that lowers the level the backend uses (`scalar`, `avx2`): to measure or
 /// test a lower level's kernels on a CPU that has a higher one.
 pub const CAP_ENV: &str = "MTPLX_ISA";
+/// Environment variable that keeps attention's products in f32 at the `Avx512` level
+/// (`MTPLX_ATTENTION=f32`), where the CPU would multiply bf16 pairs.
+pub const ATTENTION_ENV: &str = "MTPLX_ATTENTION";
 
 /// The instruction-set level the kernels run at.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -63,6 +66,18 @@ impl Isa {
             }
         }
         v
+    }
+
+    /// Whether attention at this level multiplies bf16 pairs (`vdpbf16ps`, twice an FMA's
+    /// products per instruction): at `Avx512` on a CPU with AVX-512 BF16, unless
+    /// [`ATTENTION_ENV`] says `f32`. Read once, so that every call of a process agrees.
+    pub fn bf16_attention(self) -> bool {
+        static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+        #[cfg(target_arch = "x86_64")]
+        let has = || is_x86_feature_detected!("avx512bf16");
+        #[cfg(not(target_arch = "x86_64"))]
+        let has = || false;
+        self == Isa::Avx512 && *ON.get_or_init(|| has() && std::env::var(ATTENTION_ENV).map_or(true, |v| v != "f32"))
     }
 
     pub fn name(self) -> &'static str {

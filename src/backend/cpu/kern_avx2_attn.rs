@@ -141,7 +141,7 @@ pub unsafe fn attend_blocks<const NV: usize, const STEP: usize>(bs: &mut [AttnBl
     let few: [usize; MAX_GROUP] = std::array::from_fn(|i| bs.get(i).map_or(0, |b| few_lanes::<NV>(b)));
     let hd = bs.first().map_or(0, |b| b.hd);
     let any_few = few.iter().any(|&u| u > 0);
-    let TileScratch { ol, keys: kw, values: vw } = scratch;
+    let TileScratch { ol, keys: kw, values: vw, .. } = scratch;
     if any_few {
         ol.clear();
         ol.resize(bs.len() * FEW_LANES * hd, 0.0);

@@ -49,6 +49,10 @@ mod kern_avx2_r8;
 #[cfg(target_arch = "x86_64")]
 mod kern_avx512;
 #[cfg(target_arch = "x86_64")]
+mod kern_avx512_attn;
+#[cfg(target_arch = "x86_64")]
+mod kern_avx512_attn_few;
+#[cfg(target_arch = "x86_64")]
 mod kern_avx512_r8;
 mod kern_scalar;
 mod kern_scalar_k;

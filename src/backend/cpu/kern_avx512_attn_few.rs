@@ -1,0 +1,217 @@
+//! The bf16 attention kernel (`kern_avx512_attn.rs`) for blocks of a few lanes, as a decode
+//! row makes: the tile's keys (scores) or value columns (weighted sum) go in the vector
+//! dimension, converted to bf16 pairs straight from the cache once for all the block's lanes
+//! (a lane-major block's widened tile would be converted for 3 lanes and stored, then read
+//! back: a 4,000-position decode step took 1.4x as long). Every lane,
+//! key and column gets the lane-major kernel's operations on the same bf16 pairs in the same
+//! order (`vdpbf16ps` multiplies pairs exactly, whichever operand is broadcast; the weights
+//! are rounded by the same operations and summed in the same two chains), so a row's result
+//! is the same bits whichever kernel its block takes: what prefix reuse and speculative
+//! verification rely on.
+
+use super::attention::{AttnBlock, TILE_KEYS};
+use super::kern_avx2_f32::exp_ps;
+use super::kern_avx512_attn::{dot, pair, rne};
+use crate::backend::key_index;
+use std::arch::x86_64::*;
+
+/// Keys `k0..` (one tile, or to `b.n_keys`) into lanes `0..used` of a few-lane block: their
+/// running max `ms` and sum `ls`, and their outputs `ol` (lane `i`'s `hd` values at `i * hd`).
+///
+/// # Safety
+/// AVX-512 F/VL/BW and BF16; `b.check(8)` passed, `k0 < b.n_keys` and `k0` starts a group of
+/// keys, `1 <= used <= 4`; `qb` holds the block's `hd / 2` rows of 8 query pairs; `ol` holds
+/// `used * hd` values; `hd` is a multiple of 8.
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vl,avx512bw,avx512bf16")]
+#[allow(clippy::too_many_arguments)]
+pub(super) unsafe fn tile_few(
+    b: &AttnBlock<'_>,
+    k0: usize,
+    used: usize,
+    ms: &mut [f32; 8],
+    ls: &mut [f32; 8],
+    ol: &mut [f32],
+    qb: *const u32,
+) {
+    // SAFETY: our contract; a fixed lane count keeps the accumulators in registers.
+    unsafe {
+        match used {
+            1 => tile_lanes::<1>(b, k0, ms, ls, ol, qb),
+            2 => tile_lanes::<2>(b, k0, ms, ls, ol, qb),
+            3 => tile_lanes::<3>(b, k0, ms, ls, ol, qb),
+            _ => tile_lanes::<4>(b, k0, ms, ls, ol, qb),
+        }
+    }
+}
+
+/// [`tile_few`] for `U` lanes.
+///
+/// # Safety
+/// As [`tile_few`], with `used == U`.
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vl,avx512bw,avx512bf16")]
+unsafe fn tile_lanes<const U: usize>(
+    b: &AttnBlock<'_>,
+    k0: usize,
+    ms: &mut [f32; 8],
+    ls: &mut [f32; 8],
+    ol: &mut [f32],
+    qb: *const u32,
+) {
+    let (hd, stride) = (b.hd, b.stride);
+    let kt = TILE_KEYS.min(b.n_keys - k0);
+    let keys = b.keys[key_index(k0, 0, stride)..].as_ptr();
+    let values = b.values[k0 * stride..].as_ptr();
+    let mut sc = [[0f32; TILE_KEYS]; U];
+    let groups = kt.div_ceil(8);
+    for g0 in (0..groups).step_by(4) {
+        // SAFETY: groups `g0..groups` of the tile are in the cache (`check`), whole; `qb` as
+        // our contract says.
+        unsafe { scores::<U>(qb, keys.add(g0 * 8 * stride), stride, hd, (groups - g0).min(4), &mut sc, g0 * 8) };
+    }
+    let mut alpha = [0f32; U];
+    let mut pairs = [[0u32; TILE_KEYS / 2]; U];
+    for lane in 0..U {
+        let sc = &mut sc[lane];
+        let pos = if k0 + kt - 1 > b.min_pos { b.lane_pos[lane] } else { i32::MAX };
+        for (k, x) in sc.iter_mut().enumerate().take(kt) {
+            if (k0 + k) as i64 > pos as i64 {
+                *x = f32::NEG_INFINITY;
+            }
+        }
+        // Not below f32::MIN, as the lane-major kernel: a lane that sees no key gets weights of 0.
+        let mt = sc[..kt].iter().fold(ms[lane], |a, &x| a.max(x)).max(f32::MIN);
+        alpha[lane] = _mm256_cvtss_f32(exp_ps(_mm256_set1_ps(ms[lane] - mt)));
+        let mut r = [0u16; TILE_KEYS];
+        for k in (0..kt).step_by(8) {
+            // SAFETY: `k + 8 <= TILE_KEYS`, in `sc` and in `r`.
+            unsafe {
+                let e = exp_ps(_mm256_sub_ps(_mm256_loadu_ps(sc.as_ptr().add(k)), _mm256_set1_ps(mt)));
+                _mm_storeu_si128(
+                    r.as_mut_ptr().add(k) as *mut __m128i,
+                    _mm256_cvtepi32_epi16(_mm256_srli_epi32(rne(e), 16)),
+                );
+            }
+        }
+        r[kt..].fill(0);
+        let f = |h: u16| f32::from_bits((h as u32) << 16);
+        let (mut even, mut odd) = (0f32, 0f32);
+        for (j, p) in pairs[lane].iter_mut().enumerate().take(kt.div_ceil(2)) {
+            even += f(r[2 * j]);
+            odd += f(r[2 * j + 1]);
+            *p = r[2 * j] as u32 | (r[2 * j + 1] as u32) << 16;
+        }
+        ls[lane] = ls[lane].mul_add(alpha[lane], even + odd);
+        ms[lane] = mt;
+    }
+    for c0 in (0..hd).step_by(32) {
+        // SAFETY: value rows below `kt` hold `hd` columns from the head's first (`check`);
+        // `ol` holds `U` rows of `hd`.
+        unsafe { weighted::<U>(&pairs, kt, values.add(c0), stride, hd, c0, &alpha, ol) };
+    }
+}
+
+/// Scores of `n <= 4` groups of 8 keys (from `keys`, the first at key `at` of the tile) for `U`
+/// lanes into `sc[lane][at..at + n * 8]`: each pair of the head's dimensions is converted once
+/// for all the lanes.
+///
+/// # Safety
+/// The kernel's features; `keys` holds `n` whole groups (`backend::key_index` with `stride`),
+/// `qb` `hd / 2` rows of 8 query pairs; `at + n * 8 <= TILE_KEYS`.
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vl,avx512bw,avx512bf16")]
+#[inline]
+#[allow(clippy::needless_range_loop)]
+unsafe fn scores<const U: usize>(
+    qb: *const u32,
+    keys: *const u16,
+    stride: usize,
+    hd: usize,
+    n: usize,
+    sc: &mut [[f32; TILE_KEYS]; U],
+    at: usize,
+) {
+    let mut acc = [[_mm256_setzero_ps(); 4]; U];
+    for i in 0..hd / 2 {
+        // SAFETY: pair `i < hd / 2` of each lane's queries; elements `2i` and `2i + 1 < hd` of
+        // groups `g < n` (contract).
+        unsafe {
+            let q: [__m256i; U] = std::array::from_fn(|l| _mm256_set1_epi32(*qb.add(8 * i + l) as i32));
+            // A fixed count of groups with a test inside (a variable bound put the accumulators
+            // on the stack: a 4,000-position decode step took about 5 % longer, one alternated run).
+            for g in 0..4 {
+                if g < n {
+                    let k = keys.add(g * 8 * stride + 2 * i * 8);
+                    let lo = _mm256_cvtph_ps(_mm_loadu_si128(k as *const __m128i));
+                    let hi = _mm256_cvtph_ps(_mm_loadu_si128(k.add(8) as *const __m128i));
+                    let kp = pair(lo, hi);
+                    for (a, &ql) in acc.iter_mut().zip(&q) {
+                        a[g] = dot(a[g], kp, ql);
+                    }
+                }
+            }
+        }
+    }
+    for (row, a) in sc.iter_mut().zip(&acc) {
+        for (g, x) in a.iter().enumerate().take(n) {
+            // SAFETY: `at + 8g + 8 <= TILE_KEYS` (contract).
+            unsafe { _mm256_storeu_ps(row.as_mut_ptr().add(at + 8 * g), *x) };
+        }
+    }
+}
+
+/// Columns `c0..c0 + 32` (or to `hd`) of `U` lanes' outputs: `o[c] = o[c] * alpha + sum over
+/// key pairs j of pairs[lane][j] . (v[2j][c], v[2j + 1][c])`, each value pair converted once
+/// for all the lanes.
+///
+/// # Safety
+/// The kernel's features; `values` holds value rows `0..kt` from column `c0` (`stride` apart),
+/// with `hd - c0` columns, a multiple of 8; `ol` holds `U` rows of `hd`.
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vl,avx512bw,avx512bf16")]
+#[inline]
+#[allow(clippy::too_many_arguments)]
+unsafe fn weighted<const U: usize>(
+    pairs: &[[u32; TILE_KEYS / 2]; U],
+    kt: usize,
+    values: *const u16,
+    stride: usize,
+    hd: usize,
+    c0: usize,
+    alpha: &[f32; U],
+    ol: &mut [f32],
+) {
+    let nc = ((hd - c0) / 8).min(4);
+    let mut acc: [[__m256; 4]; U] = std::array::from_fn(|l| {
+        std::array::from_fn(|c| {
+            let o = &ol[l * hd + c0..];
+            if c < nc {
+                // SAFETY: columns `c0 + 8c + 8 <= hd` of row `l`.
+                unsafe { _mm256_mul_ps(_mm256_loadu_ps(o.as_ptr().add(8 * c)), _mm256_set1_ps(alpha[l])) }
+            } else {
+                _mm256_setzero_ps()
+            }
+        })
+    });
+    let f16 = |p: *const u16| {
+        // SAFETY: callers pass 8 values inside a value row (contract).
+        unsafe { _mm256_cvtph_ps(_mm_loadu_si128(p as *const __m128i)) }
+    };
+    for (j, odd) in (0..kt.div_ceil(2)).map(|j| (j, 2 * j + 1 < kt)) {
+        let p: [__m256i; U] = std::array::from_fn(|l| _mm256_set1_epi32(pairs[l][j] as i32));
+        for c in 0..nc {
+            // SAFETY: rows `2j` and, when below `kt`, `2j + 1`, columns `8c..8c + 8` (contract).
+            let (lo, hi) = unsafe {
+                let lo = f16(values.add(2 * j * stride + 8 * c));
+                (lo, if odd { f16(values.add((2 * j + 1) * stride + 8 * c)) } else { _mm256_setzero_ps() })
+            };
+            let vp = pair(lo, hi);
+            for (a, &pl) in acc.iter_mut().zip(&p) {
+                a[c] = dot(a[c], vp, pl);
+            }
+        }
+    }
+    for (l, a) in acc.iter().enumerate() {
+        for (c, x) in a.iter().enumerate().take(nc) {
+            // SAFETY: as above.
+            unsafe { _mm256_storeu_ps(ol[l * hd + c0 + 8 * c..].as_mut_ptr(), *x) };
+        }
+    }
+}
