@@ -68,6 +68,12 @@ pub(super) struct AttnBlock<'a> {
 }
 
 impl AttnBlock<'_> {
+    /// The cache slices the block reads: blocks of one KV head share them, and a kernel converts
+    /// a tile of them once for all those blocks.
+    pub fn source(&self) -> (*const u16, *const u16) {
+        (self.keys.as_ptr(), self.values.as_ptr())
+    }
+
     /// What the kernels rely on for `w` lanes.
     pub fn check(&self, w: usize) {
         assert!(
@@ -94,6 +100,27 @@ impl AttnBlock<'_> {
             "attention: the cache holds fewer than {} positions",
             self.n_keys
         );
+    }
+}
+
+/// For each block of a kernel call, the keys the blocks of its source see at most (`n_keys`), so
+/// that a tile converted once serves every block of that source.
+pub(super) fn sees(bs: &[AttnBlock<'_>]) -> [usize; MAX_GROUP] {
+    std::array::from_fn(|i| {
+        bs.get(i).map_or(0, |b| bs.iter().filter(|o| o.source() == b.source()).map(|o| o.n_keys).max().unwrap_or(0))
+    })
+}
+
+/// The few-lane blocks' outputs (`few[i]` lanes of block `i`, kept lane by lane in `ol`,
+/// `FEW_LANES * hd` per block) into their lane-major `ot` of `w` lanes.
+pub(super) fn few_outputs(bs: &mut [AttnBlock<'_>], few: &[usize; MAX_GROUP], ol: &[f32], w: usize) {
+    for (i, b) in bs.iter_mut().enumerate() {
+        let hd = b.hd;
+        for lane in 0..few[i] {
+            for c in 0..hd {
+                b.ot[c * w + lane] = ol[(i * FEW_LANES + lane) * hd + c];
+            }
+        }
     }
 }
 

@@ -8,7 +8,7 @@
 //! Every function here requires AVX2 and FMA: the driver only calls them at `Isa::Avx2` or
 //! `Isa::Avx512`, which `Isa::available` grants after `is_x86_feature_detected!` said yes.
 
-use super::attention::{AttnBlock, TileScratch, FEW_LANES, MAX_GROUP, TILE_KEYS};
+use super::attention::{few_outputs, sees, AttnBlock, TileScratch, FEW_LANES, MAX_GROUP, TILE_KEYS};
 use super::kern_avx2_attn_few::{few_lanes, scores_lanes, softmax_lane, weighted_lane};
 use super::kern_avx2_f32::{exp_ps, f16s_to_f32};
 use crate::backend::{key_index, KEY_GROUP};
@@ -150,10 +150,7 @@ pub unsafe fn attend_blocks<const NV: usize, const STEP: usize>(bs: &mut [AttnBl
     // blocks of one KV head (the same cache slices), through the keys the last of them sees.
     kw.resize(TILE_KEYS * hd, 0.0);
     vw.resize(TILE_KEYS * hd, 0.0);
-    let source = |b: &AttnBlock<'_>| (b.keys.as_ptr(), b.values.as_ptr());
-    let sees: [usize; MAX_GROUP] = std::array::from_fn(|i| {
-        bs.get(i).map_or(0, |b| bs.iter().filter(|o| source(o) == source(b)).map(|o| o.n_keys).max().unwrap_or(0))
-    });
+    let sees = sees(bs);
     let n_keys = bs.iter().map(|b| b.n_keys).max().unwrap_or(0);
     for k0 in (k_begin..n_keys).step_by(TILE_KEYS) {
         let mut widened = None;
@@ -162,25 +159,19 @@ pub unsafe fn attend_blocks<const NV: usize, const STEP: usize>(bs: &mut [AttnBl
                 continue;
             }
             let lanes = (few[i] > 0).then(|| (&mut ol[i * FEW_LANES * hd..(i + 1) * FEW_LANES * hd], few[i]));
-            if lanes.is_none() && widened != Some(source(b)) {
+            if lanes.is_none() && widened != Some(b.source()) {
                 // SAFETY: F16C (caller); every block of this source was checked for the keys
                 // and values through its `n_keys`, so through `sees[i]`; both buffers hold
                 // `TILE_KEYS * hd`.
                 unsafe { widen(b, k0, TILE_KEYS.min(sees[i] - k0), kw, vw) };
-                widened = Some(source(b));
+                widened = Some(b.source());
             }
             // SAFETY: AVX2 and FMA (caller); `b` was checked and `k0 < b.n_keys`; a lane-major
             // block's tile is in `kw` and `vw`.
             unsafe { tile::<NV, STEP>(b, run, k0, lanes, kw.as_ptr(), vw.as_ptr()) };
         }
     }
-    for (i, b) in bs.iter_mut().enumerate() {
-        for lane in 0..few[i] {
-            for c in 0..b.hd {
-                b.ot[c * w + lane] = ol[(i * FEW_LANES + lane) * hd + c];
-            }
-        }
-    }
+    few_outputs(bs, &few, ol, w);
     for (b, run) in bs.iter_mut().zip(&runs) {
         for v in 0..NV {
             // SAFETY: `m` and `l` hold `w` lanes (checked).
@@ -190,6 +181,42 @@ pub unsafe fn attend_blocks<const NV: usize, const STEP: usize>(bs: &mut [AttnBl
             }
         }
     }
+}
+
+/// The causal mask on one lane vector's scores of a tile (`kt` rows `w` apart from `s`: lanes
+/// at positions `pos` do not see keys after them, which become `-inf`) and the new running max
+/// from `m`, not below f32::MIN: a lane before the segment's keys (it sees none of them) gets
+/// weights of 0, and its sum stays 0.
+///
+/// # Safety
+/// AVX2; `s` holds `kt` rows `w` apart of 8 lanes.
+#[target_feature(enable = "avx2,fma,f16c")]
+#[inline]
+pub(super) unsafe fn masked_max(
+    s: *mut f32,
+    w: usize,
+    kt: usize,
+    k0: usize,
+    min_pos: usize,
+    pos: __m256i,
+    m: __m256,
+) -> __m256 {
+    let mut mt = m;
+    for k in 0..kt {
+        // SAFETY: row `k < kt` (contract).
+        let sp = unsafe { s.add(k * w) };
+        // SAFETY: as above.
+        let mut x = unsafe { _mm256_loadu_ps(sp) };
+        if k0 + k > min_pos {
+            // The causal mask: lanes at positions before key `k0 + k` do not see it.
+            let hidden = _mm256_castsi256_ps(_mm256_cmpgt_epi32(_mm256_set1_epi32((k0 + k) as i32), pos));
+            x = _mm256_blendv_ps(x, _mm256_set1_ps(f32::NEG_INFINITY), hidden);
+            // SAFETY: as above.
+            unsafe { _mm256_storeu_ps(sp, x) };
+        }
+        mt = _mm256_max_ps(mt, x);
+    }
+    _mm256_max_ps(mt, _mm256_set1_ps(f32::MIN))
 }
 
 /// Keys `k0..k0 + kt` of block `b`'s cache widened into `kw` (grouped, `hd` apart: element `d`
@@ -282,24 +309,8 @@ unsafe fn tile<const NV: usize, const STEP: usize>(
     }
     let mut alpha = [_mm256_setzero_ps(); NV];
     for v in 0..NV {
-        let mut mt = m[v];
-        for k in 0..kt {
-            // SAFETY: row `k < kt` of `s`; see above.
-            let sp = unsafe { s.add(k * w + 8 * v) };
-            // SAFETY: as above.
-            let mut x = unsafe { _mm256_loadu_ps(sp) };
-            if k0 + k > b.min_pos {
-                // The causal mask: lanes at positions before key `k0 + k` do not see it.
-                let hidden = _mm256_castsi256_ps(_mm256_cmpgt_epi32(_mm256_set1_epi32((k0 + k) as i32), pos[v]));
-                x = _mm256_blendv_ps(x, _mm256_set1_ps(f32::NEG_INFINITY), hidden);
-                // SAFETY: as above.
-                unsafe { _mm256_storeu_ps(sp, x) };
-            }
-            mt = _mm256_max_ps(mt, x);
-        }
-        // Not below f32::MIN: a lane before the segment's keys (it sees none of them) gets
-        // weights of 0, and its sum stays 0.
-        mt = _mm256_max_ps(mt, _mm256_set1_ps(f32::MIN));
+        // SAFETY: rows `0..kt` of `s`; see above.
+        let mt = unsafe { masked_max(s.add(8 * v), w, kt, k0, b.min_pos, pos[v], m[v]) };
         alpha[v] = exp_ps(_mm256_sub_ps(m[v], mt));
         let mut sum = _mm256_setzero_ps();
         for k in 0..kt {

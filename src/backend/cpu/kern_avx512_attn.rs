@@ -12,7 +12,8 @@
 //! Every function here requires AVX-512 F/VL/BW and BF16: the driver only calls them at
 //! `Isa::Avx512` (F/VL/BW detected) when `Isa::bf16_attention` detected BF16.
 
-use super::attention::{AttnBlock, TileScratch, FEW_LANES, MAX_GROUP, TILE_KEYS};
+use super::attention::{few_outputs, sees, AttnBlock, TileScratch, FEW_LANES, MAX_GROUP, TILE_KEYS};
+use super::kern_avx2_attn::masked_max;
 use super::kern_avx2_attn_few::few_lanes;
 use super::kern_avx2_f32::exp_ps;
 use super::kern_avx512_attn_few::tile_few;
@@ -168,10 +169,7 @@ pub unsafe fn attend_blocks<const NV: usize, const STEP: usize>(bs: &mut [AttnBl
     }
     let none = (_mm256_set1_ps(f32::NEG_INFINITY), _mm256_setzero_ps());
     let mut runs = [[none; NV]; MAX_GROUP];
-    let source = |b: &AttnBlock<'_>| (b.keys.as_ptr(), b.values.as_ptr());
-    let sees: [usize; MAX_GROUP] = std::array::from_fn(|i| {
-        bs.get(i).map_or(0, |b| bs.iter().filter(|o| source(o) == source(b)).map(|o| o.n_keys).max().unwrap_or(0))
-    });
+    let sees = sees(bs);
     let n_keys = bs.iter().map(|b| b.n_keys).max().unwrap_or(0);
     for k0 in (k_begin..n_keys).step_by(TILE_KEYS) {
         let mut widened = None;
@@ -180,11 +178,11 @@ pub unsafe fn attend_blocks<const NV: usize, const STEP: usize>(bs: &mut [AttnBl
                 continue;
             }
             let q = &qb[i * hd / 2 * w..(i + 1) * hd / 2 * w];
-            if few[i] == 0 && widened != Some(source(b)) {
+            if few[i] == 0 && widened != Some(b.source()) {
                 // SAFETY: every block of this source was checked through its `n_keys`, so
                 // through `sees[i]`; the buffers were sized above.
                 unsafe { widen(b, k0, TILE_KEYS.min(sees[i] - k0), kb, vb) };
-                widened = Some(source(b));
+                widened = Some(b.source());
             }
             if few[i] > 0 {
                 let (mut ms, mut ls) = ([0f32; 8], [0f32; 8]);
@@ -204,13 +202,7 @@ pub unsafe fn attend_blocks<const NV: usize, const STEP: usize>(bs: &mut [AttnBl
             unsafe { tile::<NV, STEP>(b, run, k0, q.as_ptr(), kb.as_ptr(), vb.as_ptr(), pb.as_mut_ptr()) };
         }
     }
-    for (i, b) in bs.iter_mut().enumerate() {
-        for lane in 0..few[i] {
-            for c in 0..hd {
-                b.ot[c * w + lane] = ol[(i * FEW_LANES + lane) * hd + c];
-            }
-        }
-    }
+    few_outputs(bs, &few, ol, w);
     for (b, run) in bs.iter_mut().zip(&runs) {
         for (v, &(m, l)) in run.iter().enumerate() {
             // SAFETY: `m` and `l` hold `w` lanes (checked).
@@ -300,23 +292,8 @@ unsafe fn tile<const NV: usize, const STEP: usize>(
     }
     let mut alpha = [_mm256_setzero_ps(); NV];
     for (v, (m, l)) in run.iter_mut().enumerate() {
-        let mut mt = *m;
-        for k in 0..kt {
-            // SAFETY: row `k < kt` of `s`.
-            let sp = unsafe { s.add(k * w + 8 * v) };
-            // SAFETY: as above.
-            let mut x = unsafe { _mm256_loadu_ps(sp) };
-            if k0 + k > b.min_pos {
-                // The causal mask: lanes at positions before key `k0 + k` do not see it.
-                let hidden = _mm256_castsi256_ps(_mm256_cmpgt_epi32(_mm256_set1_epi32((k0 + k) as i32), pos[v]));
-                x = _mm256_blendv_ps(x, _mm256_set1_ps(f32::NEG_INFINITY), hidden);
-                // SAFETY: as above.
-                unsafe { _mm256_storeu_ps(sp, x) };
-            }
-            mt = _mm256_max_ps(mt, x);
-        }
-        // Not below f32::MIN: a lane that sees none of the keys gets weights of 0.
-        mt = _mm256_max_ps(mt, _mm256_set1_ps(f32::MIN));
+        // SAFETY: rows `0..kt` of `s`.
+        let mt = unsafe { masked_max(s.add(8 * v), w, kt, k0, b.min_pos, pos[v], *m) };
         alpha[v] = exp_ps(_mm256_sub_ps(*m, mt));
         let e = |k: usize| {
             // SAFETY: row `k < kt` of `s`.
