@@ -1,8 +1,8 @@
-//! AVX-512 BF16 kernel of the tiled attention in `attention.rs` for lane-major blocks: the
-//! same walk as `kern_avx2_attn.rs` (lanes in the vector dimension, outer products, an online
-//! softmax), with both products as `vdpbf16ps` over pairs of bf16 values. One instruction does
-//! the work of two FMAs, so a long prompt's attention, bound by its multiply-adds, takes about
-//! half the instructions.
+//! AVX-512 BF16 kernel of the tiled attention in `attention.rs` (blocks of a few lanes in
+//! `kern_avx512_attn_few.rs`): the same walk as `kern_avx2_attn.rs` (lanes in the vector
+//! dimension, outer products, an online softmax), with both products as `vdpbf16ps` over pairs
+//! of bf16 values. One instruction does the work of two FMAs, so a long prompt's attention,
+//! bound by its multiply-adds, takes about half the instructions.
 //!
 //! The queries, a tile's keys and values and the softmax weights are rounded to bf16 (to
 //! nearest even); products are exact and sums are f32. Pairs run along the head's dimensions
@@ -123,7 +123,7 @@ unsafe fn weighted<const NV: usize, const CB: usize>(
     }
 }
 
-/// Several lane-major blocks' attention (see [`AttnBlock`] and `kern_avx2_attn::attend_blocks`)
+/// Several blocks' attention (see [`AttnBlock`] and `kern_avx2_attn::attend_blocks`)
 /// with bf16 products, `NV` vectors of 8 lanes, `STEP` keys or value columns per inner step (32
 /// registers: `STEP x NV` accumulators beside their operands).
 ///
@@ -143,8 +143,10 @@ pub unsafe fn attend_blocks<const NV: usize, const STEP: usize>(bs: &mut [AttnBl
     // Blocks of a few lanes (a decode row: one row times the heads of a KV head) keep their
     // outputs lane by lane, `FEW_LANES * hd` values per block, zero to start like `ot`.
     let few: [usize; MAX_GROUP] = std::array::from_fn(|i| bs.get(i).map_or(0, |b| few_lanes::<NV>(b)));
-    ol.clear();
-    ol.resize(bs.len() * FEW_LANES * hd, 0.0);
+    if few.iter().any(|&u| u > 0) {
+        ol.clear();
+        ol.resize(bs.len() * FEW_LANES * hd, 0.0);
+    }
     qb.resize(bs.len() * hd / 2 * w, 0);
     kb.resize(TILE_KEYS / 2 * hd, 0);
     vb.resize(TILE_KEYS / 2 * hd, 0);
