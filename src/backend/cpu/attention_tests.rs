@@ -21,11 +21,11 @@ fn bf16(isa: Isa, hd: usize) -> bool {
 }
 
 /// The reference's rows and its bound for `isa`: the f16 cache's (`f32`) or the bf16 kernel's.
-fn pick<'a, T>(isa: Isa, hd: usize, f32: &'a T, bf16: impl FnOnce() -> &'a T) -> (&'a T, f32) {
-    if self::bf16(isa, hd) {
-        (bf16(), BF16_MAX_ERR)
+fn pick<'a, T>(isa: Isa, hd: usize, exact: &'a T, rounded: impl FnOnce() -> &'a T) -> (&'a T, f32) {
+    if bf16(isa, hd) {
+        (rounded(), BF16_MAX_ERR)
     } else {
-        (f32, MAX_ERR)
+        (exact, MAX_ERR)
     }
 }
 

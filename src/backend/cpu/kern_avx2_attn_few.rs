@@ -187,6 +187,25 @@ unsafe fn scores_groups<const NG: usize>(
     }
 }
 
+/// One lane's causal mask on a tile's scores `row` (keys `0..kt` from key `k0`; past `pos` they
+/// become `-inf`), its new running max from `m` and the rescale of what came before,
+/// `e^(m - max)`, as the lane-major kernels compute them (`masked_max`, `exp_ps`).
+///
+/// # Safety
+/// AVX2 and FMA; `kt <= TILE_KEYS`.
+#[target_feature(enable = "avx2,fma,f16c")]
+#[inline]
+pub(super) unsafe fn masked_lane_max(row: &mut [f32; TILE_KEYS], kt: usize, k0: usize, pos: i32, m: f32) -> (f32, f32) {
+    for (k, x) in row.iter_mut().enumerate().take(kt) {
+        if (k0 + k) as i64 > pos as i64 {
+            *x = f32::NEG_INFINITY;
+        }
+    }
+    // Not below f32::MIN, as the lane-major kernel: a lane that sees no key gets weights of 0.
+    let mt = row[..kt].iter().fold(m, |a, &x| a.max(x)).max(f32::MIN);
+    (mt, _mm256_cvtss_f32(exp_ps(_mm256_set1_ps(m - mt))))
+}
+
 /// The online softmax of one tile for lane `lane` of a few-lane block, on its scores `row`
 /// (keys `0..kt`), which become `e^(score - max)`: the causal mask for a lane at position
 /// `pos` (keys past it are `-inf`, from key `k0` on), the running max `m` and sum `l`, and the
@@ -205,14 +224,8 @@ pub(super) unsafe fn softmax_lane(
     m: &mut f32,
     l: &mut f32,
 ) -> f32 {
-    for (k, x) in row.iter_mut().enumerate().take(kt) {
-        if (k0 + k) as i64 > pos as i64 {
-            *x = f32::NEG_INFINITY;
-        }
-    }
-    // Not below f32::MIN, as the lane-major kernel: a lane that sees no key gets weights of 0.
-    let mt = row[..kt].iter().fold(*m, |a, &x| a.max(x)).max(f32::MIN);
-    let alpha = _mm256_cvtss_f32(exp_ps(_mm256_set1_ps(*m - mt)));
+    // SAFETY: AVX2 and FMA (contract).
+    let (mt, alpha) = unsafe { masked_lane_max(row, kt, k0, pos, *m) };
     let t = _mm256_set1_ps(mt);
     let mut k = 0;
     while k < kt {

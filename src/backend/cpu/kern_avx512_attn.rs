@@ -21,7 +21,8 @@ use crate::backend::key_index;
 use std::arch::x86_64::*;
 
 /// `x`'s bits rounded to nearest even at bit 16: the bf16 in each lane's top half (its low half
-/// is left over). Integer operations: `vcvtne2ps2bf16` took most of a decode row's time.
+/// is left over). Integer operations: `vcvtne2ps2bf16` took 43 % of the few-lane kernel's
+/// samples in a `perf` profile of decoding at 4,000 positions.
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vl,avx512bw,avx512bf16")]
 #[inline]
 pub(super) fn rne(x: __m256) -> __m256i {

@@ -2,7 +2,7 @@
 //! row makes: the tile's keys (scores) or value columns (weighted sum) go in the vector
 //! dimension, converted to bf16 pairs straight from the cache once for all the block's lanes
 //! (a lane-major block's widened tile would be converted for 3 lanes and stored, then read
-//! back: a 4,000-position decode step took 1.4x as long). Every lane,
+//! back: a 4,000-position decode step took 1.3-1.4x as long). Every lane,
 //! key and column gets the lane-major kernel's operations on the same bf16 pairs in the same
 //! order (`vdpbf16ps` multiplies pairs exactly, whichever operand is broadcast; the weights
 //! are rounded by the same operations and summed in the same two chains), so a row's result
@@ -10,6 +10,7 @@
 //! verification rely on.
 
 use super::attention::{AttnBlock, TILE_KEYS};
+use super::kern_avx2_attn_few::masked_lane_max;
 use super::kern_avx2_f32::exp_ps;
 use super::kern_avx512_attn::{dot, pair, rne};
 use crate::backend::key_index;
@@ -73,14 +74,9 @@ unsafe fn tile_lanes<const U: usize>(
     for lane in 0..U {
         let sc = &mut sc[lane];
         let pos = if k0 + kt - 1 > b.min_pos { b.lane_pos[lane] } else { i32::MAX };
-        for (k, x) in sc.iter_mut().enumerate().take(kt) {
-            if (k0 + k) as i64 > pos as i64 {
-                *x = f32::NEG_INFINITY;
-            }
-        }
-        // Not below f32::MIN, as the lane-major kernel: a lane that sees no key gets weights of 0.
-        let mt = sc[..kt].iter().fold(ms[lane], |a, &x| a.max(x)).max(f32::MIN);
-        alpha[lane] = _mm256_cvtss_f32(exp_ps(_mm256_set1_ps(ms[lane] - mt)));
+        // SAFETY: the kernel's features include AVX2 and FMA; `kt <= TILE_KEYS`.
+        let (mt, al) = unsafe { masked_lane_max(sc, kt, k0, pos, ms[lane]) };
+        alpha[lane] = al;
         let mut r = [0u16; TILE_KEYS];
         for k in (0..kt).step_by(8) {
             // SAFETY: `k + 8 <= TILE_KEYS`, in `sc` and in `r`.
