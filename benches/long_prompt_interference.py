@@ -8,7 +8,9 @@ tokens, and a short request's time to first token.
 Starts mtplx-lite ($MTPLX_BIN, else $CARGO_TARGET_DIR/release/mtplx-lite) on the demo model
 (and, with --llama-server, llama-server --parallel 4 on the same GGUF, one after the other).
 Per server and run:
-- one client streams a long completion the whole time and records the gaps between chunks;
+- one client streams a long completion the whole time and records the gaps between chunks
+  (`ignore_eos`: without it the demo model ended that story after 18 tokens, and each new
+  completion's first token, not a gap, waited behind a whole chunk of the long prompt);
 - quiet phase: `--quiet-s` seconds of that stream alone;
 - loaded phase: a second client sends a completion with a prompt of about `--prompt-tokens`
   tokens (max_tokens 1), and 0.5 s later a third sends a short one; the phase lasts until both
@@ -114,7 +116,7 @@ def one_run(port, args):
 
     def stream():
         while not stop.is_set():
-            body = {"prompt": "Write a very long story about a lighthouse keeper.", "max_tokens": 4000, "stream": True, "temperature": 0.8, "seed": 1}
+            body = {"prompt": "Write a very long story about a lighthouse keeper.", "max_tokens": 4000, "stream": True, "temperature": 0.8, "seed": 1, "ignore_eos": True}
             post(port, body, on_chunk=lambda t: chunks.append(t))
             chunks.append(None)  # a new stream: no gap across it
 

@@ -1,6 +1,6 @@
 //! Behaviour of the OpenAI routes that a client library hides: cancellation by disconnect, a
-//! full queue, seeded sampling, stop sequences, UTF-8 in streamed deltas, and the metrics record
-//! every generation leaves. The real binary, raw sockets.
+//! full queue, seeded sampling, stop sequences, `ignore_eos`, UTF-8 in streamed deltas, and the
+//! metrics record every generation leaves. The real binary, raw sockets.
 
 mod common;
 
@@ -216,6 +216,39 @@ fn stop_sequences_end_the_text_before_the_stop_string() {
     assert_eq!(finishes, vec!["stop"]);
     let usage = &events.last().unwrap()["usage"];
     assert_record_matches(s.addr, events[0]["id"].as_str().unwrap(), usage);
+}
+
+#[test]
+fn ignore_eos_generates_past_the_end_of_the_answer_to_max_tokens() {
+    let s = start(&[]);
+    let req = |ignore: bool| {
+        json!({"messages": [{"role": "user", "content": "Say hello."}], "max_tokens": 48, "temperature": 0,
+               "ignore_eos": ignore, "mtplx": {"draft": "none"}})
+    };
+    let r = post_json(s.addr, "/v1/chat/completions", &req(false));
+    assert_eq!(r.status, 200, "{}", r.text());
+    let short = r.json();
+    assert_eq!(short["choices"][0]["finish_reason"], "stop", "the greedy answer ends by itself: {short}");
+    let ended_at = short["usage"]["completion_tokens"].as_u64().unwrap();
+    assert!(ended_at < 48, "{short}");
+
+    let r = post_json(s.addr, "/v1/chat/completions", &req(true));
+    assert_eq!(r.status, 200, "{}", r.text());
+    let long = r.json();
+    assert_eq!(long["choices"][0]["finish_reason"], "length", "{long}");
+    assert_eq!(long["usage"]["completion_tokens"], 48, "{long}");
+    let answer = short["choices"][0]["message"]["content"].as_str().unwrap();
+    let text = long["choices"][0]["message"]["content"].as_str().unwrap();
+    assert!(text.starts_with(answer) && text.len() > answer.len(), "{answer:?} then more: {text:?}");
+    assert_record_matches(s.addr, long["id"].as_str().unwrap(), &long["usage"]);
+
+    let r = post_json(
+        s.addr,
+        "/v1/chat/completions",
+        &json!({"messages": [{"role": "user", "content": "hi"}], "ignore_eos": 1}),
+    );
+    assert_eq!(r.status, 400, "{}", r.text());
+    assert_eq!(r.json()["error"]["param"], "ignore_eos");
 }
 
 #[test]

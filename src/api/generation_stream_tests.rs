@@ -39,6 +39,7 @@ fn params() -> GenParams {
         stream: true,
         include_usage: false,
         draft: Default::default(),
+        ignore_eos: false,
     }
 }
 

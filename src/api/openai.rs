@@ -153,6 +153,7 @@ pub(super) fn submit(
         logprobs: params.logprobs,
         submitted,
         draft: params.draft,
+        ignore_eos: params.ignore_eos,
         ..JobSpec::new(tokens, params.sampling.clone(), max_tokens)
     };
     let (job, rx) = spec.build();

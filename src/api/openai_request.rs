@@ -55,6 +55,9 @@ pub struct GenParams {
     pub include_usage: bool,
     /// `"mtplx": {"draft": "none"|"ngram"|"auto", "depth": 1..8}`: this request's drafting.
     pub draft: DraftRequest,
+    /// Go on past the model's end-of-text tokens until `max_tokens` (vLLM's and llama-server's
+    /// `ignore_eos`): benchmarks want generations of a set length whatever the model says.
+    pub ignore_eos: bool,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -245,7 +248,8 @@ fn gen_params(m: &Map<String, Value>, max_tokens_fields: &[&str]) -> Result<GenP
         seed,
     };
     let draft = draft_request(m)?;
-    Ok(GenParams { max_tokens, sampling, stop: stop(m)?, logprobs: None, stream, include_usage, draft })
+    let ignore_eos = boolean(m, "ignore_eos")?;
+    Ok(GenParams { max_tokens, sampling, stop: stop(m)?, logprobs: None, stream, include_usage, draft, ignore_eos })
 }
 
 /// The `mtplx` extension object: drafting off, another drafter, or a lower depth.
@@ -393,6 +397,9 @@ mod tests {
         assert_eq!(r.params.logprobs, Some(3));
         assert!(r.params.stream && r.params.include_usage);
         assert_eq!(r.params.sampling.temperature, 0.5);
+        assert!(!r.params.ignore_eos);
+        let r = parse_completion(br#"{"prompt":"x","ignore_eos":true}"#).unwrap();
+        assert!(r.params.ignore_eos);
     }
 
     #[test]
@@ -429,6 +436,7 @@ mod tests {
                 "stream_options.include_usage",
                 "boolean",
             ),
+            (r#"{"messages":[{"role":"user","content":"hi"}],"ignore_eos":"yes"}"#, "ignore_eos", "boolean"),
         ];
         for (body, param, needle) in cases {
             let e = chat(body).unwrap_err();

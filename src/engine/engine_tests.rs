@@ -222,6 +222,23 @@ fn stop_tokens_end_with_stop_and_are_not_streamed() {
 }
 
 #[test]
+fn ignore_eos_generates_through_stop_tokens_to_the_length() {
+    let prompt: Vec<u32> = vec![42, 43];
+    let reference = greedy_alone(&prompt, 8, &[]);
+    let i = (1..8).find(|&i| !reference[..i].contains(&reference[i])).expect("a fresh token");
+    let model = Arc::new(ToyModel::new(Gate::open_gate()).with_eos(reference[i]));
+    let e = engine(&model, 8, 1024, 1 << 24);
+    let _open = OpenOnDrop(model.clone());
+    let (mut j, rx) = greedy(prompt.clone(), 8);
+    j.stop_tokens = vec![reference[i]];
+    j.ignore_eos = true;
+    e.submit(j).unwrap();
+    let o = collect(&rx);
+    assert_eq!(o.finish, FinishReason::Length);
+    assert_eq!(o.tokens, reference, "the eos token is streamed like any other");
+}
+
+#[test]
 fn a_small_budget_makes_jobs_wait_and_evicts_idle_caches() {
     let model = Arc::new(ToyModel::new(Gate::closed()));
     let per_position = model.new_cache(0).bytes_per_position();

@@ -71,6 +71,8 @@ pub struct Job {
     pub submitted: Instant,
     /// The request's own drafting choices, within the server's.
     pub draft: DraftRequest,
+    /// Neither the model's eos tokens nor `stop_tokens` end the generation: only its length.
+    pub ignore_eos: bool,
 }
 
 impl Job {
@@ -91,6 +93,7 @@ pub struct JobSpec {
     pub logprobs: Option<usize>,
     pub submitted: Instant,
     pub draft: DraftRequest,
+    pub ignore_eos: bool,
 }
 
 impl JobSpec {
@@ -103,6 +106,7 @@ impl JobSpec {
             logprobs: None,
             submitted: Instant::now(),
             draft: DraftRequest::default(),
+            ignore_eos: false,
         }
     }
 
@@ -120,6 +124,7 @@ impl JobSpec {
             reply: tx,
             submitted: self.submitted,
             draft: self.draft,
+            ignore_eos: self.ignore_eos,
         };
         (job, rx)
     }

@@ -94,7 +94,7 @@ fn deliver(s: &mut Seq, picked: Sampled, eos: &[u32], decoder: &dyn TokenDecoder
     s.first_token.get_or_insert(now);
     s.last_token = Some(now);
     s.generated += 1;
-    if eos.contains(&picked.id) || s.job.stop_tokens.contains(&picked.id) {
+    if !s.job.ignore_eos && (eos.contains(&picked.id) || s.job.stop_tokens.contains(&picked.id)) {
         s.done = Some((FinishReason::Stop, true));
         return;
     }
