@@ -3,7 +3,7 @@
 tokens, and a short request's time to first token.
 
     python3 benches/long_prompt_interference.py [--threads 2] [--prompt-tokens 4000] [--runs 2]
-        [--server-args "--max-batch-tokens 32"] [--llama-server PATH]
+        [--server-args "--max-batch-tokens 32"] [--llama-server PATH] [--no-stream]
 
 Starts mtplx-lite ($MTPLX_BIN, else $CARGO_TARGET_DIR/release/mtplx-lite) on the demo model
 (and, with --llama-server, llama-server --parallel 4 on the same GGUF, one after the other).
@@ -11,13 +11,14 @@ Per server and run:
 - one client streams a long completion the whole time and records the gaps between chunks
   (`ignore_eos`: without it the demo model ended that story after 18 tokens, and each new
   completion's first token, not a gap, waited behind a whole chunk of the long prompt);
+  (`--no-stream`: no such client, so that the prompt is prefilled in whole chunks);
 - quiet phase: `--quiet-s` seconds of that stream alone;
 - loaded phase: a second client sends a completion with a prompt of about `--prompt-tokens`
-  tokens (max_tokens 1), and 0.5 s later a third sends a short one; the phase lasts until both
-  answered.
+  tokens (max_tokens 1); 0.5 s later a third sends a short one, and again every 0.5 s after
+  each answer, until the long prompt answered.
 Printed: the stream's p50/p99/max gap in each phase and their loaded/quiet ratio, the long
-prompt's time to its answer (its prefill), and the short request's TTFT. Only the standard
-library is used.
+prompt's time to its answer (its prefill), and the short requests' TTFT (the first one's, the
+median and the largest). Only the standard library is used.
 """
 
 import argparse
@@ -120,8 +121,8 @@ def one_run(port, args):
             post(port, body, on_chunk=lambda t: chunks.append(t))
             chunks.append(None)  # a new stream: no gap across it
 
-    th = threading.Thread(target=stream, daemon=True)
-    th.start()
+    if not args.no_stream:
+        threading.Thread(target=stream, daemon=True).start()
     time.sleep(1.0)
     q0 = time.perf_counter()
     time.sleep(args.quiet_s)
@@ -133,8 +134,12 @@ def one_run(port, args):
 
     lt = threading.Thread(target=long_one)
     lt.start()
-    time.sleep(0.5)
-    result["short"] = post(port, {"prompt": "Hi", "max_tokens": 2, "stream": True, "temperature": 0})
+    result["shorts"] = []
+    while True:
+        time.sleep(0.5)
+        result["shorts"].append(post(port, {"prompt": "Hi", "max_tokens": 2, "stream": True, "temperature": 0})[0])
+        if not lt.is_alive():
+            break
     lt.join()
     l1 = time.perf_counter()
     stop.set()
@@ -156,11 +161,14 @@ def one_run(port, args):
 def report(name, runs):
     for i, (quiet, loaded, r) in enumerate(runs):
         qp50, qp99, lp50, lp99 = pct(quiet, 0.5), pct(quiet, 0.99), pct(loaded, 0.5), pct(loaded, 0.99)
-        long_t, usage = r["long"][1], r["long"][2] or {}
-        print(
-            f"| {name} | {i + 1} | {usage.get('prompt_tokens', '?')} | {long_t:.2f} | {r['short'][0]:.3f} | "
-            f"{qp50 * 1e3:.1f} / {qp99 * 1e3:.1f} | {lp50 * 1e3:.1f} / {lp99 * 1e3:.1f} / {max(loaded or [0]) * 1e3:.0f} | {lp99 / qp99:.2f}x |"
+        long_t, usage, shorts = r["long"][1], r["long"][2] or {}, r["shorts"]
+        ttft = f"{shorts[0]:.3f} / {pct(shorts, 0.5):.3f} / {max(shorts):.3f}"
+        gaps = (
+            f"{qp50 * 1e3:.1f} / {qp99 * 1e3:.1f} | {lp50 * 1e3:.1f} / {lp99 * 1e3:.1f} / {max(loaded or [0]) * 1e3:.0f} | {lp99 / qp99:.2f}x"
+            if quiet and loaded
+            else "- | - | -"
         )
+        print(f"| {name} | {i + 1} | {usage.get('prompt_tokens', '?')} | {long_t:.2f} | {ttft} ({len(shorts)}) | {gaps} |")
 
 
 def main():
@@ -171,6 +179,7 @@ def main():
     ap.add_argument("--runs", type=int, default=2)
     ap.add_argument("--server-args", default="")
     ap.add_argument("--llama-server", default=os.environ.get("LLAMA_SERVER"))
+    ap.add_argument("--no-stream", action="store_true", help="no client streams beside the long prompt")
     args = ap.parse_args()
     servers = [("mtplx-lite", lambda: start_ours(args.threads, args.server_args, 18731))]
     if args.llama_server:
@@ -186,7 +195,7 @@ def main():
                 p.terminate()
                 p.wait()
     print(f"threads {args.threads}; server args {args.server_args!r}")
-    print("| server | run | prompt tokens | long prompt answered (s) | short TTFT (s) | quiet gap p50 / p99 (ms) | loaded gap p50 / p99 / max (ms) | p99 loaded / quiet |")
+    print("| server | run | prompt tokens | long prompt answered (s) | short TTFT first / median / max (s) (requests) | quiet gap p50 / p99 (ms) | loaded gap p50 / p99 / max (ms) | p99 loaded / quiet |")
     print("|---|---:|---:|---:|---:|---|---|---:|")
     for name, runs in results.items():
         report(name, runs)

@@ -205,7 +205,7 @@ impl Scheduler {
             live.iter().map(|&i| Want { prompt_left: self.active[i].job.prompt.len() - self.active[i].fed }).collect();
         let decoding = wants.iter().filter(|w| w.prompt_left == 0).count();
         let prefill = match decoding {
-            0 => self.budget.prefill_chunk.max(1),
+            0 => self.budget.prefill_alone(&wants),
             d => self.pacer.allowance(self.budget.prefill_cap(d)),
         };
         self.budget.plan_with(&wants, prefill).into_iter().map(|(w, n)| (live[w], n)).collect()
