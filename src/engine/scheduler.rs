@@ -198,22 +198,23 @@ impl Scheduler {
         }
     }
 
-    /// Which sequences take part in this step and how many tokens each feeds.
-    fn plan(&self) -> Vec<(usize, usize)> {
+    /// Which sequences take part in this step and how many tokens each feeds, and how many prompt
+    /// tokens went beyond the pacer's allowance (`StepBudget::plan_paced`).
+    fn plan(&self) -> (Vec<(usize, usize)>, usize) {
         let live: Vec<usize> = (0..self.active.len()).filter(|&i| self.active[i].done.is_none()).collect();
         let wants: Vec<Want> =
             live.iter().map(|&i| Want { prompt_left: self.active[i].job.prompt.len() - self.active[i].fed }).collect();
         let decoding = wants.iter().filter(|w| w.prompt_left == 0).count();
-        let prefill = match decoding {
-            0 => self.budget.prefill_alone(&wants),
-            d => self.pacer.allowance(self.budget.prefill_cap(d)),
+        let (plan, on_top) = match decoding {
+            0 => (self.budget.plan_with(&wants, self.budget.prefill_alone(&wants)), 0),
+            d => self.budget.plan_paced(&wants, self.pacer.allowance(self.budget.prefill_cap(d))),
         };
-        self.budget.plan_with(&wants, prefill).into_iter().map(|(w, n)| (live[w], n)).collect()
+        (plan.into_iter().map(|(w, n)| (live[w], n)).collect(), on_top)
     }
 
     /// One batched forward pass, then sampling for every sequence that got its logits.
     fn step(&mut self) {
-        let mut plan = self.plan();
+        let (mut plan, on_top) = self.plan();
         if plan.is_empty() {
             return;
         }
@@ -280,7 +281,11 @@ impl Scheduler {
         let rows: usize = plan.iter().map(|&(_, n)| n).sum();
         let prompt_rows: usize = plan.iter().zip(&prefilling).filter(|(_, &p)| p).map(|(&(_, n), _)| n).sum();
         self.costs.observe(rows, took);
-        self.pacer.observe(prompt_rows, rows - prompt_rows, took);
+        if on_top == 0 {
+            // A short prompt's tokens are far cheaper than a long one's late in its prefill:
+            // learning from them would let the next steps feed the long one too many.
+            self.pacer.observe(prompt_rows, rows - prompt_rows, took);
+        }
         hidden.resize_with(plan.len(), Vec::new);
         for (k, (&(i, n), row)) in plan.iter().zip(logits).enumerate() {
             let kept = self.absorb(i, n, &row, (plan.len(), verifying[k]), took);

@@ -10,7 +10,11 @@
 //!
 //! Prompts share the prefill budget shortest remaining first, so a short request gets its first
 //! token after one step even behind a long prompt, and the oldest prefilling prompt is always
-//! given at least a quarter of it, so a stream of short requests cannot starve a long one. While
+//! given a quarter of it (rounded down), so a stream of short requests cannot starve a long one.
+//! Beside decoding streams, prompts that fit whole within `max_batch_tokens` (a chat turn) go
+//! whole on top of what the pacer allows the others, within that bound in all: late in a long prompt the pacer allows one
+//! token a step (its attention reads the whole prompt's cache), which the oldest took, and a
+//! short request beside it waited 7.7 s for its first token. While
 //! none decodes, a step in which a prompt ends (its request's first token comes out of it) gives
 //! the others a quarter of a chunk, not the rest of it: late in a 4,000-token prompt a whole chunk
 //! took 0.44-0.61 s, which every new request's first token waited for.
@@ -74,6 +78,35 @@ impl StepBudget {
         }
     }
 
+    /// A step beside decoding streams in which the pacer allows `allowance` prompt tokens: prompts
+    /// that fit whole in what [`prefill_cap`](Self::prefill_cap) leaves above it, shortest first,
+    /// go whole on top; the others share `allowance` as in [`plan_with`](Self::plan_with). An allowance of 0 (a
+    /// step that measures the decodes alone) feeds no prompt. Also returns the tokens on top.
+    pub fn plan_paced(&self, wants: &[Want], allowance: usize) -> (Vec<(usize, usize)>, usize) {
+        let decoding = wants.iter().filter(|w| w.prompt_left == 0).count();
+        let mut room = if allowance == 0 { 0 } else { self.prefill_cap(decoding).saturating_sub(allowance) };
+        let mut prompts: Vec<usize> = (0..wants.len()).filter(|&i| wants[i].prompt_left > 0).collect();
+        prompts.sort_by_key(|&i| wants[i].prompt_left);
+        let mut whole = vec![false; wants.len()];
+        for i in prompts {
+            if wants[i].prompt_left > room {
+                break;
+            }
+            room -= wants[i].prompt_left;
+            whole[i] = true;
+        }
+        let others: Vec<usize> = (0..wants.len()).filter(|&i| !whole[i]).collect();
+        let sub: Vec<Want> = others.iter().map(|&i| wants[i]).collect();
+        let mut plan: Vec<(usize, usize)> =
+            self.plan_with(&sub, allowance).into_iter().map(|(j, n)| (others[j], n)).collect();
+        let on_top: Vec<(usize, usize)> =
+            (0..wants.len()).filter(|&i| whole[i]).map(|i| (i, wants[i].prompt_left)).collect();
+        let extra = on_top.iter().map(|p| p.1).sum();
+        plan.extend(on_top);
+        plan.sort_unstable();
+        (plan, extra)
+    }
+
     /// `(index into wants, tokens)` for every sequence that feeds in this step, in index order.
     pub fn plan(&self, wants: &[Want]) -> Vec<(usize, usize)> {
         match wants.iter().filter(|w| w.prompt_left == 0).count() {
@@ -88,7 +121,7 @@ impl StepBudget {
         let mut give = vec![0usize; wants.len()];
         let mut prefilling: Vec<usize> = (0..wants.len()).filter(|&i| wants[i].prompt_left > 0).collect();
         if let Some(&oldest) = prefilling.first() {
-            let floor = wants[oldest].prompt_left.min(left.div_ceil(4));
+            let floor = wants[oldest].prompt_left.min(left / 4);
             give[oldest] = floor;
             left -= floor;
         }
@@ -152,7 +185,7 @@ mod tests {
         // A prompt that cannot end within the step leaves the chunk whole.
         assert_eq!(b.plan(&wants(&[4000, 300])), vec![(0, 64), (1, 192)]);
         let plan = b.plan(&wants(&[0, 4000, 300, 30]));
-        assert_eq!(plan, vec![(0, 1), (1, 16), (2, 17), (3, 30)]);
+        assert_eq!(plan, vec![(0, 1), (1, 15), (2, 18), (3, 30)]);
     }
 
     #[test]
@@ -160,10 +193,29 @@ mod tests {
         let b = StepBudget { max_batch_tokens: 64, prefill_chunk: 64, max_step_ratio: 0.0 };
         let plan = b.plan(&wants(&[1000, 10, 10, 10, 10, 10, 10, 10]));
         let total: usize = plan.iter().map(|p| p.1).sum();
-        assert_eq!((plan[0], total), ((0, 7), 26), "a short prompt and a quarter of a chunk: {plan:?}");
+        assert_eq!((plan[0], total), ((0, 6), 26), "a short prompt and a quarter of a chunk: {plan:?}");
         assert_eq!(plan[1], (1, 10));
         let plan = b.plan(&wants(&[1000, 100, 100, 100]));
         assert_eq!(plan, vec![(0, 16), (1, 48)]);
+    }
+
+    #[test]
+    fn beside_decodes_a_chat_turn_goes_whole_on_top_of_a_small_allowance() {
+        let b = StepBudget { max_batch_tokens: 32, prefill_chunk: 256, max_step_ratio: 2.5 };
+        // A stream, a long prompt late in its prefill (the pacer allows 1 token), a chat turn:
+        // the turn goes whole, the long prompt keeps its token.
+        let w = wants(&[0, 3000, 20]);
+        assert_eq!(b.plan_paced(&w, 1), (vec![(0, 1), (1, 1), (2, 20)], 20));
+        // Within max_batch_tokens in all: a turn of 31 does not fit beside the stream and the
+        // allowance, and shares the allowance instead (shortest first).
+        assert_eq!(b.plan_paced(&wants(&[0, 3000, 31]), 1), (vec![(0, 1), (2, 1)], 0));
+        assert_eq!(b.plan_paced(&wants(&[0, 3000, 31]), 4), (vec![(0, 1), (1, 1), (2, 3)], 0));
+        // Two turns fit, a third does not; with pacing off (the whole cap allowed) none goes on top.
+        let w = wants(&[0, 3000, 10, 12, 15]);
+        assert_eq!(b.plan_paced(&w, 2), (vec![(0, 1), (2, 10), (3, 12), (4, 2)], 22));
+        assert_eq!(b.plan_paced(&w, 31).1, 0);
+        // A step that measures the decodes alone feeds no prompt.
+        assert_eq!(b.plan_paced(&wants(&[0, 3000, 5]), 0), (vec![(0, 1)], 0));
     }
 
     #[test]
