@@ -202,8 +202,11 @@ impl Scheduler {
     /// tokens went beyond the pacer's allowance (`StepBudget::plan_paced`).
     fn plan(&self) -> (Vec<(usize, usize)>, usize) {
         let live: Vec<usize> = (0..self.active.len()).filter(|&i| self.active[i].done.is_none()).collect();
-        let wants: Vec<Want> =
-            live.iter().map(|&i| Want { prompt_left: self.active[i].job.prompt.len() - self.active[i].fed }).collect();
+        let wants: Vec<Want> = live
+            .iter()
+            .map(|&i| &self.active[i])
+            .map(|s| Want { prompt_left: s.job.prompt.len() - s.fed, prompt_fed: s.fed })
+            .collect();
         let decoding = wants.iter().filter(|w| w.prompt_left == 0).count();
         let (plan, on_top) = match decoding {
             0 => (self.budget.plan_with(&wants, self.budget.prefill_alone(&wants)), 0),

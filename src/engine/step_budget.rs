@@ -11,8 +11,9 @@
 //! Prompts share the prefill budget shortest remaining first, so a short request gets its first
 //! token after one step even behind a long prompt, and the oldest prefilling prompt is always
 //! given a quarter of it (rounded down), so a stream of short requests cannot starve a long one.
-//! Beside decoding streams, prompts that fit whole within `max_batch_tokens` (a chat turn) go
-//! whole on top of what the pacer allows the others, within that bound in all: late in a long prompt the pacer allows one
+//! Beside decoding streams, short prompts (all of a prompt within `max_batch_tokens`: a short
+//! request, not a long prompt's last tokens, whose attention reads all before them) go whole on
+//! top of what the pacer allows the others, within that bound in all: late in a long prompt the pacer allows one
 //! token a step (its attention reads the whole prompt's cache), which the oldest took, and a
 //! short request beside it waited 7.7 s for its first token. While
 //! none decodes, a step in which a prompt ends (its request's first token comes out of it) gives
@@ -54,6 +55,8 @@ impl Default for StepBudget {
 pub struct Want {
     /// Prompt tokens still to prefill; 0 for a decoding sequence (it feeds one token).
     pub prompt_left: usize,
+    /// Prompt tokens already in its cache (fed, or reused from an earlier request's prefix).
+    pub prompt_fed: usize,
 }
 
 impl StepBudget {
@@ -78,14 +81,16 @@ impl StepBudget {
         }
     }
 
-    /// A step beside decoding streams in which the pacer allows `allowance` prompt tokens: prompts
-    /// that fit whole in what [`prefill_cap`](Self::prefill_cap) leaves above it, shortest first,
-    /// go whole on top; the others share `allowance` as in [`plan_with`](Self::plan_with). An allowance of 0 (a
+    /// A step beside decoding streams in which the pacer allows `allowance` prompt tokens: short
+    /// prompts (all of the prompt within [`prefill_cap`](Self::prefill_cap)) that fit whole in
+    /// what that cap leaves above the allowance, shortest first, go whole on top; the others share `allowance` as in [`plan_with`](Self::plan_with). An allowance of 0 (a
     /// step that measures the decodes alone) feeds no prompt. Also returns the tokens on top.
     pub fn plan_paced(&self, wants: &[Want], allowance: usize) -> (Vec<(usize, usize)>, usize) {
         let decoding = wants.iter().filter(|w| w.prompt_left == 0).count();
-        let mut room = if allowance == 0 { 0 } else { self.prefill_cap(decoding).saturating_sub(allowance) };
-        let mut prompts: Vec<usize> = (0..wants.len()).filter(|&i| wants[i].prompt_left > 0).collect();
+        let cap = self.prefill_cap(decoding);
+        let mut room = if allowance == 0 { 0 } else { cap.saturating_sub(allowance) };
+        let short = |w: &Want| w.prompt_left > 0 && w.prompt_fed + w.prompt_left <= cap;
+        let mut prompts: Vec<usize> = (0..wants.len()).filter(|&i| short(&wants[i])).collect();
         prompts.sort_by_key(|&i| wants[i].prompt_left);
         let mut whole = vec![false; wants.len()];
         for i in prompts {
@@ -146,7 +151,7 @@ mod tests {
     use super::*;
 
     fn wants(lefts: &[usize]) -> Vec<Want> {
-        lefts.iter().map(|&prompt_left| Want { prompt_left }).collect()
+        lefts.iter().map(|&prompt_left| Want { prompt_left, prompt_fed: 0 }).collect()
     }
 
     #[test]
@@ -168,7 +173,7 @@ mod tests {
     fn many_decodes_leave_a_quarter_of_the_budget_to_prompts() {
         let b = StepBudget { max_batch_tokens: 16, prefill_chunk: 256, max_step_ratio: 0.0 };
         let mut w = wants(&[0; 20]);
-        w.push(Want { prompt_left: 500 });
+        w.push(Want { prompt_left: 500, prompt_fed: 0 });
         let plan = b.plan(&w);
         assert_eq!(plan.len(), 21);
         assert_eq!(plan[20], (20, 4));
@@ -214,6 +219,9 @@ mod tests {
         let w = wants(&[0, 3000, 10, 12, 15]);
         assert_eq!(b.plan_paced(&w, 2), (vec![(0, 1), (2, 10), (3, 12), (4, 2)], 22));
         assert_eq!(b.plan_paced(&w, 31).1, 0);
+        // A long prompt's last tokens are not a short prompt: they share the allowance.
+        let w = [wants(&[0])[0], Want { prompt_left: 20, prompt_fed: 4000 }];
+        assert_eq!(b.plan_paced(&w, 2), (vec![(0, 1), (1, 2)], 0));
         // A step that measures the decodes alone feeds no prompt.
         assert_eq!(b.plan_paced(&wants(&[0, 3000, 5]), 0), (vec![(0, 1)], 0));
     }
