@@ -207,11 +207,7 @@ impl Scheduler {
             .map(|&i| &self.active[i])
             .map(|s| Want { prompt_left: s.job.prompt.len() - s.fed, prompt_fed: s.fed })
             .collect();
-        let decoding = wants.iter().filter(|w| w.prompt_left == 0).count();
-        let (plan, on_top) = match decoding {
-            0 => (self.budget.plan_with(&wants, self.budget.prefill_alone(&wants)), 0),
-            d => self.budget.plan_paced(&wants, self.pacer.allowance(self.budget.prefill_cap(d))),
-        };
+        let (plan, on_top) = self.budget.plan(&wants, |cap| self.pacer.allowance(cap));
         (plan.into_iter().map(|(w, n)| (live[w], n)).collect(), on_top)
     }
 

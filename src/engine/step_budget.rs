@@ -11,14 +11,15 @@
 //! Prompts share the prefill budget shortest remaining first, so a short request gets its first
 //! token after one step even behind a long prompt, and the oldest prefilling prompt is always
 //! given a quarter of it (rounded down), so a stream of short requests cannot starve a long one.
-//! Beside decoding streams, short prompts (all of a prompt within `max_batch_tokens`: a short
+//!
+//! Beside decoding streams, short prompts (all of the prompt within `max_batch_tokens`: a short
 //! request, not a long prompt's last tokens, whose attention reads all before them) go whole on
-//! top of what the pacer allows the others, within that bound in all: late in a long prompt the pacer allows one
-//! token a step (its attention reads the whole prompt's cache), which the oldest took, and a
-//! short request beside it waited 7.7 s for its first token. While
-//! none decodes, a step in which a prompt ends (its request's first token comes out of it) gives
-//! the others a quarter of a chunk, not the rest of it: late in a 4,000-token prompt a whole chunk
-//! took 0.44-0.61 s, which every new request's first token waited for.
+//! top of what the pacer allows the others, within that bound in all. Late in a long prompt the
+//! pacer allows one token a step (its attention reads the whole prompt's cache); the oldest
+//! prompt's quarter took it, and short requests beside it waited up to 12.4 s for their first
+//! token. While none decodes, a step in which a prompt ends (its request's first token comes out
+//! of it) gives the others a quarter of a chunk, not the rest of one: late in a 4,000-token prompt
+//! a whole chunk took 0.44-0.61 s, which every new request's first token waited for.
 
 use super::step_pacer::DEFAULT_MAX_STEP_RATIO;
 
@@ -73,7 +74,7 @@ impl StepBudget {
 
     /// Prompt tokens of a step in which no sequence decodes: a chunk, or the shortest prompt's
     /// rest and a quarter of a chunk when that is less.
-    pub fn prefill_alone(&self, wants: &[Want]) -> usize {
+    fn prefill_alone(&self, wants: &[Want]) -> usize {
         let chunk = self.prefill_chunk.max(1);
         match wants.iter().map(|w| w.prompt_left).min() {
             Some(shortest) if wants.len() > 1 => chunk.min(shortest + chunk.div_ceil(4)),
@@ -83,9 +84,10 @@ impl StepBudget {
 
     /// A step beside decoding streams in which the pacer allows `allowance` prompt tokens: short
     /// prompts (all of the prompt within [`prefill_cap`](Self::prefill_cap)) that fit whole in
-    /// what that cap leaves above the allowance, shortest first, go whole on top; the others share `allowance` as in [`plan_with`](Self::plan_with). An allowance of 0 (a
-    /// step that measures the decodes alone) feeds no prompt. Also returns the tokens on top.
-    pub fn plan_paced(&self, wants: &[Want], allowance: usize) -> (Vec<(usize, usize)>, usize) {
+    /// what that cap leaves above the allowance, shortest first, go whole on top; the others
+    /// share `allowance` as in [`plan_with`](Self::plan_with). An allowance of 0 (a step that
+    /// measures the decodes alone) feeds no prompt. Also returns the tokens on top.
+    fn plan_paced(&self, wants: &[Want], allowance: usize) -> (Vec<(usize, usize)>, usize) {
         let decoding = wants.iter().filter(|w| w.prompt_left == 0).count();
         let cap = self.prefill_cap(decoding);
         let mut room = if allowance == 0 { 0 } else { cap.saturating_sub(allowance) };
@@ -112,11 +114,13 @@ impl StepBudget {
         (plan, extra)
     }
 
-    /// `(index into wants, tokens)` for every sequence that feeds in this step, in index order.
-    pub fn plan(&self, wants: &[Want]) -> Vec<(usize, usize)> {
+    /// `(index into wants, tokens)` for every sequence that feeds in this step, in index order,
+    /// and the prompt tokens beyond the pacer's allowance: `allowance(cap)` is what the pacer
+    /// allows beside decoding streams, at most `cap`.
+    pub fn plan(&self, wants: &[Want], allowance: impl FnOnce(usize) -> usize) -> (Vec<(usize, usize)>, usize) {
         match wants.iter().filter(|w| w.prompt_left == 0).count() {
-            0 => self.plan_with(wants, self.prefill_alone(wants)),
-            decoding => self.plan_with(wants, self.prefill_cap(decoding)),
+            0 => (self.plan_with(wants, self.prefill_alone(wants)), 0),
+            decoding => self.plan_paced(wants, allowance(self.prefill_cap(decoding))),
         }
     }
 
@@ -157,14 +161,14 @@ mod tests {
     #[test]
     fn alone_a_prompt_goes_in_chunks_of_prefill_chunk() {
         let b = StepBudget { max_batch_tokens: 16, prefill_chunk: 256, max_step_ratio: 0.0 };
-        assert_eq!(b.plan(&wants(&[4000])), vec![(0, 256)]);
-        assert_eq!(b.plan(&wants(&[100])), vec![(0, 100)]);
+        assert_eq!(b.plan(&wants(&[4000]), |cap| cap).0, vec![(0, 256)]);
+        assert_eq!(b.plan(&wants(&[100]), |cap| cap).0, vec![(0, 100)]);
     }
 
     #[test]
     fn beside_decodes_a_step_feeds_at_most_max_batch_tokens() {
         let b = StepBudget { max_batch_tokens: 16, prefill_chunk: 256, max_step_ratio: 0.0 };
-        let plan = b.plan(&wants(&[0, 4000, 0]));
+        let plan = b.plan(&wants(&[0, 4000, 0]), |cap| cap).0;
         assert_eq!(plan, vec![(0, 1), (1, 14), (2, 1)]);
         assert_eq!(plan.iter().map(|p| p.1).sum::<usize>(), 16);
     }
@@ -174,7 +178,7 @@ mod tests {
         let b = StepBudget { max_batch_tokens: 16, prefill_chunk: 256, max_step_ratio: 0.0 };
         let mut w = wants(&[0; 20]);
         w.push(Want { prompt_left: 500, prompt_fed: 0 });
-        let plan = b.plan(&w);
+        let plan = b.plan(&w, |cap| cap).0;
         assert_eq!(plan.len(), 21);
         assert_eq!(plan[20], (20, 4));
     }
@@ -184,23 +188,23 @@ mod tests {
         let b = StepBudget { max_batch_tokens: 64, prefill_chunk: 256, max_step_ratio: 0.0 };
         // The long prompt is older; the short one still finishes its prefill in this step, beside
         // a quarter of a chunk of the long one.
-        let plan = b.plan(&wants(&[4000, 30]));
+        let plan = b.plan(&wants(&[4000, 30]), |cap| cap).0;
         assert_eq!(plan, vec![(0, 64), (1, 30)]);
-        assert_eq!(b.plan(&wants(&[30, 4000])), vec![(0, 30), (1, 64)]);
+        assert_eq!(b.plan(&wants(&[30, 4000]), |cap| cap).0, vec![(0, 30), (1, 64)]);
         // A prompt that cannot end within the step leaves the chunk whole.
-        assert_eq!(b.plan(&wants(&[4000, 300])), vec![(0, 64), (1, 192)]);
-        let plan = b.plan(&wants(&[0, 4000, 300, 30]));
+        assert_eq!(b.plan(&wants(&[4000, 300]), |cap| cap).0, vec![(0, 64), (1, 192)]);
+        let plan = b.plan(&wants(&[0, 4000, 300, 30]), |cap| cap).0;
         assert_eq!(plan, vec![(0, 1), (1, 15), (2, 18), (3, 30)]);
     }
 
     #[test]
     fn the_oldest_prompt_gets_a_quarter_even_behind_many_short_ones() {
         let b = StepBudget { max_batch_tokens: 64, prefill_chunk: 64, max_step_ratio: 0.0 };
-        let plan = b.plan(&wants(&[1000, 10, 10, 10, 10, 10, 10, 10]));
+        let plan = b.plan(&wants(&[1000, 10, 10, 10, 10, 10, 10, 10]), |cap| cap).0;
         let total: usize = plan.iter().map(|p| p.1).sum();
         assert_eq!((plan[0], total), ((0, 6), 26), "a short prompt and a quarter of a chunk: {plan:?}");
         assert_eq!(plan[1], (1, 10));
-        let plan = b.plan(&wants(&[1000, 100, 100, 100]));
+        let plan = b.plan(&wants(&[1000, 100, 100, 100]), |cap| cap).0;
         assert_eq!(plan, vec![(0, 16), (1, 48)]);
     }
 
@@ -210,26 +214,26 @@ mod tests {
         // A stream, a long prompt late in its prefill (the pacer allows 1 token), a chat turn:
         // the turn goes whole, the long prompt keeps its token.
         let w = wants(&[0, 3000, 20]);
-        assert_eq!(b.plan_paced(&w, 1), (vec![(0, 1), (1, 1), (2, 20)], 20));
+        assert_eq!(b.plan(&w, |_| 1), (vec![(0, 1), (1, 1), (2, 20)], 20));
         // Within max_batch_tokens in all: a turn of 31 does not fit beside the stream and the
         // allowance, and shares the allowance instead (shortest first).
-        assert_eq!(b.plan_paced(&wants(&[0, 3000, 31]), 1), (vec![(0, 1), (2, 1)], 0));
-        assert_eq!(b.plan_paced(&wants(&[0, 3000, 31]), 4), (vec![(0, 1), (1, 1), (2, 3)], 0));
+        assert_eq!(b.plan(&wants(&[0, 3000, 31]), |_| 1), (vec![(0, 1), (2, 1)], 0));
+        assert_eq!(b.plan(&wants(&[0, 3000, 31]), |_| 4), (vec![(0, 1), (1, 1), (2, 3)], 0));
         // Two turns fit, a third does not; with pacing off (the whole cap allowed) none goes on top.
         let w = wants(&[0, 3000, 10, 12, 15]);
-        assert_eq!(b.plan_paced(&w, 2), (vec![(0, 1), (2, 10), (3, 12), (4, 2)], 22));
-        assert_eq!(b.plan_paced(&w, 31).1, 0);
+        assert_eq!(b.plan(&w, |_| 2), (vec![(0, 1), (2, 10), (3, 12), (4, 2)], 22));
+        assert_eq!(b.plan(&w, |_| 31).1, 0);
         // A long prompt's last tokens are not a short prompt: they share the allowance.
         let w = [wants(&[0])[0], Want { prompt_left: 20, prompt_fed: 4000 }];
-        assert_eq!(b.plan_paced(&w, 2), (vec![(0, 1), (1, 2)], 0));
+        assert_eq!(b.plan(&w, |_| 2), (vec![(0, 1), (1, 2)], 0));
         // A step that measures the decodes alone feeds no prompt.
-        assert_eq!(b.plan_paced(&wants(&[0, 3000, 5]), 0), (vec![(0, 1)], 0));
+        assert_eq!(b.plan(&wants(&[0, 3000, 5]), |_| 0), (vec![(0, 1)], 0));
     }
 
     #[test]
     fn zero_settings_still_make_progress() {
         let b = StepBudget { max_batch_tokens: 0, prefill_chunk: 0, max_step_ratio: 0.0 };
-        assert_eq!(b.plan(&wants(&[10])), vec![(0, 1)]);
-        assert_eq!(b.plan(&wants(&[0, 10])), vec![(0, 1), (1, 1)]);
+        assert_eq!(b.plan(&wants(&[10]), |cap| cap).0, vec![(0, 1)]);
+        assert_eq!(b.plan(&wants(&[0, 10]), |cap| cap).0, vec![(0, 1), (1, 1)]);
     }
 }
