@@ -63,7 +63,7 @@ pub struct Want {
 impl StepBudget {
     /// Most prompt tokens a step may feed, given how many sequences decode in it (beside
     /// decodes, the pacer may give fewer).
-    pub fn prefill_cap(&self, decoding: usize) -> usize {
+    fn prefill_cap(&self, decoding: usize) -> usize {
         if decoding == 0 {
             return self.prefill_chunk.max(1);
         }
@@ -82,14 +82,13 @@ impl StepBudget {
         }
     }
 
-    /// A step beside decoding streams in which the pacer allows `allowance` prompt tokens: short
-    /// prompts (all of the prompt within [`prefill_cap`](Self::prefill_cap)) that fit whole in
-    /// what that cap leaves above the allowance, shortest first, go whole on top; the others
+    /// A step beside decoding streams in which the pacer allows `allowance` prompt tokens of at
+    /// most `cap` ([`prefill_cap`](Self::prefill_cap)): short prompts (all of the prompt within
+    /// `cap`) that fit whole in what `cap` leaves above the allowance, shortest first, go whole
+    /// on top; the others
     /// share `allowance` as in [`plan_with`](Self::plan_with). An allowance of 0 (a step that
     /// measures the decodes alone) feeds no prompt. Also returns the tokens on top.
-    fn plan_paced(&self, wants: &[Want], allowance: usize) -> (Vec<(usize, usize)>, usize) {
-        let decoding = wants.iter().filter(|w| w.prompt_left == 0).count();
-        let cap = self.prefill_cap(decoding);
+    fn plan_paced(&self, wants: &[Want], cap: usize, allowance: usize) -> (Vec<(usize, usize)>, usize) {
         let mut room = if allowance == 0 { 0 } else { cap.saturating_sub(allowance) };
         let short = |w: &Want| w.prompt_left > 0 && w.prompt_fed + w.prompt_left <= cap;
         let mut prompts: Vec<usize> = (0..wants.len()).filter(|&i| short(&wants[i])).collect();
@@ -120,12 +119,15 @@ impl StepBudget {
     pub fn plan(&self, wants: &[Want], allowance: impl FnOnce(usize) -> usize) -> (Vec<(usize, usize)>, usize) {
         match wants.iter().filter(|w| w.prompt_left == 0).count() {
             0 => (self.plan_with(wants, self.prefill_alone(wants)), 0),
-            decoding => self.plan_paced(wants, allowance(self.prefill_cap(decoding))),
+            decoding => {
+                let cap = self.prefill_cap(decoding);
+                self.plan_paced(wants, cap, allowance(cap))
+            }
         }
     }
 
     /// [`plan`](Self::plan) with `prefill` prompt tokens in all, shared as described above.
-    pub fn plan_with(&self, wants: &[Want], prefill: usize) -> Vec<(usize, usize)> {
+    fn plan_with(&self, wants: &[Want], prefill: usize) -> Vec<(usize, usize)> {
         let mut left = prefill;
         let mut give = vec![0usize; wants.len()];
         let mut prefilling: Vec<usize> = (0..wants.len()).filter(|&i| wants[i].prompt_left > 0).collect();
