@@ -19,6 +19,11 @@ use std::arch::x86_64::*;
 
 /// Activation rows per pass over a group's weights (the drivers' tile).
 const TILE: usize = 4;
+/// How far ahead of the super-block being read a pass over several activation rows prefetches
+/// the weights, in bytes: at 2+ rows the dots take long enough that the hardware prefetcher
+/// falls behind (4,096 was the best of 2,048-8,192 in `bench --rows`; docs/performance.md). A
+/// 1-row pass is left to the hardware prefetcher, which software prefetches only slowed.
+const PREFETCH_AHEAD: usize = 4096;
 
 r8_driver!("avx2,fma,f16c", 4, [4 3 2]);
 
@@ -63,6 +68,9 @@ unsafe fn tile<B: IntBlock, const NR: usize>(
         }
         // SAFETY: super-block `b < nb` is readable (our contract).
         let sb = unsafe { grp.add(b * gb) };
+        if NR > 1 {
+            prefetch_ahead(sb, gb);
+        }
         // SAFETY: a super-block starts with the eight rows' f16 `d` (and, for Q4_1, `m`).
         let d = _mm256_cvtph_ps(unsafe { _mm_loadu_si128(sb as *const __m128i) });
         let qs = ROWS * B::QS_AT;
@@ -145,6 +153,17 @@ pub(super) unsafe fn fold_block<B: IntBlock, const NR: usize>(
         if !matches!(B::OFFSET, Offset::None) {
             off[j] = _mm256_fmadd_ps(m, _mm256_set1_ps(sx), off[j]);
         }
+    }
+}
+
+/// Hints the cache lines of the `len` bytes [`PREFETCH_AHEAD`] bytes after `at`: a hint never
+/// faults, so they may lie past the weights.
+#[target_feature(enable = "avx2,fma,f16c")]
+#[inline]
+pub(super) fn prefetch_ahead(at: *const u8, len: usize) {
+    let ahead = at.wrapping_add(PREFETCH_AHEAD) as *const i8;
+    for line in (0..len).step_by(64) {
+        _mm_prefetch::<_MM_HINT_T0>(ahead.wrapping_add(line));
     }
 }
 

@@ -11,7 +11,7 @@
 //! operations in two (AMD Zen 4) the wider registers would only add shuffles.
 
 use super::block::{IntBlock, Weights};
-use super::kern_avx2_r8::{bcast4, fold_block};
+use super::kern_avx2_r8::{bcast4, fold_block, prefetch_ahead};
 use super::quantized_activations::QuantRows;
 use super::repack::{group_block_bytes, ROWS};
 use std::arch::x86_64::*;
@@ -57,6 +57,9 @@ unsafe fn tile<B: IntBlock, const NR: usize>(
         }
         // SAFETY: super-block `b < nb` is readable (our contract).
         let sb = unsafe { grp.add(b * gb) };
+        if NR > 1 {
+            prefetch_ahead(sb, gb);
+        }
         // SAFETY: a super-block starts with the eight rows' f16 `d`.
         let d = _mm256_cvtph_ps(unsafe { _mm_loadu_si128(sb as *const __m128i) });
         let qs = ROWS * B::QS_AT;
