@@ -336,13 +336,24 @@ fn keep_nucleus(s: &mut Vec<(u32, f32)>, top_p: f64) {
 }
 
 fn argmax_raw(logits: &[f32]) -> u32 {
-    let mut best = 0;
-    for (i, &l) in logits.iter().enumerate() {
-        if l > logits[best] {
-            best = i;
+    // The largest value first, in sixteen running maxima the compiler can put in vectors (one
+    // comparison after another, each on the last's result, made greedy picking over a large
+    // vocabulary a visible share of a batched decode step), then its first position: the same
+    // pick as a scan for the first strict maximum (NaN is never larger).
+    let mut lanes = [f32::NEG_INFINITY; 16];
+    let chunks = logits.chunks_exact(16);
+    let mut max = chunks.remainder().iter().fold(f32::NEG_INFINITY, |m, &l| if l > m { l } else { m });
+    for c in chunks {
+        for (m, &l) in lanes.iter_mut().zip(c) {
+            *m = if l > *m { l } else { *m };
         }
     }
-    best as u32
+    max = lanes.iter().fold(max, |m, &l| if l > m { l } else { m });
+    if logits.first().is_some_and(|l| l.is_nan()) {
+        // Nothing is larger than a NaN at position 0, so a scan would keep it.
+        return 0;
+    }
+    logits.iter().position(|&l| l == max).unwrap_or(0) as u32
 }
 
 fn argmax(s: &[(u32, f32)]) -> u32 {

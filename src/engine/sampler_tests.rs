@@ -36,6 +36,33 @@ fn greedy_is_argmax_and_prefers_lowest_id_on_ties() {
 }
 
 #[test]
+fn greedy_over_a_large_vocabulary_is_the_first_strict_maximum() {
+    // The reference: a plain scan that keeps the first strict maximum.
+    let scan = |l: &[f32]| (0..l.len()).fold(0, |b, i| if l[i] > l[b] { i } else { b }) as u32;
+    let mut seed = 7u64;
+    for len in [1, 15, 16, 17, 49_152, 49_153] {
+        for case in 0..6 {
+            let mut l: Vec<f32> = (0..len)
+                .map(|_| {
+                    seed = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+                    // Few distinct values, so that the maximum is often tied.
+                    ((seed >> 33) % 50) as f32 / 7.0 - 3.0
+                })
+                .collect();
+            match case {
+                1 => l[len / 2] = f32::NAN,
+                2 => l[0] = f32::NAN,
+                3 => l.iter_mut().for_each(|v| *v = f32::NEG_INFINITY),
+                4 => l[len - 1] = 1e9,
+                5 => l[0] = 1e9,
+                _ => {}
+            }
+            assert_eq!(argmax_raw(&l), scan(&l), "length {len}, case {case}");
+        }
+    }
+}
+
+#[test]
 fn same_seed_same_tokens_and_other_seed_differs() {
     let logits: Vec<f32> = (0..200).map(|i| ((i * 37 % 101) as f32) / 25.0).collect();
     let run = |seed| {

@@ -71,13 +71,19 @@ impl QuantRows {
         self.n = n;
         let blocks = x.chunks_exact(QK).zip(self.qs.chunks_exact_mut(QK));
         for ((xb, qb), (d, s)) in blocks.zip(self.d.iter_mut().zip(self.s.iter_mut())) {
-            let (dq, sum) = match isa {
+            (*d, *s) = match isa {
                 #[cfg(target_arch = "x86_64")]
-                // SAFETY: both x86 SIMD levels imply AVX2 (detected); the blocks are 32 long.
-                Isa::Avx2 | Isa::Avx512 => unsafe { super::kern_avx2_f32::quantize_block(xb, qb) },
-                _ => quantize_block(xb, qb),
+                // SAFETY: both x86 SIMD levels imply AVX2 and F16C (detected); the blocks are 32
+                // long.
+                Isa::Avx2 | Isa::Avx512 => unsafe {
+                    let (dq, sum) = super::kern_avx2_f32::quantize_block(xb, qb);
+                    super::kern_avx2_f32::f16_scales(dq, sum)
+                },
+                _ => {
+                    let (dq, sum) = quantize_block(xb, qb);
+                    f16_scales(dq, sum)
+                }
             };
-            (*d, *s) = f16_scales(dq, sum);
         }
         if grouped && matches!(isa, Isa::Avx2 | Isa::Avx512) {
             // Only the AVX-512 kernel biases Q8_0 weights; AVX2 moves their signs instead.
@@ -287,6 +293,38 @@ mod tests {
                             [4 * l, 16 + 4 * l].iter().flat_map(|&o| &block[o..o + 4]).map(|&v| v as i32).sum();
                         assert_eq!(c, -128 * sum, "row {i} block {b} lane {l}");
                     }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn the_f16c_scales_are_the_hand_rounded_ones_bit_for_bit() {
+        if !isas_under_test().contains(&Isa::Avx2) {
+            return;
+        }
+        // Scales across the f16 range and past it (subnormal, normal, overflow to infinity),
+        // with mantissas that land on, beside and between f16 steps, times every block sum's
+        // magnitude class.
+        let mut seed = 1u32;
+        for exp in 90..160u32 {
+            for _ in 0..64 {
+                seed = seed.wrapping_mul(1_664_525).wrapping_add(1_013_904_223);
+                let man = match seed % 4 {
+                    0 => seed >> 9 & !0x1fff,
+                    1 => (seed >> 9 & !0x1fff) | 0x1000,
+                    _ => seed >> 9,
+                };
+                let d = f32::from_bits(exp << 23 | man);
+                for sum in [0, 1, -1, 127, -4064, 4064, (seed % 8129) as i32 - 4064] {
+                    // SAFETY: AVX2 (and so F16C, which the level requires) was detected.
+                    let got = unsafe { super::super::kern_avx2_f32::f16_scales(d, sum) };
+                    let want = f16_scales(d, sum);
+                    assert_eq!(
+                        (got.0.to_bits(), got.1.to_bits()),
+                        (want.0.to_bits(), want.1.to_bits()),
+                        "{d:e} x {sum}"
+                    );
                 }
             }
         }
