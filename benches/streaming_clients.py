@@ -6,7 +6,10 @@ clients against one mtplx-lite server, and the ratio of each level to one client
 
 Each round starts every client of a level at once; each streams a greedy chat answer of
 --max-tokens tokens (a different prompt per client) and counts its content chunks. A round's
-figure is all clients' chunks over the round's wall time; the median round is printed. The
+figure is all clients' chunks over the round's wall time; the levels take turns within each
+round, and each level's median round is printed, with the rate of the decoding alone (the
+chunks after each client's first, from the first first chunk to the last chunk: the prompts'
+prefill left out, which a round of 128 tokens per client otherwise counts). The
 server runs with --threads (default: every core) and --server-args (default "--draft none", so
 that one stream is plain decoding, not speculation, and the ratio measures batching alone).
 """
@@ -28,14 +31,16 @@ def stream_one(addr, i, max_tokens, out):
         "max_tokens": max_tokens, "temperature": 0, "stream": True,
     }).encode()
     req = urllib.request.Request(f"http://{addr}/v1/chat/completions", body, {"Content-Type": "application/json"})
-    n = 0
+    n, first, last = 0, None, None
     with urllib.request.urlopen(req, timeout=600) as r:
         for line in r:
             if line.startswith(b"data: {"):
                 d = json.loads(line[6:])
                 if d["choices"] and d["choices"][0].get("delta", {}).get("content"):
                     n += 1
-    out.append(n)
+                    last = time.time()
+                    first = first or last
+    out.append((n, first, last))
 
 
 def main():
@@ -64,12 +69,15 @@ def main():
             sys.exit(f"the server did not start: {' '.join(cmd)}")
         stream_one(addr, 0, args.max_tokens, [])  # warm-up: page in the weights
         print(f"# {os.getloadavg()[0]:.2f} load average at start; server: {' '.join(cmd[3:])} {args.server_args}")
-        print("| clients | aggregate tok/s (median round) | rounds | vs 1 client |")
-        print("|---:|---:|---|---:|")
-        base = None
-        for level in [int(x) for x in args.levels.split(",")]:
-            rates = []
-            for r in range(args.rounds):
+        print("| clients | aggregate tok/s (median round) | rounds | vs 1 client | decoding alone: tok/s | vs 1 client |")
+        print("|---:|---:|---|---:|---:|---:|")
+        levels = [int(x) for x in args.levels.split(",")]
+        # The levels take turns within each round, so that a neighbour's burst on a shared
+        # machine slows them alike rather than one level's rounds.
+        rates = {level: [] for level in levels}
+        decode = {level: [] for level in levels}
+        for r in range(args.rounds):
+            for level in levels:
                 out = []
                 ts = [threading.Thread(target=stream_one, args=(addr, r * 1000 + i, args.max_tokens, out)) for i in range(level)]
                 t = time.time()
@@ -77,11 +85,20 @@ def main():
                     x.start()
                 for x in ts:
                     x.join()
-                rates.append(sum(out) / (time.time() - t))
-            med = sorted(rates)[len(rates) // 2]
+                rates[level].append(sum(n for n, _, _ in out) / (time.time() - t))
+                # The decoding alone: the tokens after each client's first, over the time from
+                # the first first token to the last token (the prompts' prefill left out).
+                span = max(b for _, _, b in out) - min(a for _, a, _ in out)
+                decode[level].append(sum(n - 1 for n, _, _ in out) / span)
+        base = dbase = None
+        for level in levels:
+            med = sorted(rates[level])[len(rates[level]) // 2]
+            dmed = sorted(decode[level])[len(decode[level]) // 2]
             base = base or (med if level == 1 else None)
+            dbase = dbase or (dmed if level == 1 else None)
             ratio = f"{med / base:.2f}x" if base else ""
-            print(f"| {level} | {med:.1f} | {', '.join(f'{x:.1f}' for x in rates)} | {ratio} |")
+            dratio = f"{dmed / dbase:.2f}x" if dbase else ""
+            print(f"| {level} | {med:.1f} | {', '.join(f'{x:.1f}' for x in rates[level])} | {ratio} | {dmed:.1f} | {dratio} |")
     finally:
         server.terminate()
         server.wait()
