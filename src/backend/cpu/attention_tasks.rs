@@ -332,11 +332,17 @@ fn whole_task(isa: Isa, part: &Part<'_>, heads: Heads, scale: f32, group: usize,
             }
             for j in (0..which.len()).filter(|&j| active[j]) {
                 let (o, ao) = (&ot[j * hd * w..][..hd * w], &mut acc_o[j * hd * w..][..hd * w]);
+                let (mut a, mut b) = ([0f32; BLOCK_LANES], [0f32; BLOCK_LANES]);
                 for lane in 0..w {
                     let at = j * w + lane;
-                    let (a, b) = fold(&mut acc_m[at], &mut acc_l[at], m[at], l[at]);
-                    for c in 0..hd {
-                        ao[c * w + lane] = ao[c * w + lane] * a + o[c * w + lane] * b;
+                    (a[lane], b[lane]) = fold(&mut acc_m[at], &mut acc_l[at], m[at], l[at]);
+                }
+                // Column by column, the lanes side by side (contiguous, so in vectors): lane
+                // by lane, a stride of `w` apart, this merge took 5 % of an 8,192-token prefill.
+                // The same product and sum per value as `merge_split`'s, so the same bits.
+                for (ao, o) in ao.chunks_exact_mut(w).zip(o.chunks_exact(w)) {
+                    for (((x, &y), &a), &b) in ao.iter_mut().zip(o).zip(&a[..w]).zip(&b[..w]) {
+                        *x = *x * a + y * b;
                     }
                 }
             }
