@@ -175,32 +175,34 @@ unsafe fn weighted<const U: usize>(
     ol: &mut [f32],
 ) {
     let nc = ((hd - c0) / 8).min(4);
-    let mut acc: [[__m256; 4]; U] = std::array::from_fn(|l| {
-        std::array::from_fn(|c| {
-            let o = &ol[l * hd + c0..];
-            if c < nc {
-                // SAFETY: columns `c0 + 8c + 8 <= hd` of row `l`.
-                unsafe { _mm256_mul_ps(_mm256_loadu_ps(o.as_ptr().add(8 * c)), _mm256_set1_ps(alpha[l])) }
-            } else {
-                _mm256_setzero_ps()
-            }
-        })
-    });
-    let f16 = |p: *const u16| {
-        // SAFETY: callers pass 8 values inside a value row (contract).
-        unsafe { _mm256_cvtph_ps(_mm_loadu_si128(p as *const __m128i)) }
-    };
+    // Plain loops and a fixed count of columns: with `array::from_fn` and `0..nc` the compiled
+    // loop kept the accumulators on the stack, a load and a store around every `vdpbf16ps`.
+    let mut acc = [[_mm256_setzero_ps(); 4]; U];
+    for (l, a) in acc.iter_mut().enumerate() {
+        for (c, x) in a.iter_mut().enumerate().take(nc) {
+            // SAFETY: columns `c0 + 8c + 8 <= hd` of row `l`.
+            *x =
+                unsafe { _mm256_mul_ps(_mm256_loadu_ps(ol[l * hd + c0 + 8 * c..].as_ptr()), _mm256_set1_ps(alpha[l])) };
+        }
+    }
     for (j, odd) in (0..kt.div_ceil(2)).map(|j| (j, 2 * j + 1 < kt)) {
-        let p: [__m256i; U] = std::array::from_fn(|l| _mm256_set1_epi32(pairs[l][j] as i32));
-        for c in 0..nc {
-            // SAFETY: rows `2j` and, when below `kt`, `2j + 1`, columns `8c..8c + 8` (contract).
-            let (lo, hi) = unsafe {
-                let lo = f16(values.add(2 * j * stride + 8 * c));
-                (lo, if odd { f16(values.add((2 * j + 1) * stride + 8 * c)) } else { _mm256_setzero_ps() })
-            };
-            let vp = pair(lo, hi);
-            for (a, &pl) in acc.iter_mut().zip(&p) {
-                a[c] = dot(a[c], vp, pl);
+        let mut p = [_mm256_setzero_si256(); U];
+        for (x, pl) in p.iter_mut().zip(pairs) {
+            *x = _mm256_set1_epi32(pl[j] as i32);
+        }
+        for c in 0..4 {
+            if c < nc {
+                // SAFETY: rows `2j` and, when below `kt`, `2j + 1`, columns `8c..8c + 8`
+                // (contract).
+                let (lo, hi) = unsafe {
+                    let row = |r: usize| values.add(r * stride + 8 * c) as *const __m128i;
+                    let lo = _mm256_cvtph_ps(_mm_loadu_si128(row(2 * j)));
+                    (lo, if odd { _mm256_cvtph_ps(_mm_loadu_si128(row(2 * j + 1))) } else { _mm256_setzero_ps() })
+                };
+                let vp = pair(lo, hi);
+                for (a, &pl) in acc.iter_mut().zip(&p) {
+                    a[c] = dot(a[c], vp, pl);
+                }
             }
         }
     }
