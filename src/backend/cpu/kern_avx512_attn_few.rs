@@ -185,7 +185,9 @@ unsafe fn weighted<const U: usize>(
                 unsafe { _mm256_mul_ps(_mm256_loadu_ps(ol[l * hd + c0 + 8 * c..].as_ptr()), _mm256_set1_ps(alpha[l])) };
         }
     }
-    for (j, odd) in (0..kt.div_ceil(2)).map(|j| (j, 2 * j + 1 < kt)) {
+    // A plain range: the closure of a `map` over it was compiled as a call per pair.
+    for j in 0..kt.div_ceil(2) {
+        let odd = 2 * j + 1 < kt;
         let mut p = [_mm256_setzero_si256(); U];
         for (x, pl) in p.iter_mut().zip(pairs) {
             *x = _mm256_set1_epi32(pl[j] as i32);
