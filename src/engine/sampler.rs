@@ -340,6 +340,10 @@ fn argmax_raw(logits: &[f32]) -> u32 {
     // comparison after another, each on the last's result, made greedy picking over a large
     // vocabulary a visible share of a batched decode step), then its first position: the same
     // pick as a scan for the first strict maximum (NaN is never larger).
+    if logits.first().is_some_and(|l| l.is_nan()) {
+        // Nothing is larger than a NaN at position 0, so a scan would keep it.
+        return 0;
+    }
     let mut lanes = [f32::NEG_INFINITY; 16];
     let chunks = logits.chunks_exact(16);
     let mut max = chunks.remainder().iter().fold(f32::NEG_INFINITY, |m, &l| if l > m { l } else { m });
@@ -349,10 +353,6 @@ fn argmax_raw(logits: &[f32]) -> u32 {
         }
     }
     max = lanes.iter().fold(max, |m, &l| if l > m { l } else { m });
-    if logits.first().is_some_and(|l| l.is_nan()) {
-        // Nothing is larger than a NaN at position 0, so a scan would keep it.
-        return 0;
-    }
     logits.iter().position(|&l| l == max).unwrap_or(0) as u32
 }
 

@@ -160,14 +160,27 @@ pub(super) unsafe fn f16s_to_f32(src: *const u16, n: usize, dst: *mut f32) {
     }
 }
 
+/// Every 32-value block of `x` quantized into `q` ([`quantize_block`]), its `(d, d * sum)`
+/// rounded to f16 ([`f16_scales`]) into `d` and `s`: one loop with this level's features, so that
+/// both inline (called from the portable loop, the scales' conversion stayed a call per block).
+///
+/// # Safety
+/// The CPU must support AVX2, FMA and F16C.
+#[target_feature(enable = "avx2,fma,f16c")]
+pub unsafe fn quantize_blocks(x: &[f32], q: &mut [i8], d: &mut [f32], s: &mut [f32]) {
+    for ((xb, qb), (d, s)) in x.chunks_exact(32).zip(q.chunks_exact_mut(32)).zip(d.iter_mut().zip(s)) {
+        // SAFETY: the blocks are 32 long; the features are ours.
+        let (dq, sum) = unsafe { quantize_block(xb, qb) };
+        (*d, *s) = f16_scales(dq, sum);
+    }
+}
+
 /// `(d, d * sum)` rounded to f16 and back, as `quantized_activations::f16_scales` does by hand:
 /// F16C rounds half to even as that code does, so the bits are the same, in two instructions
 /// instead of two calls of branchy integer code per block.
-///
-/// # Safety
-/// The CPU must support F16C.
 #[target_feature(enable = "avx2,fma,f16c")]
-pub unsafe fn f16_scales(d: f32, sum: i32) -> (f32, f32) {
+#[inline]
+pub(super) fn f16_scales(d: f32, sum: i32) -> (f32, f32) {
     let v = _mm_setr_ps(d, d * sum as f32, 0.0, 0.0);
     let r = _mm_cvtph_ps(_mm_cvtps_ph::<_MM_FROUND_TO_NEAREST_INT>(v));
     (_mm_cvtss_f32(r), _mm_cvtss_f32(_mm_shuffle_ps(r, r, 1)))
@@ -183,7 +196,7 @@ pub unsafe fn f16_scales(d: f32, sum: i32) -> (f32, f32) {
 /// # Panics
 /// When `x` or `q` holds fewer than 32 values.
 #[target_feature(enable = "avx2,fma,f16c")]
-pub unsafe fn quantize_block(x: &[f32], q: &mut [i8]) -> (f32, i32) {
+unsafe fn quantize_block(x: &[f32], q: &mut [i8]) -> (f32, i32) {
     assert!(x.len() >= 32 && q.len() >= 32);
     let p = x.as_ptr();
     // SAFETY: `x` holds at least 32 values (asserted).

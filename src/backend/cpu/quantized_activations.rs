@@ -69,21 +69,20 @@ impl QuantRows {
         self.s.resize(nb, 0.0);
         self.cols = cols;
         self.n = n;
-        let blocks = x.chunks_exact(QK).zip(self.qs.chunks_exact_mut(QK));
-        for ((xb, qb), (d, s)) in blocks.zip(self.d.iter_mut().zip(self.s.iter_mut())) {
-            (*d, *s) = match isa {
-                #[cfg(target_arch = "x86_64")]
-                // SAFETY: both x86 SIMD levels imply AVX2 and F16C (detected); the blocks are 32
-                // long.
-                Isa::Avx2 | Isa::Avx512 => unsafe {
-                    let (dq, sum) = super::kern_avx2_f32::quantize_block(xb, qb);
-                    super::kern_avx2_f32::f16_scales(dq, sum)
-                },
-                _ => {
+        match isa {
+            #[cfg(target_arch = "x86_64")]
+            // SAFETY: both x86 SIMD levels imply AVX2, FMA and F16C (detected); `qs`, `d` and `s`
+            // were sized for the blocks of `x` above.
+            Isa::Avx2 | Isa::Avx512 => unsafe {
+                super::kern_avx2_f32::quantize_blocks(x, &mut self.qs, &mut self.d, &mut self.s)
+            },
+            _ => {
+                let blocks = x.chunks_exact(QK).zip(self.qs.chunks_exact_mut(QK));
+                for ((xb, qb), (d, s)) in blocks.zip(self.d.iter_mut().zip(self.s.iter_mut())) {
                     let (dq, sum) = quantize_block(xb, qb);
-                    f16_scales(dq, sum)
+                    (*d, *s) = f16_scales(dq, sum);
                 }
-            };
+            }
         }
         if grouped && matches!(isa, Isa::Avx2 | Isa::Avx512) {
             // Only the AVX-512 kernel biases Q8_0 weights; AVX2 moves their signs instead.
