@@ -22,7 +22,7 @@ const TILE: usize = 4;
 /// How far ahead of the super-block being read a pass over several activation rows prefetches
 /// the weights, in bytes: at 2+ rows the dots take long enough that the hardware prefetcher
 /// falls behind (4,096 was the best of 2,048-8,192 in `bench --rows`; docs/performance.md). A
-/// 1-row pass is left to the hardware prefetcher, which software prefetches only slowed.
+/// 1-row pass is left to the hardware prefetcher: software prefetches did not help there.
 const PREFETCH_AHEAD: usize = 4096;
 
 r8_driver!("avx2,fma,f16c", 4, [4 3 2]);
