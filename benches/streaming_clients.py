@@ -88,8 +88,9 @@ def main():
                 rates[level].append(sum(n for n, _, _ in out) / (time.time() - t))
                 # The decoding alone: the tokens after each client's first, over the time from
                 # the first first token to the last token (the prompts' prefill left out).
-                span = max(b for _, _, b in out) - min(a for _, a, _ in out)
-                decode[level].append(sum(n - 1 for n, _, _ in out) / span)
+                got = [(n, a, b) for n, a, b in out if n > 0]
+                span = max((b for _, _, b in got), default=0) - min((a for _, a, _ in got), default=0)
+                decode[level].append(sum(n - 1 for n, _, _ in got) / span if span > 0 else 0.0)
         base = dbase = None
         for level in levels:
             med = sorted(rates[level])[len(rates[level]) // 2]
