@@ -85,9 +85,8 @@ impl StepBudget {
     /// A step beside decoding streams in which the pacer allows `allowance` prompt tokens of at
     /// most `cap` ([`prefill_cap`](Self::prefill_cap)): short prompts (all of the prompt within
     /// `cap`) that fit whole in what `cap` leaves above the allowance, shortest first, go whole
-    /// on top; the others
-    /// share `allowance` as in [`plan_with`](Self::plan_with). An allowance of 0 (a step that
-    /// measures the decodes alone) feeds no prompt. Also returns the tokens on top.
+    /// on top; the others share `allowance` as in [`plan_with`](Self::plan_with). An allowance of
+    /// 0 (a step that measures the decodes alone) feeds no prompt. Also returns the tokens on top.
     fn plan_paced(&self, wants: &[Want], cap: usize, allowance: usize) -> (Vec<(usize, usize)>, usize) {
         let mut room = if allowance == 0 { 0 } else { cap.saturating_sub(allowance) };
         let short = |w: &Want| w.prompt_left > 0 && w.prompt_fed + w.prompt_left <= cap;
