@@ -16,7 +16,7 @@
 //!     read (`KERNELS_BENCH_ATTENTION=1` runs only this part).
 
 use mtplx_lite::backend::cpu::Isa;
-use mtplx_lite::backend::{f16_values, grouped_keys, AttnSeq, Backend, CpuBackend, DType, Heads, Layout, WeightRef};
+use mtplx_lite::backend::{stored_keys, stored_values, AttnSeq, Backend, CpuBackend, DType, Heads, Layout, WeightRef};
 use std::time::Instant;
 
 const LAYERS: usize = 30;
@@ -245,9 +245,12 @@ fn step_attention(x: &[f32], stream: [f64; 2]) {
         let layer = |seed: usize| -> Vec<f32> {
             (0..ctx * heads.kv_dim()).map(|i| (((i + seed) * 31 % 97) as f32 - 48.0) / 97.0).collect()
         };
-        let caches: Vec<(Vec<u16>, Vec<u16>)> =
-            (0..LAYERS).map(|l| (grouped_keys(&layer(2 * l), heads.kv_dim()), f16_values(&layer(2 * l + 1)))).collect();
-        // The cache holds f16 keys and values.
+        // The cache in the format the backend reads (16-bit keys and values either way).
+        let format = CpuBackend::with_isa(1, Isa::detect()).kv_format(heads.head_dim);
+        let kvd = heads.kv_dim();
+        let caches: Vec<(Vec<u16>, Vec<u16>)> = (0..LAYERS)
+            .map(|l| (stored_keys(&layer(2 * l), kvd, format), stored_values(&layer(2 * l + 1), kvd, format)))
+            .collect();
         let bytes = (2 * LAYERS * ctx * heads.kv_dim() * std::mem::size_of::<u16>()) as f64;
         let q = &x[..heads.q_dim()];
         let mut o = vec![0f32; heads.q_dim()];
@@ -255,7 +258,7 @@ fn step_attention(x: &[f32], stream: [f64; 2]) {
             let be = CpuBackend::with_isa(threads, Isa::detect());
             let secs = best(20, || {
                 for (k, v) in &caches {
-                    let seq = AttnSeq { q, keys: k, values: v, start_pos: ctx - 1, n_q: 1, out: &mut o };
+                    let seq = AttnSeq { q, keys: k, values: v, format, start_pos: ctx - 1, n_q: 1, out: &mut o };
                     be.attention(seq, heads, 0.125);
                 }
             });
@@ -412,14 +415,15 @@ fn main() {
     let heads = Heads { n_heads: 9, n_kv_heads: 3, head_dim: 64 };
     for ctx in [128, 512, 2048] {
         let kv: Vec<f32> = (0..ctx * heads.kv_dim()).map(|i| ((i * 31 % 97) as f32 - 48.0) / 97.0).collect();
-        let keys = grouped_keys(&kv, heads.kv_dim());
-        let kv = f16_values(&kv);
+        let format = CpuBackend::with_isa(1, best_isa).kv_format(heads.head_dim);
+        let keys = stored_keys(&kv, heads.kv_dim(), format);
+        let kv = stored_values(&kv, heads.kv_dim(), format);
         let q = &x[..heads.q_dim()];
         let mut o = vec![0f32; heads.q_dim()];
         for threads in [1, 2] {
             let be = CpuBackend::with_isa(threads, best_isa);
             let secs = best(200, || {
-                let seq = AttnSeq { q, keys: &keys, values: &kv, start_pos: ctx - 1, n_q: 1, out: &mut o };
+                let seq = AttnSeq { q, keys: &keys, values: &kv, format, start_pos: ctx - 1, n_q: 1, out: &mut o };
                 be.attention(seq, heads, 0.125)
             });
             print!("  ctx {ctx:>5}, {threads} thread(s): {:>6.1} us", secs * 1e6);

@@ -55,7 +55,7 @@ fn greedy_speculation_with_the_forged_head_equals_plain_greedy() {
     let plain = plain_greedy(&model, &prompt, NEW_TOKENS);
 
     let mut trunk_cache = model.new_cache(256);
-    let mut head_cache = head.new_cache(256);
+    let mut head_cache = head.new_cache(256, model.kv_format());
     let out = model
         .forward_hidden(&mut [SeqBatch { tokens: &prompt, cache: &mut trunk_cache, logits: LogitsWanted::Last }])
         .unwrap();
@@ -120,7 +120,7 @@ fn the_quantized_head_scores_drafts_like_the_exact_one() {
     let n = prompt.len() - 1;
     let h = model.info().hidden;
     let run = |head: &MtpHead| {
-        let mut c = head.new_cache(256);
+        let mut c = head.new_cache(256, model.kv_format());
         head.forward(&model, &mut c, &out.hidden[0][..n * h], &prompt[1..], LogitsWanted::All).unwrap().logits
     };
     let (a, b) = (run(&exact), run(&fast));

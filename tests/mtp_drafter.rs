@@ -50,7 +50,7 @@ fn fresh_drafts(t: &Llama, head: &MtpHead, history: &[u32], from: usize) -> Vec<
     let mut batch = [SeqBatch { tokens: &history[..len], cache: &mut cache, logits: LogitsWanted::Last }];
     let hidden = t.forward_hidden(&mut batch).unwrap().hidden.remove(0);
     let h = t.info().hidden;
-    let mut head_cache = head.new_cache(CAPACITY);
+    let mut head_cache = head.new_cache(CAPACITY, t.kv_format());
     let drafts =
         head.draft_greedy(t, &mut head_cache, &hidden[from * h..], &history[from + 1..], DEPTH).expect("drafting");
     drafts.into_iter().map(|(tok, _)| tok).collect()

@@ -88,7 +88,7 @@ fn head_logits_equal_the_torch_heads() {
     let head = MtpHead::load(&data("head.safetensors"), &trunk_sha(), &t).unwrap();
     assert_eq!(head.subvocab(), &g.subvocab[..]);
     assert_eq!(head.depth_trained(), 3);
-    let mut cache = head.new_cache(64);
+    let mut cache = head.new_cache(64, t.kv_format());
     let n = g.catch_up;
     let s1 = head.forward(&t, &mut cache, &hidden[..n * h], &g.tokens[1..n + 1], LogitsWanted::All).unwrap();
     assert_close("depth 1 logits", &s1.logits, &g.depth1_logits, tol());
@@ -125,7 +125,7 @@ fn rollback_gives_the_logits_of_a_fresh_run() {
 
     // Draft three deep, as the engine would, then roll back to the accepted length and feed
     // what the trunk verified.
-    let mut cache = head.new_cache(64);
+    let mut cache = head.new_cache(64, t.kv_format());
     let drafts = head.draft_greedy(&t, &mut cache, &hidden[..n * h], &g.tokens[1..n + 1], 3).unwrap();
     assert_eq!(drafts.len(), 3);
     assert!(drafts.iter().all(|(tok, p)| head.subvocab().contains(tok) && *p > 0.0 && *p <= 1.0));
@@ -134,7 +134,7 @@ fn rollback_gives_the_logits_of_a_fresh_run() {
     let after =
         head.forward(&t, &mut cache, &hidden[n * h..m * h], &g.tokens[n + 1..m + 1], LogitsWanted::All).unwrap();
 
-    let mut fresh: KvCache = head.new_cache(64);
+    let mut fresh: KvCache = head.new_cache(64, t.kv_format());
     let all = head.forward(&t, &mut fresh, &hidden[..m * h], &g.tokens[1..m + 1], LogitsWanted::All).unwrap();
     let s = head.subvocab().len();
     assert_close("rolled back against fresh", &after.logits, &all.logits[n * s..], 1e-5);

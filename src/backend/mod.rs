@@ -4,9 +4,13 @@
 
 pub mod cpu;
 pub mod dtype;
+pub mod kv_layout;
 
 pub use cpu::CpuBackend;
 pub use dtype::DType;
+pub use kv_layout::{
+    grouped_keys_len, key_index, store_keys, store_values, stored_keys, stored_values, KvFormat, KEY_GROUP,
+};
 
 /// A weight matrix: `rows` rows of `cols` values, each row encoded as `dtype` (`cols /
 /// block_len` blocks), laid out as `layout` says.
@@ -154,6 +158,13 @@ pub trait Backend: Send {
     /// `scale`.
     fn attention(&self, seq: AttnSeq<'_>, heads: Heads, scale: f32);
 
+    /// The cache format this backend's attention reads fastest for heads of `head_dim` (every
+    /// backend reads [`KvFormat::F16`]).
+    fn kv_format(&self, head_dim: usize) -> KvFormat {
+        let _ = head_dim;
+        KvFormat::F16
+    }
+
     /// [`Backend::attention`] for every sequence of a batched step at once, so that a backend
     /// can spread all of them over its threads in one go. The default runs them one by one.
     fn attention_batch(&self, seqs: &mut [AttnSeq<'_>], heads: Heads, scale: f32) {
@@ -163,72 +174,16 @@ pub trait Backend: Send {
     }
 }
 
-/// Positions per group of the key layout attention reads (see [`key_index`]).
-pub const KEY_GROUP: usize = 8;
-
-/// Where element `e` (of `kv_dim`) of the key of position `p` is in a grouped key buffer:
-/// groups of [`KEY_GROUP`] positions, each `kv_dim` columns of the group's positions side by
-/// side. A kernel then loads one element of 8 keys as one vector, where position-major keys
-/// had to be transposed for every tile of every decode step.
-#[inline]
-pub fn key_index(p: usize, e: usize, kv_dim: usize) -> usize {
-    (p / KEY_GROUP) * KEY_GROUP * kv_dim + e * KEY_GROUP + p % KEY_GROUP
-}
-
-/// Length of a grouped key buffer holding positions `0..n`: whole groups.
-pub fn grouped_keys_len(n: usize, kv_dim: usize) -> usize {
-    n.div_ceil(KEY_GROUP) * KEY_GROUP * kv_dim
-}
-
-/// Writes position-major key `rows` (of `kv_dim`) for positions `start..` into the grouped
-/// buffer `keys` as f16 (rounded to nearest even), growing it to whole groups (a group's
-/// unwritten positions are zero).
-pub fn store_keys(keys: &mut Vec<u16>, start: usize, rows: &[f32], kv_dim: usize) {
-    let n = rows.len() / kv_dim.max(1);
-    let need = grouped_keys_len(start + n, kv_dim);
-    if keys.len() < need {
-        keys.resize(need, 0);
-    }
-    let mut half = vec![0u16; kv_dim];
-    for (i, row) in rows.chunks_exact(kv_dim).enumerate() {
-        cpu::float16::f32s_to_f16(row, &mut half);
-        for (e, &x) in half.iter().enumerate() {
-            keys[key_index(start + i, e, kv_dim)] = x;
-        }
-    }
-}
-
-/// Appends position-major value `rows` to `values` as f16 (rounded to nearest even).
-pub fn store_values(values: &mut Vec<u16>, rows: &[f32]) {
-    let at = values.len();
-    values.resize(at + rows.len(), 0);
-    cpu::float16::f32s_to_f16(rows, &mut values[at..]);
-}
-
-/// Position-major keys of `kv_dim` into a new grouped f16 buffer (tests and benchmarks).
-pub fn grouped_keys(rows: &[f32], kv_dim: usize) -> Vec<u16> {
-    let mut keys = Vec::new();
-    store_keys(&mut keys, 0, rows, kv_dim);
-    keys
-}
-
-/// Position-major values into a new f16 buffer (tests and benchmarks).
-pub fn f16_values(rows: &[f32]) -> Vec<u16> {
-    let mut values = Vec::new();
-    store_values(&mut values, rows);
-    values
-}
-
 /// One sequence's attention: `q` holds `n_q` rows of `heads.q_dim()`, the tokens at positions
-/// `start_pos..start_pos + n_q`; `keys` are grouped (see [`key_index`]) and `values`
-/// position-major rows of `heads.kv_dim()`, both IEEE half bits ([`store_keys`],
-/// [`store_values`]: half the bytes of f32 for attention to read), both holding at least positions
-/// `0..start_pos + n_q` (keys in whole groups); `n_q` rows of `heads.q_dim()` are written to
-/// `out`.
+/// `start_pos..start_pos + n_q`; `keys` and `values` (of `heads.kv_dim()` per position) are laid
+/// out as `format` says ([`store_keys`], [`store_values`]: half the bytes of f32 for attention
+/// to read), both holding at least positions `0..start_pos + n_q` (keys in whole groups, values
+/// in whole pairs in bf16); `n_q` rows of `heads.q_dim()` are written to `out`.
 pub struct AttnSeq<'a> {
     pub q: &'a [f32],
     pub keys: &'a [u16],
     pub values: &'a [u16],
+    pub format: KvFormat,
     pub start_pos: usize,
     pub n_q: usize,
     pub out: &'a mut [f32],
@@ -241,6 +196,7 @@ impl AttnSeq<'_> {
             q: self.q,
             keys: self.keys,
             values: self.values,
+            format: self.format,
             start_pos: self.start_pos,
             n_q: self.n_q,
             out: self.out,

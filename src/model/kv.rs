@@ -4,36 +4,39 @@
 //! and never beyond `capacity` positions. The engine decides which caches live and for how long
 //! (`engine::kv_cache`); the model reads and appends.
 
-use crate::backend::{grouped_keys_len, store_keys, store_values};
+use crate::backend::{grouped_keys_len, store_keys, store_values, KvFormat};
 
-/// Bytes of one stored key or value element (f16).
+/// Bytes of one stored key or value element (f16 or bf16).
 const BYTES_PER_VALUE: usize = 2;
 
-/// Keys and values are stored as IEEE half floats (f16 bits, rounded to nearest even), as
-/// llama.cpp's default cache type: attention at long contexts is bound by reading them, and
-/// half the bytes read take about half the time (docs/performance.md, "Keys and values in f16").
+/// Keys and values are stored as 16-bit floats (f16 as llama.cpp's default cache type, or bf16
+/// where the backend multiplies bf16 pairs; both rounded to nearest even): attention at long
+/// contexts is bound by reading them, and half the bytes read take about half the time
+/// (docs/performance.md, "Keys and values in f16").
 pub struct KvCache {
-    /// Per layer, the keys (f16 bits): grouped as attention reads them (`backend::key_index`,
-    /// whole groups of 8 positions) in a cache made by [`KvCache::new`], position-major in one
+    /// Per layer, the keys: grouped as attention reads them (`backend::KvFormat::key_at`, whole
+    /// groups of 8 positions) in a cache made by [`KvCache::new`], position-major f16 rows in one
     /// made by [`KvCache::position_major`].
     pub k: Vec<Vec<u16>>,
-    /// Per layer, `len * kv_dim` values (f16 bits), position-major.
+    /// Per layer, the values (`backend::KvFormat::values_len` of them).
     pub v: Vec<Vec<u16>>,
     kv_dim: usize,
     len: usize,
     capacity: usize,
+    format: KvFormat,
     grouped: bool,
 }
 
 impl KvCache {
-    /// A cache for the backend's attention: keys grouped.
-    pub fn new(n_layers: usize, kv_dim: usize, capacity: usize) -> KvCache {
+    /// A cache for the backend's attention, in the `format` it reads (`Backend::kv_format`).
+    pub fn new(n_layers: usize, kv_dim: usize, capacity: usize, format: KvFormat) -> KvCache {
         KvCache {
             k: vec![Vec::new(); n_layers],
             v: vec![Vec::new(); n_layers],
             kv_dim,
             len: 0,
             capacity,
+            format,
             grouped: true,
         }
     }
@@ -41,18 +44,18 @@ impl KvCache {
     /// A cache whose keys are position-major rows, like its values (a model that reads its
     /// cache itself, such as the engine's toy model).
     pub fn position_major(n_layers: usize, kv_dim: usize, capacity: usize) -> KvCache {
-        KvCache { grouped: false, ..KvCache::new(n_layers, kv_dim, capacity) }
+        KvCache { grouped: false, ..KvCache::new(n_layers, kv_dim, capacity, KvFormat::F16) }
     }
 
     /// Layer `l`'s keys and values of positions `len..len + n` (`n` rows of `kv_dim` each, n
-    /// taken from `k`), before [`KvCache::advance`] makes them count; rounded to f16.
+    /// taken from `k`), before [`KvCache::advance`] makes them count; rounded to the format.
     pub fn append(&mut self, l: usize, k: &[f32], v: &[f32]) {
         if self.grouped {
-            store_keys(&mut self.k[l], self.len, k, self.kv_dim);
+            store_keys(&mut self.k[l], self.len, k, self.kv_dim, self.format);
         } else {
-            store_values(&mut self.k[l], k);
+            store_values(&mut self.k[l], self.len, k, self.kv_dim, self.format);
         }
-        store_values(&mut self.v[l], v);
+        store_values(&mut self.v[l], self.len, v, self.kv_dim, self.format);
     }
 
     /// Keys stored for `n` positions.
@@ -78,6 +81,10 @@ impl KvCache {
     pub fn kv_dim(&self) -> usize {
         self.kv_dim
     }
+    /// How the keys and values are encoded and laid out, for attention to read them.
+    pub fn format(&self) -> KvFormat {
+        self.format
+    }
 
     /// Forgets every position from `len` on (speculative rollback, prefix reuse).
     pub fn truncate(&mut self, len: usize) {
@@ -85,7 +92,15 @@ impl KvCache {
             self.len = len;
             let keys = self.keys_len(len);
             self.k.iter_mut().for_each(|l| l.truncate(keys));
-            self.v.iter_mut().for_each(|l| l.truncate(len * self.kv_dim));
+            let (format, kvd) = (self.format, self.kv_dim);
+            for l in self.v.iter_mut() {
+                l.truncate(format.values_len(len, kvd));
+                // The forgotten half of a last pair goes back to zero, as a new pair's is: a
+                // kernel multiplies it by a weight of 0, which a stale infinity would make NaN.
+                if format.values_len(len, kvd) > len * kvd {
+                    (0..kvd).for_each(|c| l[format.value_at(len, c, kvd)] = 0);
+                }
+            }
         }
     }
 
@@ -95,7 +110,7 @@ impl KvCache {
         self.len += n;
         debug_assert!(self.len <= self.capacity);
         debug_assert!(self.k.iter().all(|l| l.len() == self.keys_len(self.len)));
-        debug_assert!(self.v.iter().all(|l| l.len() == self.len * self.kv_dim));
+        debug_assert!(self.v.iter().all(|l| l.len() == self.format.values_len(self.len, self.kv_dim)));
     }
 
     /// Bytes of memory the cache holds now (allocated, not just used).
@@ -112,34 +127,40 @@ impl KvCache {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::backend::{f16_values, grouped_keys};
+    use crate::backend::{stored_keys, stored_values};
 
-    /// Appends across groups, a rollback into the middle of a group and appends after it leave
-    /// the keys the grouped layout of the rows that remain, and the values position-major.
+    /// Appends across groups, a rollback into the middle of a group (and of a pair of values)
+    /// and appends after it leave the keys and values the layout of the rows that remain, in
+    /// each format; the forgotten half of a pair reads zero until it is written again.
     #[test]
-    fn grouped_keys_survive_appends_and_a_rollback_inside_a_group() {
-        let kvd = 3;
+    fn keys_and_values_survive_appends_and_a_rollback_inside_a_group() {
+        let kvd = 4;
         let row = |p: usize, salt: f32| -> Vec<f32> { (0..kvd).map(|e| p as f32 * 10.0 + e as f32 + salt).collect() };
-        let mut c = KvCache::new(2, kvd, 64);
-        let feed = |c: &mut KvCache, from: usize, n: usize, salt: f32| {
-            let rows: Vec<f32> = (from..from + n).flat_map(|p| row(p, salt)).collect();
+        for format in [KvFormat::F16, KvFormat::Bf16Pairs] {
+            let mut c = KvCache::new(2, kvd, 64, format);
+            let feed = |c: &mut KvCache, from: usize, n: usize, salt: f32| {
+                let rows: Vec<f32> = (from..from + n).flat_map(|p| row(p, salt)).collect();
+                for l in 0..2 {
+                    c.append(l, &rows, &rows);
+                }
+                c.advance(n);
+            };
+            feed(&mut c, 0, 5, 0.0);
+            feed(&mut c, 5, 7, 0.0);
+            c.truncate(9);
+            let stale = (0..kvd).map(|e| c.v[0].get(format.value_at(9, e, kvd)).copied().unwrap_or(0));
+            assert!(stale.into_iter().all(|x| x == 0), "{format:?}: position 9's value outlived the rollback");
+            feed(&mut c, 9, 4, 0.5);
+            let want: Vec<f32> = (0..13).flat_map(|p| row(p, if p < 9 { 0.0 } else { 0.5 })).collect();
             for l in 0..2 {
-                c.append(l, &rows, &rows);
+                assert_eq!(c.k[l], stored_keys(&want, kvd, format), "{format:?} layer {l}");
+                assert_eq!(c.v[l], stored_values(&want, kvd, format), "{format:?} layer {l}");
             }
-            c.advance(n);
-        };
-        feed(&mut c, 0, 5, 0.0);
-        feed(&mut c, 5, 7, 0.0);
-        c.truncate(10);
-        feed(&mut c, 10, 3, 0.5);
-        let want: Vec<f32> = (0..13).flat_map(|p| row(p, if p < 10 { 0.0 } else { 0.5 })).collect();
-        for l in 0..2 {
-            assert_eq!(c.k[l], grouped_keys(&want, kvd), "layer {l}");
-            assert_eq!(c.v[l], f16_values(&want), "layer {l}");
         }
+        let want: Vec<f32> = (0..13).flat_map(|p| row(p, 0.0)).collect();
         let mut p = KvCache::position_major(1, kvd, 64);
         p.append(0, &want, &want);
         p.advance(13);
-        assert_eq!(p.k[0], f16_values(&want));
+        assert_eq!(p.k[0], stored_values(&want, kvd, KvFormat::F16));
     }
 }

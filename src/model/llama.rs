@@ -9,7 +9,7 @@ use super::mtp::{ForwardOutput, MtpTrunk, TrunkShared};
 use super::weights::ModelWeights;
 use super::{ForwardError, LogitsWanted, Model, ModelError, ModelInfo, SeqBatch, Tensor};
 use crate::backend::cpu::dequantize_row;
-use crate::backend::{AttnSeq, Backend, CpuBackend, Heads, Rope};
+use crate::backend::{AttnSeq, Backend, CpuBackend, Heads, KvFormat, Rope};
 use std::sync::Mutex;
 
 /// Rows of logits whose buffer a pass keeps for the next (a verify pass has up to 9).
@@ -110,6 +110,10 @@ impl Model for Llama {
     fn mtp_trunk(&self) -> Option<&dyn MtpTrunk> {
         Some(self)
     }
+
+    fn kv_format(&self) -> KvFormat {
+        self.backend.kv_format(self.hp.head_dim)
+    }
 }
 
 impl MtpTrunk for Llama {
@@ -202,6 +206,7 @@ impl Llama {
                     q,
                     keys: &b.cache.k[l],
                     values: &b.cache.v[l],
+                    format: b.cache.format(),
                     start_pos: b.cache.len(),
                     n_q: n,
                     out,

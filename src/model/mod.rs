@@ -33,6 +33,7 @@ mod tokenizer_gguf;
 mod tokenizer_spm;
 pub mod weights;
 
+use crate::backend::KvFormat;
 pub use chat_template::{ChatMessage, ChatTemplate, TemplateError};
 pub use config::{Arch, HParams, RopeLayout};
 pub use error::ModelError;
@@ -110,10 +111,15 @@ impl std::error::Error for ForwardError {}
 pub trait Model: Send + Sync {
     fn info(&self) -> &ModelInfo;
 
+    /// How this model's caches store keys and values: the format its backend's attention reads.
+    fn kv_format(&self) -> KvFormat {
+        KvFormat::F16
+    }
+
     /// An empty cache for one sequence of at most `capacity` positions.
     fn new_cache(&self, capacity: usize) -> KvCache {
         let i = self.info();
-        KvCache::new(i.n_layers, i.n_kv_heads * i.head_dim, capacity)
+        KvCache::new(i.n_layers, i.n_kv_heads * i.head_dim, capacity, self.kv_format())
     }
 
     /// Runs every sequence of `batch` forward by its tokens, in one pass that reads each weight

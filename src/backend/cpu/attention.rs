@@ -19,7 +19,7 @@
 
 use super::float16::f16_to_f32;
 use super::isa::Isa;
-use crate::backend::{key_index, KEY_GROUP};
+use crate::backend::{key_index, KvFormat, KEY_GROUP};
 
 /// Keys per tile: a tile's scores (`TILE_KEYS x BLOCK_LANES`, 6 KB) stay in L1 beside the
 /// block's queries and outputs (`head_dim x BLOCK_LANES` each), and tiles are long enough to
@@ -43,12 +43,14 @@ pub(super) struct AttnBlock<'a> {
     pub qt: &'a [f32],
     /// `w` lane positions; padding lanes have `i32::MAX` (they see every key).
     pub lane_pos: &'a [i32],
-    /// The grouped keys (f16 bits) from the KV head's first column on: element `d` of key `p`
-    /// at `keys[(p / 8) * 8 * stride + d * 8 + p % 8]` (`backend::key_index`).
+    /// The grouped keys from the KV head's first column on: element `d` of key `p` at
+    /// `keys[format.key_at(p, d, stride)]`.
     pub keys: &'a [u16],
-    /// The values (f16 bits) from the KV head's first on: value `p` at
-    /// `values[p * stride..][..hd]`.
+    /// The values from the KV head's first column on: column `c` of value `p` at
+    /// `values[format.value_at(p, c, stride)]`.
     pub values: &'a [u16],
+    /// The cache's format: f16 for the f32 kernels, bf16 pairs for the bf16 ones.
+    pub format: KvFormat,
     pub stride: usize,
     pub hd: usize,
     /// The first key read: a multiple of `TILE_KEYS`.
@@ -91,10 +93,11 @@ impl AttnBlock<'_> {
             self.k_begin,
             self.n_keys
         );
-        let need = (self.n_keys - 1) * self.stride + self.hd;
+        let (f, last) = (self.format, self.n_keys - 1);
+        // The last value through the head's `hd` columns (in bf16, the whole last pair).
+        let need = f.value_at(last | usize::from(f == KvFormat::Bf16Pairs), self.hd - 1, self.stride) + 1;
         // The keys' last group, from its first position, through the head's `hd` elements.
-        let last_group = (self.n_keys - 1) / KEY_GROUP * KEY_GROUP;
-        let need_keys = key_index(last_group, self.hd, self.stride);
+        let need_keys = f.key_at(last / KEY_GROUP * KEY_GROUP, self.hd, self.stride);
         assert!(
             self.keys.len() >= need_keys && self.values.len() >= need,
             "attention: the cache holds fewer than {} positions",
@@ -185,9 +188,10 @@ fn attend_block_scalar(b: &mut AttnBlock<'_>, w: usize) {
 pub(super) fn attend_blocks(isa: Isa, bs: &mut [AttnBlock<'_>], w: usize, scratch: &mut TileScratch) {
     match isa {
         #[cfg(target_arch = "x86_64")]
-        // SAFETY: `bf16_attention` detected AVX-512 BF16 (F, VL, BW: the level); bounds are
-        // checked inside.
-        Isa::Avx512 if bf16_products(isa, bs) => unsafe {
+        // SAFETY: a cache in bf16 pairs reaches attention only where `kv_format` chose it (checked
+        // by the driver): `bf16_attention` detected AVX-512 BF16 (F, VL, BW: the level); bounds
+        // are checked inside.
+        Isa::Avx512 if bs.first().is_some_and(|b| b.format == KvFormat::Bf16Pairs) => unsafe {
             use super::kern_avx512_attn::attend_blocks;
             match w {
                 8 => attend_blocks::<1, 16>(bs, scratch),
@@ -212,11 +216,16 @@ pub(super) fn attend_blocks(isa: Isa, bs: &mut [AttnBlock<'_>], w: usize, scratc
     }
 }
 
-/// Whether blocks of head size `hd` take the bf16 kernel at `isa` (`Isa::bf16_attention`; its
-/// pairs and vectors want whole groups of 8 of the head's dimensions): decided per head size,
-/// never per block, so that a row's bits do not depend on the rows around it.
-pub(super) fn bf16_products(isa: Isa, bs: &[AttnBlock<'_>]) -> bool {
-    isa.bf16_attention() && bs.first().is_some_and(|b| b.hd.is_multiple_of(8))
+/// The cache format the kernel of `isa` reads for heads of `hd`: bf16 pairs where attention
+/// multiplies them (`Isa::bf16_attention`; its pairs and vectors want whole groups of 8 of the
+/// head's dimensions), else f16. Decided per head size, never per block, so that a row's bits do
+/// not depend on the rows around it.
+pub fn kv_format(isa: Isa, hd: usize) -> KvFormat {
+    if isa.bf16_attention() && hd.is_multiple_of(8) {
+        KvFormat::Bf16Pairs
+    } else {
+        KvFormat::F16
+    }
 }
 
 /// A worker's buffers for the SIMD kernel, kept between calls: every decode step runs a few
@@ -232,9 +241,8 @@ pub(super) struct TileScratch {
     /// A tile's values widened to f32, `hd` apart.
     pub values: Vec<f32>,
     /// The bf16 kernel's buffers (`kern_avx512_attn.rs`): the blocks' query pairs, the tile's
-    /// key and value pairs, a tile's weight pairs.
+    /// key pairs in the order the scores take them, a tile's weight pairs.
     pub qb: Vec<u32>,
     pub kb: Vec<u32>,
-    pub vb: Vec<u32>,
     pub pb: Vec<u32>,
 }

@@ -12,10 +12,12 @@
 //!   block is halved to make tasks (which read its keys twice). The segments' partial results
 //!   are merged after the pool's job.
 
-use super::attention::{attend_blocks, AttnBlock, TileScratch, BLOCK_LANES, FEW_LANES, MAX_GROUP, TILE_KEYS};
+use super::attention::{
+    attend_blocks, kv_format, AttnBlock, TileScratch, BLOCK_LANES, FEW_LANES, MAX_GROUP, TILE_KEYS,
+};
 use super::isa::Isa;
 use super::pool::Pool;
-use crate::backend::{grouped_keys_len, key_index, AttnSeq, Heads};
+use crate::backend::{grouped_keys_len, AttnSeq, Heads, KvFormat};
 use std::cell::RefCell;
 
 /// Keys per segment of every lane's softmax (a multiple of `TILE_KEYS`): merging costs a
@@ -86,6 +88,7 @@ struct Part<'a> {
     q: &'a [f32],
     keys: &'a [u16],
     values: &'a [u16],
+    format: KvFormat,
     start_pos: usize,
     n_q: usize,
     out: SyncPtr,
@@ -152,8 +155,14 @@ pub(crate) fn attention_batch(pool: &Pool, isa: Isa, seqs: &mut [AttnSeq<'_>], h
         assert_eq!(s.q.len(), n_q * qd, "attention: q has {} values, want {n_q} x {qd}", s.q.len());
         assert_eq!(s.out.len(), n_q * qd, "attention: out has {} values, want {n_q} x {qd}", s.out.len());
         assert!(
-            s.keys.len() >= grouped_keys_len(ctx, kvd) && s.values.len() >= ctx * kvd,
+            s.keys.len() >= grouped_keys_len(ctx, kvd) && s.values.len() >= s.format.values_len(ctx, kvd),
             "attention: the cache holds fewer than {ctx} positions"
+        );
+        assert!(
+            s.format == KvFormat::F16 || s.format == kv_format(isa, hd),
+            "attention: a cache in {:?} at {} (heads of {hd})",
+            s.format,
+            isa.name()
         );
         let first_task = tasks;
         let mut rows = (BLOCK_LANES / hpu).min(n_q.max(1));
@@ -187,6 +196,7 @@ pub(crate) fn attention_batch(pool: &Pool, isa: Isa, seqs: &mut [AttnSeq<'_>], h
             q: s.q,
             keys: s.keys,
             values: s.values,
+            format: s.format,
             start_pos: s.start_pos,
             n_q,
             out: SyncPtr(s.out.as_mut_ptr()),
@@ -288,8 +298,9 @@ fn segment(
         bs.push(AttnBlock {
             qt,
             lane_pos: pos,
-            keys: &part.keys[key_index(0, ln.kvh * hd, kvd)..],
-            values: &part.values[ln.kvh * hd..],
+            keys: &part.keys[part.format.key_at(0, ln.kvh * hd, kvd)..],
+            values: &part.values[part.format.value_at(0, ln.kvh * hd, kvd)..],
+            format: part.format,
             stride: kvd,
             hd,
             k_begin,

@@ -3,6 +3,7 @@
 use super::super::float16::{bf16_to_f32, f16_to_f32, f32_to_bf16, f32_to_f16};
 use super::super::test_inputs::{isas_under_test, noise};
 use super::*;
+use crate::backend::{stored_keys, stored_values};
 
 /// Largest difference allowed from the f64 reference: outputs are weighted means of values in
 /// [-1, 1], off by a few f32 ulps of the weights (measured: at most 3.5e-7 up to 4,191 keys).
@@ -14,22 +15,18 @@ const MAX_ERR: f32 = 2e-6;
 /// rounded weights, so the mean moves by less than 2^-8 (measured: at most 1.4e-3, over the first keys).
 const BF16_MAX_ERR: f32 = 1.0 / 256.0;
 
-/// Whether `isa` runs the bf16 kernel for heads of `hd` (the test's reference then rounds what
-/// that kernel rounds).
-fn bf16(isa: Isa, hd: usize) -> bool {
-    isa.bf16_attention() && hd.is_multiple_of(8)
-}
-
-/// The reference's rows and its bound for `isa`: the f16 cache's (`f32`) or the bf16 kernel's.
+/// The reference's rows and its bound for `isa`: the f16 cache's (`f32`) or the bf16 kernel's
+/// (over the bf16 cache it reads).
 fn pick<'a, T>(isa: Isa, hd: usize, exact: &'a T, rounded: impl FnOnce() -> &'a T) -> (&'a T, f32) {
-    if bf16(isa, hd) {
+    if kv_format(isa, hd) == KvFormat::Bf16Pairs {
         (rounded(), BF16_MAX_ERR)
     } else {
         (exact, MAX_ERR)
     }
 }
 
-/// [`attention`] of one sequence into a new buffer.
+/// [`attention`] of one sequence into a new buffer, over a cache in the format the kernel of
+/// `isa` reads.
 #[allow(clippy::too_many_arguments)]
 fn run(
     pool: &Pool,
@@ -42,17 +39,36 @@ fn run(
     n_q: usize,
     scale: f32,
 ) -> Vec<f32> {
+    let format = kv_format(isa, heads.head_dim);
+    run_in(pool, isa, format, q, keys, values, heads, start_pos, n_q, scale)
+}
+
+/// [`run`] over a cache in `format`.
+#[allow(clippy::too_many_arguments)]
+fn run_in(
+    pool: &Pool,
+    isa: Isa,
+    format: KvFormat,
+    q: &[f32],
+    keys: &[f32],
+    values: &[f32],
+    heads: Heads,
+    start_pos: usize,
+    n_q: usize,
+    scale: f32,
+) -> Vec<f32> {
     let mut out = vec![f32::NAN; n_q * heads.q_dim()];
-    let keys = &crate::backend::grouped_keys(keys, heads.kv_dim());
-    let values = &crate::backend::f16_values(values);
-    let seq = AttnSeq { q, keys, values, start_pos, n_q, out: &mut out };
+    let keys = &stored_keys(keys, heads.kv_dim(), format);
+    let values = &stored_values(values, heads.kv_dim(), format);
+    let seq = AttnSeq { q, keys, values, format, start_pos, n_q, out: &mut out };
     attention(pool, isa, seq, heads, scale);
     out
 }
 
 /// Attention written out plainly in f64, for query rows `rows` (row `t` at `start + t`):
-/// `(row, its q_dim outputs)`, over the keys and values the cache holds (rounded to f16), and
-/// with `bf16` over the queries, keys and values the bf16 kernel multiplies.
+/// `(row, its q_dim outputs)`, over the keys and values an f16 cache holds, or with `bf16`
+/// over the queries, keys and values the bf16 kernel multiplies (a bf16 cache holds each value
+/// rounded to f16, then to bf16).
 #[allow(clippy::too_many_arguments)]
 fn reference(
     q: &[f32],
@@ -231,8 +247,9 @@ fn batched_attention_equals_one_call_per_sequence() {
         let alone: Vec<Vec<f32>> =
             seqs.iter().map(|(start, n, q, k, v)| run(&pool, isa, q, k, v, hs, *start, *n, 0.25)).collect();
         let mut outs: Vec<Vec<f32>> = seqs.iter().map(|s| vec![f32::NAN; s.1 * qd]).collect();
-        let keys: Vec<Vec<u16>> = seqs.iter().map(|s| crate::backend::grouped_keys(&s.3, kvd)).collect();
-        let values: Vec<Vec<u16>> = seqs.iter().map(|s| crate::backend::f16_values(&s.4)).collect();
+        let format = kv_format(isa, hs.head_dim);
+        let keys: Vec<Vec<u16>> = seqs.iter().map(|s| stored_keys(&s.3, kvd, format)).collect();
+        let values: Vec<Vec<u16>> = seqs.iter().map(|s| stored_values(&s.4, kvd, format)).collect();
         let mut batch: Vec<AttnSeq<'_>> = seqs
             .iter()
             .zip(keys.iter().zip(&values))
@@ -241,6 +258,7 @@ fn batched_attention_equals_one_call_per_sequence() {
                 q,
                 keys: k,
                 values: v,
+                format,
                 start_pos: *start,
                 n_q: *n,
                 out,
@@ -249,5 +267,25 @@ fn batched_attention_equals_one_call_per_sequence() {
         attention_batch(&pool, isa, &mut batch, hs, 0.25);
         drop(batch);
         assert_eq!(outs, alone, "{isa:?}");
+    }
+}
+
+#[test]
+fn an_f16_cache_is_read_at_every_level() {
+    // A cache made before the backend was known, or for another backend, still works where the
+    // kernel of choice reads bf16 pairs: the f32 kernels take it, to the f16 reference's bound.
+    let hs = Heads { n_heads: 9, n_kv_heads: 3, head_dim: 64 };
+    for (start, n_q) in [(0, 1), (300, 1), (5, 40)] {
+        let ctx = start + n_q;
+        let q: Vec<f32> = noise(n_q * hs.q_dim(), 11).iter().map(|v| v * 3.0).collect();
+        let (k, v) = (noise(ctx * hs.kv_dim(), 12), noise(ctx * hs.kv_dim(), 13));
+        let rows: Vec<usize> = (0..n_q).collect();
+        let want = reference(&q, &k, &v, hs, start, &rows, 0.125, false);
+        let pool = Pool::new(2);
+        for isa in isas_under_test() {
+            let out = run_in(&pool, isa, KvFormat::F16, &q, &k, &v, hs, start, n_q, 0.125);
+            let err = max_err(&out, &want);
+            assert!(err <= MAX_ERR, "{} from {start}, {n_q} rows: off by {err}", isa.name());
+        }
     }
 }

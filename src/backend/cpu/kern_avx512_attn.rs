@@ -4,8 +4,9 @@
 //! of bf16 values. One instruction does the work of two FMAs, so a long prompt's attention,
 //! bound by its multiply-adds, takes about half the instructions.
 //!
-//! The queries, a tile's keys and values and the softmax weights are rounded to bf16 (to
-//! nearest even); products are exact and sums are f32. Pairs run along the head's dimensions
+//! The queries and the softmax weights are rounded to bf16 (to nearest even), and the cache
+//! holds the keys and values as bf16 pairs (`KvFormat::Bf16Pairs`); products are exact and sums
+//! are f32. Pairs run along the head's dimensions
 //! for the scores (a query lane's `(q[2i], q[2i + 1])` against a key's) and along the keys for
 //! the weighted sum (a lane's `(p[2j], p[2j + 1])` against a value column's). The weights are
 //! rounded before they are summed, so each lane's weights sum exactly to its normaliser.
@@ -17,7 +18,7 @@ use super::kern_avx2_attn::masked_max;
 use super::kern_avx2_attn_few::few_lanes;
 use super::kern_avx2_f32::exp_ps;
 use super::kern_avx512_attn_few::tile_few;
-use crate::backend::key_index;
+use crate::backend::KvFormat;
 use std::arch::x86_64::*;
 
 /// `x`'s bits rounded to nearest even at bit 16: the bf16 in each lane's top half (its low half
@@ -83,15 +84,15 @@ unsafe fn scores<const NV: usize, const KB: usize>(qb: *const u32, kb: *const u3
 /// columns `c..c + CB`.
 ///
 /// # Safety
-/// AVX-512 BF16; `pb` holds `kp` rows of `NV * 8` weight pairs, `vb` `kp` rows of `hd` value
-/// pairs from column `c`, `ot` rows `c..c + CB` of `NV * 8` lanes.
+/// AVX-512 BF16; `pb` holds `kp` rows of `NV * 8` weight pairs, `vb` `kp` rows (`vstride`
+/// apart) of value pairs from column `c`, `ot` rows `c..c + CB` of `NV * 8` lanes.
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vl,avx512bw,avx512bf16")]
 #[inline]
 unsafe fn weighted<const NV: usize, const CB: usize>(
     pb: *const u32,
     kp: usize,
     vb: *const u32,
-    hd: usize,
+    vstride: usize,
     alpha: &[__m256; NV],
     ot: *mut f32,
 ) {
@@ -107,9 +108,10 @@ unsafe fn weighted<const NV: usize, const CB: usize>(
         unsafe {
             let pk: [__m256i; NV] =
                 std::array::from_fn(|v| _mm256_loadu_si256(pb.add(k * w + 8 * v) as *const __m256i));
-            let vk = vb.add(k * hd);
+            let vk = vb.add(k * vstride);
             for (c, a) in acc.iter_mut().enumerate() {
-                let vc = _mm256_set1_epi32(*vk.add(c) as i32);
+                // The cache's u16 buffer need not be 4-byte aligned.
+                let vc = _mm256_set1_epi32(vk.add(c).read_unaligned() as i32);
                 for v in 0..NV {
                     a[v] = dot(a[v], pk[v], vc);
                 }
@@ -140,7 +142,7 @@ pub unsafe fn attend_blocks<const NV: usize, const STEP: usize>(bs: &mut [AttnBl
     let hd = bs.first().map_or(0, |b| b.hd);
     assert!(hd.is_multiple_of(8), "attention: head dimension {hd} is not a multiple of 8");
     let k_begin = bs.first().map_or(0, |b| b.k_begin);
-    let TileScratch { ol, qb, kb, vb, pb, .. } = scratch;
+    let TileScratch { ol, qb, kb, pb, .. } = scratch;
     // Blocks of a few lanes (a decode row: one row times the heads of a KV head) keep their
     // outputs lane by lane, `FEW_LANES * hd` values per block, zero to start like `ot`.
     let few: [usize; MAX_GROUP] = std::array::from_fn(|i| bs.get(i).map_or(0, |b| few_lanes::<NV>(b)));
@@ -150,10 +152,10 @@ pub unsafe fn attend_blocks<const NV: usize, const STEP: usize>(bs: &mut [AttnBl
     }
     qb.resize(bs.len() * hd / 2 * w, 0);
     kb.resize(TILE_KEYS / 2 * hd, 0);
-    vb.resize(TILE_KEYS / 2 * hd, 0);
     pb.resize(TILE_KEYS / 2 * w, 0);
     for (i, b) in bs.iter_mut().enumerate() {
         b.check(w);
+        assert_eq!(b.format, KvFormat::Bf16Pairs, "attention: the bf16 kernel reads bf16 pairs");
         assert_eq!(b.k_begin, k_begin, "attention: blocks of a group start at different keys");
         assert_eq!(b.hd, hd, "attention: blocks of a group with different head dimensions");
         b.ot[..hd * w].fill(0.0);
@@ -175,17 +177,17 @@ pub unsafe fn attend_blocks<const NV: usize, const STEP: usize>(bs: &mut [AttnBl
     let sees = sees(bs);
     let n_keys = bs.iter().map(|b| b.n_keys).max().unwrap_or(0);
     for k0 in (k_begin..n_keys).step_by(TILE_KEYS) {
-        let mut widened = None;
+        let mut copied = None;
         for (i, (b, run)) in bs.iter_mut().zip(&mut runs).enumerate() {
             if k0 >= b.n_keys {
                 continue;
             }
             let q = &qb[i * hd / 2 * w..(i + 1) * hd / 2 * w];
-            if few[i] == 0 && widened != Some(b.source()) {
+            if few[i] == 0 && copied != Some(b.source()) {
                 // SAFETY: every block of this source was checked through its `n_keys`, so
-                // through `sees[i]`; the buffers were sized above.
-                unsafe { widen(b, k0, TILE_KEYS.min(sees[i] - k0), kb, vb) };
-                widened = Some(b.source());
+                // through `sees[i]`; `kb` was sized above.
+                unsafe { copy_keys(b, k0, TILE_KEYS.min(sees[i] - k0), kb) };
+                copied = Some(b.source());
             }
             if few[i] > 0 {
                 let (mut ms, mut ls) = ([0f32; 8], [0f32; 8]);
@@ -201,8 +203,8 @@ pub unsafe fn attend_blocks<const NV: usize, const STEP: usize>(bs: &mut [AttnBl
                 }
                 continue;
             }
-            // SAFETY: `b` was checked and `k0 < b.n_keys`; the tile is in `kb` and `vb`.
-            unsafe { tile::<NV, STEP>(b, run, k0, q.as_ptr(), kb.as_ptr(), vb.as_ptr(), pb.as_mut_ptr()) };
+            // SAFETY: `b` was checked and `k0 < b.n_keys`; the tile's keys are in `kb`.
+            unsafe { tile::<NV, STEP>(b, run, k0, q.as_ptr(), kb.as_ptr(), pb.as_mut_ptr()) };
         }
     }
     few_outputs(bs, &few, ol, w);
@@ -217,40 +219,23 @@ pub unsafe fn attend_blocks<const NV: usize, const STEP: usize>(bs: &mut [AttnBl
     }
 }
 
-/// Keys `k0..k0 + kt` of block `b`'s cache as bf16 pairs into `kb` (pair `i` of key `j` at
-/// `i * TILE_KEYS + j`), and their values into `vb` (row `j / 2` holds `hd` pairs of keys
-/// `2j'` and `2j' + 1`; the last row's second half 0 when `kt` is odd).
+/// Keys `k0..k0 + kt` of block `b`'s cache (bf16 pairs) into `kb`, pair `i` of key `j` at `i *
+/// TILE_KEYS + j`: the order in which the scores take them, key by key within a pair row.
 ///
 /// # Safety
 /// The kernel's features; `k0` a multiple of 8 and `kt <= TILE_KEYS`; the cache holds keys
-/// `k0..k0 + kt` in whole groups and their values; `kb` and `vb` hold `TILE_KEYS / 2 * hd`.
+/// `k0..k0 + kt` in whole groups; `kb` holds `TILE_KEYS / 2 * hd`.
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vl,avx512bw,avx512bf16")]
-unsafe fn widen(b: &AttnBlock<'_>, k0: usize, kt: usize, kb: &mut [u32], vb: &mut [u32]) {
+unsafe fn copy_keys(b: &AttnBlock<'_>, k0: usize, kt: usize, kb: &mut [u32]) {
     let (hd, stride) = (b.hd, b.stride);
-    let f16 = |p: *const u16| {
-        // SAFETY: callers pass 8 f16 inside the cache (contract).
-        unsafe { _mm256_cvtph_ps(_mm_loadu_si128(p as *const __m128i)) }
-    };
     for g in 0..kt.div_ceil(8) {
+        let group = b.keys[b.format.key_at(k0 + 8 * g, 0, stride)..].as_ptr();
         for i in 0..hd / 2 {
-            let at = |d: usize| b.keys[key_index(k0 + 8 * g, d, stride)..].as_ptr();
-            // SAFETY: group `g` holds 8 keys' elements `2i` and `2i + 1 < hd`; row `i` of
-            // `kb` holds `TILE_KEYS >= 8g + 8` pairs.
+            // SAFETY: group `g` holds pair `i < hd / 2` of its 8 keys as 16 values from `16i`;
+            // row `i` of `kb` holds `TILE_KEYS >= 8g + 8` pairs.
             unsafe {
-                let p = pair(f16(at(2 * i)), f16(at(2 * i + 1)));
+                let p = _mm256_loadu_si256(group.add(16 * i) as *const __m256i);
                 _mm256_storeu_si256(kb.as_mut_ptr().add(i * TILE_KEYS + 8 * g) as *mut __m256i, p);
-            }
-        }
-    }
-    for j in 0..kt.div_ceil(2) {
-        let row = |k: usize| b.values[(k0 + k) * stride..].as_ptr();
-        for c in (0..hd).step_by(8) {
-            // SAFETY: value rows `2j` and, when below `kt`, `2j + 1` hold `hd` columns from
-            // the head's first; row `j` of `vb` holds `hd` pairs.
-            unsafe {
-                let lo = f16(row(2 * j).add(c));
-                let hi = if 2 * j + 1 < kt { f16(row(2 * j + 1).add(c)) } else { _mm256_setzero_ps() };
-                _mm256_storeu_si256(vb.as_mut_ptr().add(j * hd + c) as *mut __m256i, pair(lo, hi));
             }
         }
     }
@@ -260,7 +245,7 @@ unsafe fn widen(b: &AttnBlock<'_>, k0: usize, kt: usize, kb: &mut [u32], vb: &mu
 ///
 /// # Safety
 /// The kernel's features; `b.check(NV * 8)` passed and `k0 < b.n_keys`; `qb` holds the block's
-/// query pairs, `kb` and `vb` the tile as [`widen`] leaves it, `pb` room for `TILE_KEYS / 2`
+/// query pairs, `kb` the tile's keys as [`copy_keys`] leaves them, `pb` room for `TILE_KEYS / 2`
 /// rows of `NV * 8` pairs.
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vl,avx512bw,avx512bf16")]
 unsafe fn tile<const NV: usize, const STEP: usize>(
@@ -269,7 +254,6 @@ unsafe fn tile<const NV: usize, const STEP: usize>(
     k0: usize,
     qb: *const u32,
     kb: *const u32,
-    vb: *const u32,
     pb: *mut u32,
 ) {
     let w = NV * 8;
@@ -317,15 +301,21 @@ unsafe fn tile<const NV: usize, const STEP: usize>(
         *m = mt;
     }
     let kp = kt.div_ceil(2);
+    // The tile's value pairs, straight from the cache: pair row `j` (keys `k0 + 2j` and the
+    // next) holds `stride` pairs, the head's `hd` first. When `kt` is odd the last row's second
+    // half is a later position or zero, and its weight is 0.
+    let (stride, at) = (b.stride, b.format.value_at(k0, 0, b.stride));
+    let vb = b.values[at..].as_ptr() as *const u32;
     let mut c = 0;
     while c + STEP <= hd {
-        // SAFETY: columns `c..c + STEP` of the tile's values and of `ot`.
-        unsafe { weighted::<NV, STEP>(pb, kp, vb.add(c), hd, &alpha, ot.add(c * w)) };
+        // SAFETY: columns `c..c + STEP` of the tile's values (`check`: whole pairs through
+        // `n_keys`) and of `ot`.
+        unsafe { weighted::<NV, STEP>(pb, kp, vb.add(c), stride, &alpha, ot.add(c * w)) };
         c += STEP;
     }
     while c < hd {
         // SAFETY: column `c`.
-        unsafe { weighted::<NV, 1>(pb, kp, vb.add(c), hd, &alpha, ot.add(c * w)) };
+        unsafe { weighted::<NV, 1>(pb, kp, vb.add(c), stride, &alpha, ot.add(c * w)) };
         c += 1;
     }
 }

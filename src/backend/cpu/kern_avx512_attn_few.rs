@@ -1,7 +1,7 @@
 //! The bf16 attention kernel (`kern_avx512_attn.rs`) for blocks of a few lanes, as a decode
 //! row makes: the tile's keys (scores) or value columns (weighted sum) go in the vector
-//! dimension, converted to bf16 pairs straight from the cache once for all the block's lanes
-//! (a lane-major block's widened tile would be converted for 3 lanes and stored, then read
+//! dimension, loaded as bf16 pairs straight from the cache (`KvFormat::Bf16Pairs`) once for all
+//! the block's lanes (a lane-major block's copied tile would be stored for 3 lanes, then read
 //! back: a 4,000-position decode step took 1.3-1.4x as long). Every lane,
 //! key and column gets the lane-major kernel's operations on the same bf16 pairs in the same
 //! order (`vdpbf16ps` multiplies pairs exactly, whichever operand is broadcast; the weights
@@ -12,16 +12,15 @@
 use super::attention::{AttnBlock, TILE_KEYS};
 use super::kern_avx2_attn_few::masked_lane_max;
 use super::kern_avx2_f32::exp_ps;
-use super::kern_avx512_attn::{dot, pair, rne};
-use crate::backend::key_index;
+use super::kern_avx512_attn::{dot, rne};
 use std::arch::x86_64::*;
 
 /// Keys `k0..` (one tile, or to `b.n_keys`) into lanes `0..used` of a few-lane block: their
 /// running max `ms` and sum `ls`, and their outputs `ol` (lane `i`'s `hd` values at `i * hd`).
 ///
 /// # Safety
-/// AVX-512 F/VL/BW and BF16; `b.check(8)` passed, `k0 < b.n_keys` and `k0` starts a group of
-/// keys, `1 <= used <= 4`; `qb` holds the block's `hd / 2` rows of 8 query pairs; `ol` holds
+/// AVX-512 F/VL/BW and BF16; `b.check(8)` passed for a cache in bf16 pairs, `k0 < b.n_keys`
+/// and `k0` starts a group of keys, `1 <= used <= 4`; `qb` holds the block's `hd / 2` rows of 8 query pairs; `ol` holds
 /// `used * hd` values; `hd` is a multiple of 8.
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vl,avx512bw,avx512bf16")]
 #[allow(clippy::too_many_arguments)]
@@ -60,8 +59,8 @@ unsafe fn tile_lanes<const U: usize>(
 ) {
     let (hd, stride) = (b.hd, b.stride);
     let kt = TILE_KEYS.min(b.n_keys - k0);
-    let keys = b.keys[key_index(k0, 0, stride)..].as_ptr();
-    let values = b.values[k0 * stride..].as_ptr();
+    let keys = b.keys[b.format.key_at(k0, 0, stride)..].as_ptr();
+    let values = b.values[b.format.value_at(k0, 0, stride)..].as_ptr();
     let mut sc = [[0f32; TILE_KEYS]; U];
     let groups = kt.div_ceil(8);
     for g0 in (0..groups).step_by(4) {
@@ -102,16 +101,16 @@ unsafe fn tile_lanes<const U: usize>(
     for c0 in (0..hd).step_by(32) {
         // SAFETY: value rows below `kt` hold `hd` columns from the head's first (`check`);
         // `ol` holds `U` rows of `hd`.
-        unsafe { weighted::<U>(&pairs, kt, values.add(c0), stride, hd, c0, &alpha, ol) };
+        unsafe { weighted::<U>(&pairs, kt, values.add(2 * c0), stride, hd, c0, &alpha, ol) };
     }
 }
 
 /// Scores of `n <= 4` groups of 8 keys (from `keys`, the first at key `at` of the tile) for `U`
-/// lanes into `sc[lane][at..at + n * 8]`: each pair of the head's dimensions is converted once
-/// for all the lanes.
+/// lanes into `sc[lane][at..at + n * 8]`: each pair of the head's dimensions is loaded once for
+/// all the lanes.
 ///
 /// # Safety
-/// The kernel's features; `keys` holds `n` whole groups (`backend::key_index` with `stride`),
+/// The kernel's features; `keys` holds `n` whole groups in bf16 pairs with `stride`,
 /// `qb` `hd / 2` rows of 8 query pairs; `at + n * 8 <= TILE_KEYS`.
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vl,avx512bw,avx512bf16")]
 #[inline]
@@ -135,10 +134,8 @@ unsafe fn scores<const U: usize>(
             // on the stack: a 4,000-position decode step took about 5 % longer, one alternated run).
             for g in 0..4 {
                 if g < n {
-                    let k = keys.add(g * 8 * stride + 2 * i * 8);
-                    let lo = _mm256_cvtph_ps(_mm_loadu_si128(k as *const __m128i));
-                    let hi = _mm256_cvtph_ps(_mm_loadu_si128(k.add(8) as *const __m128i));
-                    let kp = pair(lo, hi);
+                    // Pair `i` of the group's 8 keys: 16 values side by side.
+                    let kp = _mm256_loadu_si256(keys.add(g * 8 * stride + 16 * i) as *const __m256i);
                     for (a, &ql) in acc.iter_mut().zip(&q) {
                         a[g] = dot(a[g], kp, ql);
                     }
@@ -155,12 +152,13 @@ unsafe fn scores<const U: usize>(
 }
 
 /// Columns `c0..c0 + 32` (or to `hd`) of `U` lanes' outputs: `o[c] = o[c] * alpha + sum over
-/// key pairs j of pairs[lane][j] . (v[2j][c], v[2j + 1][c])`, each value pair converted once
-/// for all the lanes.
+/// key pairs j of pairs[lane][j] . (v[2j][c], v[2j + 1][c])`, each value pair loaded once for
+/// all the lanes.
 ///
 /// # Safety
-/// The kernel's features; `values` holds value rows `0..kt` from column `c0` (`stride` apart),
-/// with `hd - c0` columns, a multiple of 8; `ol` holds `U` rows of `hd`.
+/// The kernel's features; `values` holds the pairs of value rows `0..kt` (whole pairs, `2 *
+/// stride` apart) from column `c0`, with `hd - c0` columns, a multiple of 8; `ol` holds `U` rows
+/// of `hd`.
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vl,avx512bw,avx512bf16")]
 #[inline]
 #[allow(clippy::too_many_arguments)]
@@ -187,21 +185,15 @@ unsafe fn weighted<const U: usize>(
     }
     // A plain range: the closure of a `map` over it was compiled as a call per pair.
     for j in 0..kt.div_ceil(2) {
-        let odd = 2 * j + 1 < kt;
         let mut p = [_mm256_setzero_si256(); U];
         for (x, pl) in p.iter_mut().zip(pairs) {
             *x = _mm256_set1_epi32(pl[j] as i32);
         }
         for c in 0..4 {
             if c < nc {
-                // SAFETY: rows `2j` and, when below `kt`, `2j + 1`, columns `8c..8c + 8`
-                // (contract).
-                let (lo, hi) = unsafe {
-                    let row = |r: usize| values.add(r * stride + 8 * c) as *const __m128i;
-                    let lo = _mm256_cvtph_ps(_mm_loadu_si128(row(2 * j)));
-                    (lo, if odd { _mm256_cvtph_ps(_mm_loadu_si128(row(2 * j + 1))) } else { _mm256_setzero_ps() })
-                };
-                let vp = pair(lo, hi);
+                // SAFETY: pair `j` of rows, columns `8c..8c + 8` (contract). When `kt` is odd
+                // its second row is a later position or zero, times a weight of 0.
+                let vp = unsafe { _mm256_loadu_si256(values.add(2 * j * stride + 16 * c) as *const __m256i) };
                 for (a, &pl) in acc.iter_mut().zip(&p) {
                     a[c] = dot(a[c], vp, pl);
                 }

@@ -62,7 +62,7 @@ mod test_inputs;
 pub use isa::{Isa, CAP_ENV as ISA_CAP_ENV};
 pub use type_traits::{dequantize_row, quantize_row};
 
-use crate::backend::{AttnSeq, Backend, Heads, Layout, Rope, WeightRef};
+use crate::backend::{AttnSeq, Backend, Heads, KvFormat, Layout, Rope, WeightRef};
 use matmul::{Path, Scratch};
 use pool::Pool;
 use std::sync::Mutex;
@@ -149,6 +149,10 @@ impl Backend for CpuBackend {
 
     fn attention(&self, seq: AttnSeq<'_>, heads: Heads, scale: f32) {
         attention_tasks::attention(&self.pool, self.isa, seq, heads, scale);
+    }
+
+    fn kv_format(&self, head_dim: usize) -> KvFormat {
+        attention::kv_format(self.isa, head_dim)
     }
 
     fn attention_batch(&self, seqs: &mut [AttnSeq<'_>], heads: Heads, scale: f32) {

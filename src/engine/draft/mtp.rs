@@ -37,7 +37,7 @@ pub struct MtpDrafter {
 impl MtpDrafter {
     /// A drafter for one sequence of at most `capacity` positions.
     pub fn new(model: Arc<dyn Model>, head: Arc<MtpHead>, capacity: usize) -> MtpDrafter {
-        let cache = head.new_cache(capacity + super::MAX_DRAFT_DEPTH);
+        let cache = head.new_cache(capacity + super::MAX_DRAFT_DEPTH, model.kv_format());
         MtpDrafter { model, head, cache, start: None, pending: Vec::new(), last: None }
     }
 

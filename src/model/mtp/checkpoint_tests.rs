@@ -28,7 +28,7 @@ fn outputs_of(naming: Written, tensors: &[tiny::Named]) -> (Vec<f32>, Vec<f32>) 
     let mut cache = model.new_cache(32);
     let out = model.forward_hidden(&mut [SeqBatch { tokens: &tokens, cache: &mut cache, logits: LogitsWanted::All }]);
     let hidden = out.unwrap().hidden.remove(0);
-    let mut head_cache = head.new_cache(32);
+    let mut head_cache = head.new_cache(32, model.kv_format());
     let n = tokens.len() - 1;
     let step = head.forward(&model, &mut head_cache, &hidden[..n * tiny::HIDDEN], &tokens[1..], LogitsWanted::All);
     let step = step.unwrap();

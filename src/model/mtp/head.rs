@@ -4,7 +4,7 @@ use super::sidecar::Sidecar;
 use super::MtpTrunk;
 use crate::backend::cpu::repack::unpack_row;
 use crate::backend::cpu::{dequantize_row, quantize_row};
-use crate::backend::{AttnSeq, Backend, DType, Heads, Layout};
+use crate::backend::{AttnSeq, Backend, DType, Heads, KvFormat, Layout};
 use crate::model::block::{add, add_bias, Block};
 use crate::model::tensor::Storage;
 use crate::model::{ForwardError, KvCache, LayerWeights, LogitsWanted, ModelError, Tensor};
@@ -234,9 +234,10 @@ impl MtpHead {
         self.depth_trained
     }
 
-    /// An empty cache for the head's one layer, for a sequence of at most `capacity` positions.
-    pub fn new_cache(&self, capacity: usize) -> KvCache {
-        KvCache::new(1, self.heads.kv_dim(), capacity)
+    /// An empty cache for the head's one layer, for a sequence of at most `capacity` positions,
+    /// in the trunk's `format` (`Model::kv_format`): the head runs on the trunk's backend.
+    pub fn new_cache(&self, capacity: usize, format: KvFormat) -> KvCache {
+        KvCache::new(1, self.heads.kv_dim(), capacity, format)
     }
 
     /// Runs the head over `tokens.len()` rows at positions `cache.len()..`: row `r` pairs
@@ -302,7 +303,15 @@ impl MtpHead {
         be.rope(&mut k, self.heads.n_kv_heads, self.heads.head_dim, &positions, shared.rope);
         cache.append(0, &k, &v);
         let mut att = vec![0.0; n * qd];
-        let seq = AttnSeq { q: &q, keys: &cache.k[0], values: &cache.v[0], start_pos: start, n_q: n, out: &mut att };
+        let seq = AttnSeq {
+            q: &q,
+            keys: &cache.k[0],
+            values: &cache.v[0],
+            format: cache.format(),
+            start_pos: start,
+            n_q: n,
+            out: &mut att,
+        };
         be.attention(seq, self.heads, 1.0 / (self.heads.head_dim as f32).sqrt());
         cache.advance(n);
         let mut o = vec![0.0; n * hd];

@@ -1,0 +1,186 @@
+//! How a sequence's cache lays out its keys and values for attention to read: in the format its
+//! backend's kernel multiplies, so that a decode step reads each element without converting it.
+//!
+//! Keys are grouped by [`KEY_GROUP`] positions in both formats (a kernel loads one element of 8
+//! keys as one vector, where position-major keys had to be transposed for every tile of every
+//! decode step). Values are position-major in f16 and in pairs of positions in bf16.
+
+use super::cpu::float16::{f16_to_f32, f32_to_bf16, f32s_to_f16};
+
+/// Positions per group of the key layout attention reads (see [`KvFormat::key_at`]).
+pub const KEY_GROUP: usize = 8;
+
+/// The encoding and arrangement of a cache's keys and values.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum KvFormat {
+    /// IEEE half bits (rounded to nearest even), read by the f32 kernels: each group of 8 keys
+    /// holds element `e` of its 8 positions side by side, element after element; values are
+    /// position-major rows.
+    F16,
+    /// bf16 bits in the pairs `vdpbf16ps` multiplies, read by the bf16 kernels: each value
+    /// rounded to f16 and then to bf16 (both to nearest even), the pairs these kernels converted
+    /// from an f16 cache at every read before, so outputs are the same bits as then; a group of 8 keys holds elements `(2i, 2i + 1)` of each of its 8 positions side
+    /// by side (the pairs of the scores' dot products), and values go in pairs of positions, each
+    /// column's two values side by side (the pairs of the weighted sum, along the keys). The
+    /// f16 cache had every element converted and rounded on every read: a decode step's
+    /// attention at 512 positions took 1.3-1.4x as long (docs/performance.md, "A cache in bf16
+    /// pairs").
+    Bf16Pairs,
+}
+
+impl KvFormat {
+    /// Where element `e` (of `kv_dim`) of the key of position `p` is in a key buffer.
+    #[inline]
+    pub fn key_at(self, p: usize, e: usize, kv_dim: usize) -> usize {
+        let group = (p / KEY_GROUP) * KEY_GROUP * kv_dim;
+        match self {
+            KvFormat::F16 => group + e * KEY_GROUP + p % KEY_GROUP,
+            KvFormat::Bf16Pairs => group + (e / 2) * 2 * KEY_GROUP + (p % KEY_GROUP) * 2 + e % 2,
+        }
+    }
+
+    /// Where column `c` (of `kv_dim`) of the value of position `p` is in a value buffer.
+    #[inline]
+    pub fn value_at(self, p: usize, c: usize, kv_dim: usize) -> usize {
+        match self {
+            KvFormat::F16 => p * kv_dim + c,
+            KvFormat::Bf16Pairs => (p / 2) * 2 * kv_dim + c * 2 + p % 2,
+        }
+    }
+
+    /// Length of a value buffer holding positions `0..n` (whole pairs in bf16).
+    pub fn values_len(self, n: usize, kv_dim: usize) -> usize {
+        match self {
+            KvFormat::F16 => n * kv_dim,
+            KvFormat::Bf16Pairs => n.div_ceil(2) * 2 * kv_dim,
+        }
+    }
+}
+
+/// An f16 value as bf16, rounded to nearest even (exact when its 11 significant bits fit 8).
+fn f16_to_bf16(h: u16) -> u16 {
+    f32_to_bf16(f16_to_f32(h))
+}
+
+/// Where element `e` of the key of position `p` is in an f16 key buffer ([`KvFormat::F16`]).
+#[inline]
+pub fn key_index(p: usize, e: usize, kv_dim: usize) -> usize {
+    KvFormat::F16.key_at(p, e, kv_dim)
+}
+
+/// Length of a key buffer holding positions `0..n`: whole groups (both formats).
+pub fn grouped_keys_len(n: usize, kv_dim: usize) -> usize {
+    n.div_ceil(KEY_GROUP) * KEY_GROUP * kv_dim
+}
+
+/// Writes position-major key `rows` (of `kv_dim`) for positions `start..` into the key buffer
+/// `keys` in `format`, growing it to whole groups (a group's unwritten positions are zero).
+///
+/// # Panics
+/// In bf16 pairs when `kv_dim` is odd (a pair would straddle two positions).
+pub fn store_keys(keys: &mut Vec<u16>, start: usize, rows: &[f32], kv_dim: usize, format: KvFormat) {
+    assert!(format == KvFormat::F16 || kv_dim.is_multiple_of(2), "bf16 pairs of keys of {kv_dim} elements");
+    let n = rows.len() / kv_dim.max(1);
+    let need = grouped_keys_len(start + n, kv_dim);
+    if keys.len() < need {
+        keys.resize(need, 0);
+    }
+    let mut coded = vec![0u16; kv_dim];
+    for (i, row) in rows.chunks_exact(kv_dim).enumerate() {
+        f32s_to_f16(row, &mut coded);
+        if format == KvFormat::Bf16Pairs {
+            coded.iter_mut().for_each(|c| *c = f16_to_bf16(*c));
+        }
+        for (e, &x) in coded.iter().enumerate() {
+            keys[format.key_at(start + i, e, kv_dim)] = x;
+        }
+    }
+}
+
+/// Writes position-major value `rows` (of `kv_dim`) for positions `start..` into the value
+/// buffer `values` in `format`, growing it to [`KvFormat::values_len`] (the unwritten half of a
+/// last pair is zero).
+pub fn store_values(values: &mut Vec<u16>, start: usize, rows: &[f32], kv_dim: usize, format: KvFormat) {
+    let n = rows.len() / kv_dim.max(1);
+    let need = format.values_len(start + n, kv_dim);
+    if values.len() < need {
+        values.resize(need, 0);
+    }
+    match format {
+        KvFormat::F16 => f32s_to_f16(rows, &mut values[start * kv_dim..(start + n) * kv_dim]),
+        KvFormat::Bf16Pairs => {
+            let mut coded = vec![0u16; kv_dim];
+            for (i, row) in rows.chunks_exact(kv_dim).enumerate() {
+                f32s_to_f16(row, &mut coded);
+                for (c, &h) in coded.iter().enumerate() {
+                    values[format.value_at(start + i, c, kv_dim)] = f16_to_bf16(h);
+                }
+            }
+        }
+    }
+}
+
+/// Position-major keys of `kv_dim` into a new key buffer in `format` (tests and benchmarks).
+pub fn stored_keys(rows: &[f32], kv_dim: usize, format: KvFormat) -> Vec<u16> {
+    let mut keys = Vec::new();
+    store_keys(&mut keys, 0, rows, kv_dim, format);
+    keys
+}
+
+/// Position-major values of `kv_dim` into a new value buffer in `format` (tests and benchmarks).
+pub fn stored_values(rows: &[f32], kv_dim: usize, format: KvFormat) -> Vec<u16> {
+    let mut values = Vec::new();
+    store_values(&mut values, 0, rows, kv_dim, format);
+    values
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::backend::cpu::float16::{bf16_to_f32, f32_to_f16};
+
+    /// Every element of every position lands in its own slot of each format, and reads back as
+    /// the format's rounding of what was stored.
+    #[test]
+    fn each_format_puts_every_element_in_its_own_slot() {
+        let (kvd, n) = (6, 13);
+        let rows: Vec<f32> = (0..n * kvd).map(|i| 1.0 + i as f32 / 7.0).collect();
+        for format in [KvFormat::F16, KvFormat::Bf16Pairs] {
+            let decode = |h: u16| if format == KvFormat::F16 { f16_to_f32(h) } else { bf16_to_f32(h) };
+            let encode = |x: f32| if format == KvFormat::F16 { f32_to_f16(x) } else { f16_to_bf16(f32_to_f16(x)) };
+            let (keys, values) = (stored_keys(&rows, kvd, format), stored_values(&rows, kvd, format));
+            assert_eq!(keys.len(), grouped_keys_len(n, kvd));
+            assert_eq!(values.len(), format.values_len(n, kvd));
+            let mut key_slots: Vec<usize> = Vec::new();
+            let mut value_slots: Vec<usize> = Vec::new();
+            for p in 0..n {
+                for e in 0..kvd {
+                    let x = rows[p * kvd + e];
+                    assert_eq!(decode(keys[format.key_at(p, e, kvd)]), decode(encode(x)), "{format:?} key {p} {e}");
+                    assert_eq!(decode(values[format.value_at(p, e, kvd)]), decode(encode(x)), "{format:?} value");
+                    key_slots.push(format.key_at(p, e, kvd));
+                    value_slots.push(format.value_at(p, e, kvd));
+                }
+            }
+            for slots in [&mut key_slots, &mut value_slots] {
+                slots.sort_unstable();
+                slots.dedup();
+                assert_eq!(slots.len(), n * kvd, "{format:?}: two elements share a slot");
+            }
+        }
+    }
+
+    /// The bf16 layout is the pairs the kernels load: a key group's pair `i` of 8 positions is 16
+    /// consecutive values, a value pair's column `c` 2 consecutive ones.
+    #[test]
+    fn bf16_pairs_sit_where_the_kernels_load_them() {
+        let f = KvFormat::Bf16Pairs;
+        let kvd = 192;
+        for (p, e) in [(0, 0), (13, 7), (8, 64), (23, 191)] {
+            let group = (p / 8) * 8 * kvd;
+            assert_eq!(f.key_at(p, e, kvd), group + 16 * (e / 2) + 2 * (p % 8) + e % 2);
+        }
+        assert_eq!(f.value_at(5, 10, kvd), 4 * kvd + 21);
+        assert_eq!(f.values_len(5, kvd), 6 * kvd);
+    }
+}
