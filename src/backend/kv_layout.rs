@@ -5,7 +5,7 @@
 //! keys as one vector, where position-major keys had to be transposed for every tile of every
 //! decode step). Values are position-major in f16 and in pairs of positions in bf16.
 
-use super::cpu::float16::{f16_to_f32, f32_to_bf16, f32s_to_f16};
+use super::cpu::float16::{f32s_to_bf16_through_f16, f32s_to_f16};
 
 /// Positions per group of the key layout attention reads (see [`KvFormat::key_at`]).
 pub const KEY_GROUP: usize = 8;
@@ -57,11 +57,6 @@ impl KvFormat {
     }
 }
 
-/// An f16 value as bf16, rounded to nearest even (exact when its 11 significant bits fit 8).
-fn f16_to_bf16(h: u16) -> u16 {
-    f32_to_bf16(f16_to_f32(h))
-}
-
 /// Where element `e` of the key of position `p` is in an f16 key buffer ([`KvFormat::F16`]).
 #[inline]
 pub fn key_index(p: usize, e: usize, kv_dim: usize) -> usize {
@@ -87,9 +82,9 @@ pub fn store_keys(keys: &mut Vec<u16>, start: usize, rows: &[f32], kv_dim: usize
     }
     let mut coded = vec![0u16; kv_dim];
     for (i, row) in rows.chunks_exact(kv_dim).enumerate() {
-        f32s_to_f16(row, &mut coded);
-        if format == KvFormat::Bf16Pairs {
-            coded.iter_mut().for_each(|c| *c = f16_to_bf16(*c));
+        match format {
+            KvFormat::F16 => f32s_to_f16(row, &mut coded),
+            KvFormat::Bf16Pairs => f32s_to_bf16_through_f16(row, &mut coded),
         }
         for (e, &x) in coded.iter().enumerate() {
             keys[format.key_at(start + i, e, kv_dim)] = x;
@@ -111,9 +106,9 @@ pub fn store_values(values: &mut Vec<u16>, start: usize, rows: &[f32], kv_dim: u
         KvFormat::Bf16Pairs => {
             let mut coded = vec![0u16; kv_dim];
             for (i, row) in rows.chunks_exact(kv_dim).enumerate() {
-                f32s_to_f16(row, &mut coded);
+                f32s_to_bf16_through_f16(row, &mut coded);
                 for (c, &h) in coded.iter().enumerate() {
-                    values[format.value_at(start + i, c, kv_dim)] = f16_to_bf16(h);
+                    values[format.value_at(start + i, c, kv_dim)] = h;
                 }
             }
         }
@@ -137,7 +132,7 @@ pub fn stored_values(rows: &[f32], kv_dim: usize, format: KvFormat) -> Vec<u16> 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::backend::cpu::float16::{bf16_to_f32, f32_to_f16};
+    use crate::backend::cpu::float16::{bf16_to_f32, f16_to_f32, f32_to_bf16, f32_to_f16};
 
     /// Every element of every position lands in its own slot of each format, and reads back as
     /// the format's rounding of what was stored.
@@ -147,7 +142,14 @@ mod tests {
         let rows: Vec<f32> = (0..n * kvd).map(|i| 1.0 + i as f32 / 7.0).collect();
         for format in [KvFormat::F16, KvFormat::Bf16Pairs] {
             let decode = |h: u16| if format == KvFormat::F16 { f16_to_f32(h) } else { bf16_to_f32(h) };
-            let encode = |x: f32| if format == KvFormat::F16 { f32_to_f16(x) } else { f16_to_bf16(f32_to_f16(x)) };
+            let encode = |x: f32| {
+                let h = f32_to_f16(x);
+                if format == KvFormat::F16 {
+                    h
+                } else {
+                    f32_to_bf16(f16_to_f32(h))
+                }
+            };
             let (keys, values) = (stored_keys(&rows, kvd, format), stored_values(&rows, kvd, format));
             assert_eq!(keys.len(), grouped_keys_len(n, kvd));
             assert_eq!(values.len(), format.values_len(n, kvd));

@@ -84,6 +84,23 @@ fn f32s_to_f16_portable(src: &[f32], dst: &mut [u16]) {
     dst.iter_mut().zip(src).for_each(|(d, &s)| *d = f32_to_f16(s));
 }
 
+/// f32 values rounded to f16 and then to bf16 (both to nearest even): what a bf16 cache stores
+/// (`backend::KvFormat::Bf16Pairs`). F16C where the CPU has it; the same bits as the scalar
+/// conversions for every input but NaN payloads (tested).
+///
+/// # Panics
+/// When the slices differ in length.
+pub fn f32s_to_bf16_through_f16(src: &[f32], dst: &mut [u16]) {
+    assert_eq!(src.len(), dst.len(), "f32s_to_bf16_through_f16: {} values into {}", src.len(), dst.len());
+    #[cfg(target_arch = "x86_64")]
+    if std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("f16c") {
+        // SAFETY: AVX2 and F16C were detected; the lengths are equal (asserted).
+        unsafe { super::kern_avx2_f32::f32_to_bf16_through_f16_row(src, dst) };
+        return;
+    }
+    dst.iter_mut().zip(src).for_each(|(d, &s)| *d = f32_to_bf16(f16_to_f32(f32_to_f16(s))));
+}
+
 /// The little-endian f16 at byte `i` of `b`, as f32 (block scales and mins).
 #[inline]
 pub(crate) fn f16_at(b: &[u8], i: usize) -> f32 {
@@ -155,6 +172,25 @@ mod tests {
             f32s_to_f16_portable(src, &mut plain);
             if let Some(i) = (0..n).find(|&i| fast[i] != plain[i]) {
                 panic!("{} ({:#010x}): {:#06x} against {:#06x}", src[i], src[i].to_bits(), fast[i], plain[i]);
+            }
+        }
+    }
+
+    /// The bf16 cache's row conversion gives the two scalar roundings' bits: a stride through
+    /// all f32 bit patterns (NaN only as NaN), in rows of odd lengths (vector and tail).
+    #[test]
+    fn the_bf16_cache_row_conversion_matches_the_scalar_roundings() {
+        let xs: Vec<f32> = (0..=u32::MAX).step_by(4_099).map(f32::from_bits).collect();
+        for n in [xs.len(), 13, 7] {
+            let mut fast = vec![0u16; n];
+            f32s_to_bf16_through_f16(&xs[..n], &mut fast);
+            for (i, (&x, &got)) in xs.iter().zip(&fast).enumerate() {
+                let want = f32_to_bf16(f16_to_f32(f32_to_f16(x)));
+                if x.is_nan() {
+                    assert!(bf16_to_f32(got).is_nan(), "NaN at {i} became {got:#06x}");
+                } else {
+                    assert_eq!(got, want, "{x} ({:#010x})", x.to_bits());
+                }
             }
         }
     }

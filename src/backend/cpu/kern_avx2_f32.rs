@@ -140,6 +140,38 @@ pub unsafe fn f32_to_f16_row(src: &[f32], dst: &mut [u16]) {
     }
 }
 
+/// f32 values rounded to f16 and then to bf16 (both to nearest even, as a bf16 cache stores
+/// them: `float16::f32s_to_bf16_through_f16`), 8 at a time; the last `len % 8` and groups of 8
+/// with a NaN through the scalar conversions.
+///
+/// # Safety
+/// The CPU must support AVX2 and F16C; `src` and `dst` have the same length.
+#[target_feature(enable = "avx2,f16c")]
+pub unsafe fn f32_to_bf16_through_f16_row(src: &[f32], dst: &mut [u16]) {
+    use super::float16::{f16_to_f32, f32_to_bf16, f32_to_f16};
+    let scalar = |x: f32| f32_to_bf16(f16_to_f32(f32_to_f16(x)));
+    let n = src.len().min(dst.len());
+    let mut k = 0;
+    while k + 8 <= n {
+        // SAFETY: values `k..k + 8` are within both slices (`k + 8 <= n`).
+        let x = unsafe { _mm256_loadu_ps(src.as_ptr().add(k)) };
+        if _mm256_movemask_ps(_mm256_cmp_ps::<_CMP_UNORD_Q>(x, x)) != 0 {
+            (k..k + 8).for_each(|j| dst[j] = scalar(src[j]));
+            k += 8;
+            continue;
+        }
+        let w = _mm256_castps_si256(_mm256_cvtph_ps(_mm256_cvtps_ph::<_MM_FROUND_TO_NEAREST_INT>(x)));
+        let odd = _mm256_and_si256(_mm256_srli_epi32(w, 16), _mm256_set1_epi32(1));
+        let b = _mm256_srli_epi32(_mm256_add_epi32(_mm256_add_epi32(w, _mm256_set1_epi32(0x7fff)), odd), 16);
+        // The eight 32-bit lanes' low halves, in order: the two 128-bit halves packed together.
+        let packed = _mm_packus_epi32(_mm256_castsi256_si128(b), _mm256_extracti128_si256::<1>(b));
+        // SAFETY: as above.
+        unsafe { _mm_storeu_si128(dst.as_mut_ptr().add(k) as *mut __m128i, packed) };
+        k += 8;
+    }
+    (k..n).for_each(|j| dst[j] = scalar(src[j]));
+}
+
 /// `n` f16 values from `src` (aligned or not) to f32 at `dst`, exact.
 ///
 /// # Safety
