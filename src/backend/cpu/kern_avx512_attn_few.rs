@@ -69,34 +69,43 @@ unsafe fn tile_lanes<const U: usize>(
         unsafe { scores::<U>(qb, keys.add(g0 * 8 * stride), stride, hd, (groups - g0).min(4), &mut sc, g0 * 8) };
     }
     let mut alpha = [0f32; U];
-    let mut pairs = [[0u32; TILE_KEYS / 2]; U];
+    let mut r = [[0u16; TILE_KEYS]; U];
     for lane in 0..U {
         let sc = &mut sc[lane];
         let pos = if k0 + kt - 1 > b.min_pos { b.lane_pos[lane] } else { i32::MAX };
         // SAFETY: the kernel's features include AVX2 and FMA; `kt <= TILE_KEYS`.
         let (mt, al) = unsafe { masked_lane_max(sc, kt, k0, pos, ms[lane]) };
         alpha[lane] = al;
-        let mut r = [0u16; TILE_KEYS];
+        ms[lane] = mt;
         for k in (0..kt).step_by(8) {
             // SAFETY: `k + 8 <= TILE_KEYS`, in `sc` and in `r`.
             unsafe {
                 let e = exp_ps(_mm256_sub_ps(_mm256_loadu_ps(sc.as_ptr().add(k)), _mm256_set1_ps(mt)));
                 _mm_storeu_si128(
-                    r.as_mut_ptr().add(k) as *mut __m128i,
+                    r[lane].as_mut_ptr().add(k) as *mut __m128i,
                     _mm256_cvtepi32_epi16(_mm256_srli_epi32(rne(e), 16)),
                 );
             }
         }
-        r[kt..].fill(0);
-        let f = |h: u16| f32::from_bits((h as u32) << 16);
-        let (mut even, mut odd) = (0f32, 0f32);
-        for (j, p) in pairs[lane].iter_mut().enumerate().take(kt.div_ceil(2)) {
-            even += f(r[2 * j]);
-            odd += f(r[2 * j + 1]);
-            *p = r[2 * j] as u32 | (r[2 * j + 1] as u32) << 16;
+        r[lane][kt..].fill(0);
+    }
+    // Each lane's rounded weights summed in two chains, the even keys' and the odd keys', in
+    // key order as the lane-major kernel sums them: the lanes' chains side by side, so that
+    // they wait on one another's adds no longer than on their own.
+    let f = |h: u16| f32::from_bits((h as u32) << 16);
+    let (mut even, mut odd) = ([0f32; U], [0f32; U]);
+    for j in 0..kt.div_ceil(2) {
+        for l in 0..U {
+            even[l] += f(r[l][2 * j]);
+            odd[l] += f(r[l][2 * j + 1]);
         }
-        ls[lane] = ls[lane].mul_add(alpha[lane], even + odd);
-        ms[lane] = mt;
+    }
+    let mut pairs = [[0u32; TILE_KEYS / 2]; U];
+    for l in 0..U {
+        ls[l] = ls[l].mul_add(alpha[l], even[l] + odd[l]);
+        for (j, p) in pairs[l].iter_mut().enumerate() {
+            *p = r[l][2 * j] as u32 | (r[l][2 * j + 1] as u32) << 16;
+        }
     }
     for c0 in (0..hd).step_by(32) {
         // SAFETY: value rows below `kt` hold `hd` columns from the head's first (`check`);
