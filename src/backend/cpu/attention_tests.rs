@@ -39,25 +39,8 @@ fn run(
     n_q: usize,
     scale: f32,
 ) -> Vec<f32> {
-    let format = kv_format(isa, heads.head_dim);
-    run_in(pool, isa, format, q, keys, values, heads, start_pos, n_q, scale)
-}
-
-/// [`run`] over a cache in `format`.
-#[allow(clippy::too_many_arguments)]
-fn run_in(
-    pool: &Pool,
-    isa: Isa,
-    format: KvFormat,
-    q: &[f32],
-    keys: &[f32],
-    values: &[f32],
-    heads: Heads,
-    start_pos: usize,
-    n_q: usize,
-    scale: f32,
-) -> Vec<f32> {
     let mut out = vec![f32::NAN; n_q * heads.q_dim()];
+    let format = kv_format(isa, heads.head_dim);
     let keys = &stored_keys(keys, heads.kv_dim(), format);
     let values = &stored_values(values, heads.kv_dim(), format);
     let seq = AttnSeq { q, keys, values, format, start_pos, n_q, out: &mut out };
@@ -282,10 +265,42 @@ fn an_f16_cache_is_read_at_every_level() {
         let rows: Vec<usize> = (0..n_q).collect();
         let want = reference(&q, &k, &v, hs, start, &rows, 0.125, false);
         let pool = Pool::new(2);
+        let (keys, values) =
+            (stored_keys(&k, hs.kv_dim(), KvFormat::F16), stored_values(&v, hs.kv_dim(), KvFormat::F16));
         for isa in isas_under_test() {
-            let out = run_in(&pool, isa, KvFormat::F16, &q, &k, &v, hs, start, n_q, 0.125);
+            let mut out = vec![f32::NAN; n_q * hs.q_dim()];
+            let seq = AttnSeq {
+                q: &q,
+                keys: &keys,
+                values: &values,
+                format: KvFormat::F16,
+                start_pos: start,
+                n_q,
+                out: &mut out,
+            };
+            attention(&pool, isa, seq, hs, 0.125);
             let err = max_err(&out, &want);
             assert!(err <= MAX_ERR, "{} from {start}, {n_q} rows: off by {err}", isa.name());
         }
     }
+}
+
+#[test]
+#[should_panic(expected = "attention: a cache in Bf16Pairs at scalar")]
+fn a_bf16_cache_is_refused_where_no_kernel_reads_it() {
+    let hs = Heads { n_heads: 3, n_kv_heads: 1, head_dim: 64 };
+    let (k, v) = (noise(5 * hs.kv_dim(), 1), noise(5 * hs.kv_dim(), 2));
+    let (keys, values) =
+        (stored_keys(&k, hs.kv_dim(), KvFormat::Bf16Pairs), stored_values(&v, hs.kv_dim(), KvFormat::Bf16Pairs));
+    let (q, mut out) = (noise(hs.q_dim(), 3), vec![0f32; hs.q_dim()]);
+    let seq = AttnSeq {
+        q: &q,
+        keys: &keys,
+        values: &values,
+        format: KvFormat::Bf16Pairs,
+        start_pos: 4,
+        n_q: 1,
+        out: &mut out,
+    };
+    attention(&Pool::new(1), Isa::Scalar, seq, hs, 0.125);
 }
