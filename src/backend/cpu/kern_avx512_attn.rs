@@ -6,10 +6,10 @@
 //!
 //! The queries and the softmax weights are rounded to bf16 (to nearest even), and the cache
 //! holds the keys and values as bf16 pairs (`KvFormat::Bf16Pairs`); products are exact and sums
-//! are f32. Pairs run along the head's dimensions
-//! for the scores (a query lane's `(q[2i], q[2i + 1])` against a key's) and along the keys for
-//! the weighted sum (a lane's `(p[2j], p[2j + 1])` against a value column's). The weights are
-//! rounded before they are summed, so each lane's weights sum exactly to its normaliser.
+//! are f32. Pairs run along the head's dimensions for the scores (a query lane's `(q[2i],
+//! q[2i + 1])` against a key's) and along the keys for the weighted sum (a lane's `(p[2j],
+//! p[2j + 1])` against a value column's). The weights are rounded before they are summed, so
+//! each lane's weights sum exactly to its normaliser.
 //! Every function here requires AVX-512 F/VL/BW and BF16: the driver only calls them at
 //! `Isa::Avx512` (F/VL/BW detected) when `Isa::bf16_attention` detected BF16.
 
