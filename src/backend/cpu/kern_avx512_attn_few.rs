@@ -33,23 +33,27 @@ pub(super) unsafe fn tile_few(
     ol: &mut [f32],
     qb: *const u32,
 ) {
-    // SAFETY: our contract; a fixed lane count keeps the accumulators in registers.
+    // SAFETY: our contract. A fixed lane count keeps the accumulators in registers: `U` lanes
+    // times `G` groups of 8 keys (scores) or 8 columns (weighted sum), at most 24 of the 32
+    // vector registers for 3 lanes. A whole tile (8 groups, a 64-wide head) in one pass reads a
+    // value row's columns together instead of in two passes over the tile: a 4,096-position
+    // decode step's attention took 1.05-1.1x as long with 4 (docs/performance.md).
     unsafe {
         match used {
-            1 => tile_lanes::<1>(b, k0, ms, ls, ol, qb),
-            2 => tile_lanes::<2>(b, k0, ms, ls, ol, qb),
-            3 => tile_lanes::<3>(b, k0, ms, ls, ol, qb),
-            _ => tile_lanes::<4>(b, k0, ms, ls, ol, qb),
+            1 => tile_lanes::<1, 8>(b, k0, ms, ls, ol, qb),
+            2 => tile_lanes::<2, 8>(b, k0, ms, ls, ol, qb),
+            3 => tile_lanes::<3, 8>(b, k0, ms, ls, ol, qb),
+            _ => tile_lanes::<4, 4>(b, k0, ms, ls, ol, qb),
         }
     }
 }
 
-/// [`tile_few`] for `U` lanes.
+/// [`tile_few`] for `U` lanes, `G` groups of keys or columns at a time.
 ///
 /// # Safety
 /// As [`tile_few`], with `used == U`.
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vl,avx512bw,avx512bf16")]
-unsafe fn tile_lanes<const U: usize>(
+unsafe fn tile_lanes<const U: usize, const G: usize>(
     b: &AttnBlock<'_>,
     k0: usize,
     ms: &mut [f32; 8],
@@ -63,10 +67,10 @@ unsafe fn tile_lanes<const U: usize>(
     let values = b.values[b.format.value_at(k0, 0, stride)..].as_ptr();
     let mut sc = [[0f32; TILE_KEYS]; U];
     let groups = kt.div_ceil(8);
-    for g0 in (0..groups).step_by(4) {
+    for g0 in (0..groups).step_by(G) {
         // SAFETY: groups `g0..groups` of the tile are in the cache (`check`), whole; `qb` as
         // our contract says.
-        unsafe { scores::<U>(qb, keys.add(g0 * 8 * stride), stride, hd, (groups - g0).min(4), &mut sc, g0 * 8) };
+        unsafe { scores::<U, G>(qb, keys.add(g0 * 8 * stride), stride, hd, (groups - g0).min(G), &mut sc, g0 * 8) };
     }
     let mut alpha = [0f32; U];
     let mut r = [[0u16; TILE_KEYS]; U];
@@ -107,14 +111,14 @@ unsafe fn tile_lanes<const U: usize>(
             *p = r[l][2 * j] as u32 | (r[l][2 * j + 1] as u32) << 16;
         }
     }
-    for c0 in (0..hd).step_by(32) {
+    for c0 in (0..hd).step_by(8 * G) {
         // SAFETY: value rows below `kt` hold `hd` columns from the head's first (`check`);
         // `ol` holds `U` rows of `hd`.
-        unsafe { weighted::<U>(&pairs, kt, values.add(2 * c0), stride, hd, c0, &alpha, ol) };
+        unsafe { weighted::<U, G>(&pairs, kt, values.add(2 * c0), stride, hd, c0, &alpha, ol) };
     }
 }
 
-/// Scores of `n <= 4` groups of 8 keys (from `keys`, the first at key `at` of the tile) for `U`
+/// Scores of `n <= G` groups of 8 keys (from `keys`, the first at key `at` of the tile) for `U`
 /// lanes into `sc[lane][at..at + n * 8]`: each pair of the head's dimensions is loaded once for
 /// all the lanes.
 ///
@@ -124,7 +128,7 @@ unsafe fn tile_lanes<const U: usize>(
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vl,avx512bw,avx512bf16")]
 #[inline]
 #[allow(clippy::needless_range_loop)]
-unsafe fn scores<const U: usize>(
+unsafe fn scores<const U: usize, const G: usize>(
     qb: *const u32,
     keys: *const u16,
     stride: usize,
@@ -133,7 +137,7 @@ unsafe fn scores<const U: usize>(
     sc: &mut [[f32; TILE_KEYS]; U],
     at: usize,
 ) {
-    let mut acc = [[_mm256_setzero_ps(); 4]; U];
+    let mut acc = [[_mm256_setzero_ps(); G]; U];
     for i in 0..hd / 2 {
         // SAFETY: pair `i < hd / 2` of each lane's queries; elements `2i` and `2i + 1 < hd` of
         // groups `g < n` (contract).
@@ -141,7 +145,7 @@ unsafe fn scores<const U: usize>(
             let q: [__m256i; U] = std::array::from_fn(|l| _mm256_set1_epi32(*qb.add(8 * i + l) as i32));
             // A fixed count of groups with a test inside (a variable bound put the accumulators
             // on the stack: a 4,000-position decode step took about 5 % longer, one alternated run).
-            for g in 0..4 {
+            for g in 0..G {
                 if g < n {
                     // Pair `i` of the group's 8 keys: 16 values side by side.
                     let kp = _mm256_loadu_si256(keys.add(g * 8 * stride + 16 * i) as *const __m256i);
@@ -160,7 +164,7 @@ unsafe fn scores<const U: usize>(
     }
 }
 
-/// Columns `c0..c0 + 32` (or to `hd`) of `U` lanes' outputs: `o[c] = o[c] * alpha + sum over
+/// Columns `c0..c0 + 8 * G` (or to `hd`) of `U` lanes' outputs: `o[c] = o[c] * alpha + sum over
 /// key pairs j of pairs[lane][j] . (v[2j][c], v[2j + 1][c])`, each value pair loaded once for
 /// all the lanes.
 ///
@@ -171,7 +175,7 @@ unsafe fn scores<const U: usize>(
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vl,avx512bw,avx512bf16")]
 #[inline]
 #[allow(clippy::too_many_arguments)]
-unsafe fn weighted<const U: usize>(
+unsafe fn weighted<const U: usize, const G: usize>(
     pairs: &[[u32; TILE_KEYS / 2]; U],
     kt: usize,
     values: *const u16,
@@ -181,10 +185,10 @@ unsafe fn weighted<const U: usize>(
     alpha: &[f32; U],
     ol: &mut [f32],
 ) {
-    let nc = ((hd - c0) / 8).min(4);
+    let nc = ((hd - c0) / 8).min(G);
     // Plain loops and a fixed count of columns: with `array::from_fn` and `0..nc` the compiled
     // loop kept the accumulators on the stack, a load and a store around every `vdpbf16ps`.
-    let mut acc = [[_mm256_setzero_ps(); 4]; U];
+    let mut acc = [[_mm256_setzero_ps(); G]; U];
     for (l, a) in acc.iter_mut().enumerate() {
         for (c, x) in a.iter_mut().enumerate().take(nc) {
             // SAFETY: columns `c0 + 8c + 8 <= hd` of row `l`.
@@ -198,7 +202,7 @@ unsafe fn weighted<const U: usize>(
         for (x, pl) in p.iter_mut().zip(pairs) {
             *x = _mm256_set1_epi32(pl[j] as i32);
         }
-        for c in 0..4 {
+        for c in 0..G {
             if c < nc {
                 // SAFETY: pair `j` of rows, columns `8c..8c + 8` (contract). When `kt` is odd
                 // its second row is a later position or zero, times a weight of 0.
