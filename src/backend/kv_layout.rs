@@ -19,12 +19,12 @@ pub enum KvFormat {
     F16,
     /// bf16 bits in the pairs `vdpbf16ps` multiplies, read by the bf16 kernels: each value
     /// rounded to f16 and then to bf16 (both to nearest even), the pairs these kernels converted
-    /// from an f16 cache at every read before, so outputs are the same bits as then; a group of 8 keys holds elements `(2i, 2i + 1)` of each of its 8 positions side
-    /// by side (the pairs of the scores' dot products), and values go in pairs of positions, each
-    /// column's two values side by side (the pairs of the weighted sum, along the keys). The
-    /// f16 cache had every element converted and rounded on every read: a decode step's
-    /// attention at 512 positions took 1.3-1.4x as long (docs/performance.md, "A cache in bf16
-    /// pairs").
+    /// from an f16 cache at every read before, so outputs are the same bits as then. A group of
+    /// 8 keys holds elements `(2i, 2i + 1)` of each of its 8 positions side by side (the pairs of
+    /// the scores' dot products), and values go in pairs of positions, each column's two values
+    /// side by side (the pairs of the weighted sum, along the keys). Converting on every read
+    /// made a decode step's attention at 512 positions take 1.3-1.4x as long
+    /// (docs/performance.md, "A cache in bf16 pairs").
     Bf16Pairs,
 }
 
@@ -55,6 +55,14 @@ impl KvFormat {
             KvFormat::Bf16Pairs => n.div_ceil(2) * 2 * kv_dim,
         }
     }
+
+    /// A position-major row of f32 values in this format's encoding (its layout aside).
+    fn encode_row(self, row: &[f32], coded: &mut [u16]) {
+        match self {
+            KvFormat::F16 => f32s_to_f16(row, coded),
+            KvFormat::Bf16Pairs => f32s_to_bf16_through_f16(row, coded),
+        }
+    }
 }
 
 /// Where element `e` of the key of position `p` is in an f16 key buffer ([`KvFormat::F16`]).
@@ -82,10 +90,7 @@ pub fn store_keys(keys: &mut Vec<u16>, start: usize, rows: &[f32], kv_dim: usize
     }
     let mut coded = vec![0u16; kv_dim];
     for (i, row) in rows.chunks_exact(kv_dim).enumerate() {
-        match format {
-            KvFormat::F16 => f32s_to_f16(row, &mut coded),
-            KvFormat::Bf16Pairs => f32s_to_bf16_through_f16(row, &mut coded),
-        }
+        format.encode_row(row, &mut coded);
         for (e, &x) in coded.iter().enumerate() {
             keys[format.key_at(start + i, e, kv_dim)] = x;
         }
@@ -101,16 +106,15 @@ pub fn store_values(values: &mut Vec<u16>, start: usize, rows: &[f32], kv_dim: u
     if values.len() < need {
         values.resize(need, 0);
     }
-    match format {
-        KvFormat::F16 => f32s_to_f16(rows, &mut values[start * kv_dim..(start + n) * kv_dim]),
-        KvFormat::Bf16Pairs => {
-            let mut coded = vec![0u16; kv_dim];
-            for (i, row) in rows.chunks_exact(kv_dim).enumerate() {
-                f32s_to_bf16_through_f16(row, &mut coded);
-                for (c, &h) in coded.iter().enumerate() {
-                    values[format.value_at(start + i, c, kv_dim)] = h;
-                }
-            }
+    if format == KvFormat::F16 {
+        // Position-major: the rows are the buffer's, in one conversion.
+        return format.encode_row(rows, &mut values[start * kv_dim..(start + n) * kv_dim]);
+    }
+    let mut coded = vec![0u16; kv_dim];
+    for (i, row) in rows.chunks_exact(kv_dim).enumerate() {
+        format.encode_row(row, &mut coded);
+        for (c, &h) in coded.iter().enumerate() {
+            values[format.value_at(start + i, c, kv_dim)] = h;
         }
     }
 }

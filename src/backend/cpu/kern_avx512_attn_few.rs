@@ -20,8 +20,8 @@ use std::arch::x86_64::*;
 ///
 /// # Safety
 /// AVX-512 F/VL/BW and BF16; `b.check(8)` passed for a cache in bf16 pairs, `k0 < b.n_keys`
-/// and `k0` starts a group of keys, `1 <= used <= 4`; `qb` holds the block's `hd / 2` rows of 8 query pairs; `ol` holds
-/// `used * hd` values; `hd` is a multiple of 8.
+/// and `k0` starts a group of keys, `1 <= used <= 4`; `qb` holds the block's `hd / 2` rows of 8
+/// query pairs; `ol` holds `used * hd` values; `hd` is a multiple of 8.
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vl,avx512bw,avx512bf16")]
 #[allow(clippy::too_many_arguments)]
 pub(super) unsafe fn tile_few(
