@@ -19,10 +19,11 @@ use std::arch::x86_64::*;
 
 /// Activation rows per pass over a group's weights (the drivers' tile).
 const TILE: usize = 4;
-/// How far ahead of the super-block being read a pass over several activation rows prefetches
-/// the weights, in bytes: at 2+ rows the dots take long enough that the hardware prefetcher
-/// falls behind (4,096 was the best of 2,048-8,192 in `bench --rows`; docs/performance.md). A
-/// 1-row pass is left to the hardware prefetcher: software prefetches did not help there.
+/// How far ahead of the super-block being read a pass prefetches the weights, in bytes: at 2+
+/// rows the dots take long enough that the hardware prefetcher falls behind (4,096 was the best
+/// of 2,048-8,192 in `bench --rows`; docs/performance.md). At 1 row AMD Zen 4's prefetcher keeps
+/// up alone, but Intel Sapphire Rapids' does not: there the hints make a 1-row pass 1.4-1.7x
+/// faster, and on Zen 4 they cost nothing measurable.
 const PREFETCH_AHEAD: usize = 4096;
 
 r8_driver!("avx2,fma,f16c", 4, [4 3 2]);
@@ -68,9 +69,7 @@ unsafe fn tile<B: IntBlock, const NR: usize>(
         }
         // SAFETY: super-block `b < nb` is readable (our contract).
         let sb = unsafe { grp.add(b * gb) };
-        if NR > 1 {
-            prefetch_ahead(sb, gb);
-        }
+        prefetch_ahead(sb, gb);
         // SAFETY: a super-block starts with the eight rows' f16 `d` (and, for Q4_1, `m`).
         let d = _mm256_cvtph_ps(unsafe { _mm_loadu_si128(sb as *const __m128i) });
         let qs = ROWS * B::QS_AT;

@@ -57,9 +57,7 @@ unsafe fn tile<B: IntBlock, const NR: usize>(
         }
         // SAFETY: super-block `b < nb` is readable (our contract).
         let sb = unsafe { grp.add(b * gb) };
-        if NR > 1 {
-            prefetch_ahead(sb, gb);
-        }
+        prefetch_ahead(sb, gb);
         // SAFETY: a super-block starts with the eight rows' f16 `d`.
         let d = _mm256_cvtph_ps(unsafe { _mm_loadu_si128(sb as *const __m128i) });
         let qs = ROWS * B::QS_AT;
