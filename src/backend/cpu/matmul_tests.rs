@@ -211,16 +211,22 @@ fn fused_matrices_equal_separate_calls() {
 
 #[test]
 fn an_extreme_q8_weight_of_minus_128_is_handled() {
-    // ggml never writes -128, but a file may: the sign trick must not overflow.
-    let cols = 64;
-    let mut wb = quantize_row(DType::Q8_0, &noise(cols, 1)).unwrap();
-    wb[2] = 0x80;
-    wb[36] = 0x80;
-    let w = WeightRef::new(DType::Q8_0, &wb, 1, cols).unwrap();
-    let x = noise(cols, 2);
-    let want = reference(w, &x, 1);
+    // ggml never writes -128, but a file may: the sign trick must not overflow, in the
+    // row-major kernels and in the interleaved ones (16 rows: AVX-512 takes two groups at once).
+    let (rows, cols) = (16, 64);
+    let mut wb = quantize_row(DType::Q8_0, &noise(rows * cols, 1)).unwrap();
+    let row_bytes = wb.len() / rows;
+    for at in [2, 36, 9 * row_bytes + 5, 9 * row_bytes + 60] {
+        wb[at] = 0x80;
+    }
+    let w = WeightRef::new(DType::Q8_0, &wb, rows, cols).unwrap();
+    let pb = packed(w);
+    let wp = WeightRef { bytes: &pb, layout: Layout::Rows8, ..w };
+    let x = noise(2 * cols, 2);
+    let want = reference(w, &x, 2);
     for isa in isas_under_test() {
-        assert_close(&run(&Pool::new(1), isa, w, &x, 1), &want, 2e-2, isa.name());
+        assert_close(&run(&Pool::new(1), isa, w, &x, 2), &want, 2e-2, isa.name());
+        assert_close(&run(&Pool::new(1), isa, wp, &x, 2), &want, 2e-2, isa.name());
     }
 }
 

@@ -7,7 +7,8 @@
 //! the kernels `kern_scalar`, `kern_avx2`, `kern_avx2_r8`, `kern_avx2_f32`, `kern_avx2_attn` (with
 //! `kern_avx2_attn_few` for decode rows) and
 //! `kern_avx512` (the row-major integer ones around `tile_driver!`), `kern_avx512_r8` (the
-//! interleaved ones, with `kern_avx2_r8`, around `r8_driver!`), and for Q4_K/Q6_K
+//! interleaved ones, two groups of rows at a time; `kern_avx2_r8`'s run around `r8_driver!`),
+//! and for Q4_K/Q6_K
 //! `kern_scalar_k` and `kern_avx2_k`; `matmul` (the driver), `ops` (norms, RoPE) and
 //! `attention` (the blocks and the portable kernel) and `attention_tasks` (its driver); `pool`.
 

@@ -86,7 +86,7 @@ macro_rules! tile_driver {
 
 /// Defines, with the given target features, the level's entry point `pub unsafe fn
 /// matmul_r8(kind, w, rows, x, acts, out)` over the row-interleaved layout (`repack.rs`) and the
-/// loop behind it: for each group of eight weight rows, the activation rows in tiles of up to
+/// loop behind it (AVX2's; AVX-512 writes its own, which takes two groups at a time): for each group of eight weight rows, the activation rows in tiles of up to
 /// `$tile` (as many as the level's registers hold accumulators for), the last tile of any size
 /// in `[$n ...]` (every size from `$tile` down to 2; 1 is the fallback). Needs
 /// `tile::<B: IntBlock, NR>(group, nb, x, i0, &mut [[f32; ROWS]; TILE])` and `TILE == $tile`
