@@ -188,9 +188,9 @@ fn attend_block_scalar(b: &mut AttnBlock<'_>, w: usize) {
 pub(super) fn attend_blocks(isa: Isa, bs: &mut [AttnBlock<'_>], w: usize, scratch: &mut TileScratch) {
     match isa {
         #[cfg(target_arch = "x86_64")]
-        // SAFETY: a cache in bf16 pairs reaches attention only where `kv_format` chose it (checked
-        // by the driver): `bf16_attention` detected AVX-512 BF16 (F, VL, BW: the level); bounds
-        // are checked inside.
+        // SAFETY: a cache in bf16 pairs reaches attention only where `reads_bf16_pairs` allows it
+        // (checked by the driver): `bf16_kernels` detected AVX-512 BF16 (F, VL, BW: the level);
+        // bounds are checked inside.
         Isa::Avx512 if bs.first().is_some_and(|b| b.format == KvFormat::Bf16Pairs) => unsafe {
             use super::kern_avx512_attn::attend_blocks;
             match w {
@@ -217,15 +217,20 @@ pub(super) fn attend_blocks(isa: Isa, bs: &mut [AttnBlock<'_>], w: usize, scratc
 }
 
 /// The cache format the kernel of `isa` reads for heads of `hd`: bf16 pairs where attention
-/// multiplies them (`Isa::bf16_attention`; its pairs and vectors want whole groups of 8 of the
-/// head's dimensions), else f16. Decided per head size, never per block, so that a row's bits do
-/// not depend on the rows around it.
+/// multiplies them (`Isa::bf16_attention`) and can ([`reads_bf16_pairs`]), else f16. Decided per
+/// head size, never per block, so that a row's bits do not depend on the rows around it.
 pub fn kv_format(isa: Isa, hd: usize) -> KvFormat {
-    if isa.bf16_attention() && hd.is_multiple_of(8) {
+    if isa.bf16_attention() && reads_bf16_pairs(isa, hd) {
         KvFormat::Bf16Pairs
     } else {
         KvFormat::F16
     }
+}
+
+/// Whether the kernels of `isa` can read a cache in bf16 pairs for heads of `hd`
+/// (`Isa::bf16_kernels`; its pairs and vectors want whole groups of 8 of the head's dimensions).
+pub fn reads_bf16_pairs(isa: Isa, hd: usize) -> bool {
+    isa.bf16_kernels() && hd.is_multiple_of(8)
 }
 
 /// A worker's buffers for the SIMD kernel, kept between calls: every decode step runs a few

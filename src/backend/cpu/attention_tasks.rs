@@ -13,7 +13,7 @@
 //!   are merged after the pool's job.
 
 use super::attention::{
-    attend_blocks, kv_format, AttnBlock, TileScratch, BLOCK_LANES, FEW_LANES, MAX_GROUP, TILE_KEYS,
+    attend_blocks, reads_bf16_pairs, AttnBlock, TileScratch, BLOCK_LANES, FEW_LANES, MAX_GROUP, TILE_KEYS,
 };
 use super::isa::Isa;
 use super::pool::Pool;
@@ -159,7 +159,7 @@ pub(crate) fn attention_batch(pool: &Pool, isa: Isa, seqs: &mut [AttnSeq<'_>], h
             "attention: the cache holds fewer than {ctx} positions"
         );
         assert!(
-            s.format == KvFormat::F16 || s.format == kv_format(isa, hd),
+            s.format == KvFormat::F16 || reads_bf16_pairs(isa, hd),
             "attention: a cache in {:?} at {} (heads of {hd})",
             s.format,
             isa.name()

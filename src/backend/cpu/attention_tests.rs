@@ -15,10 +15,21 @@ const MAX_ERR: f32 = 2e-6;
 /// rounded weights, so the mean moves by less than 2^-8 (measured: at most 1.4e-3, over the first keys).
 const BF16_MAX_ERR: f32 = 1.0 / 256.0;
 
+/// The cache format the tests give the kernels of `isa`: bf16 pairs wherever they can read them,
+/// whichever format the CPU's maker has the model use ([`kv_format`]), so that both kernels are
+/// tested on every CPU with AVX-512 BF16 (`an_f16_cache_is_read_at_every_level` tests f16).
+fn format_under_test(isa: Isa, hd: usize) -> KvFormat {
+    if reads_bf16_pairs(isa, hd) {
+        KvFormat::Bf16Pairs
+    } else {
+        KvFormat::F16
+    }
+}
+
 /// The reference's rows and its bound for `isa`: the f16 cache's (`f32`) or the bf16 kernel's
 /// (over the bf16 cache it reads).
 fn pick<'a, T>(isa: Isa, hd: usize, exact: &'a T, rounded: impl FnOnce() -> &'a T) -> (&'a T, f32) {
-    if kv_format(isa, hd) == KvFormat::Bf16Pairs {
+    if format_under_test(isa, hd) == KvFormat::Bf16Pairs {
         (rounded(), BF16_MAX_ERR)
     } else {
         (exact, MAX_ERR)
@@ -40,7 +51,7 @@ fn run(
     scale: f32,
 ) -> Vec<f32> {
     let mut out = vec![f32::NAN; n_q * heads.q_dim()];
-    let format = kv_format(isa, heads.head_dim);
+    let format = format_under_test(isa, heads.head_dim);
     let keys = &stored_keys(keys, heads.kv_dim(), format);
     let values = &stored_values(values, heads.kv_dim(), format);
     let seq = AttnSeq { q, keys, values, format, start_pos, n_q, out: &mut out };
@@ -230,7 +241,7 @@ fn batched_attention_equals_one_call_per_sequence() {
         let alone: Vec<Vec<f32>> =
             seqs.iter().map(|(start, n, q, k, v)| run(&pool, isa, q, k, v, hs, *start, *n, 0.25)).collect();
         let mut outs: Vec<Vec<f32>> = seqs.iter().map(|s| vec![f32::NAN; s.1 * qd]).collect();
-        let format = kv_format(isa, hs.head_dim);
+        let format = format_under_test(isa, hs.head_dim);
         let keys: Vec<Vec<u16>> = seqs.iter().map(|s| stored_keys(&s.3, kvd, format)).collect();
         let values: Vec<Vec<u16>> = seqs.iter().map(|s| stored_values(&s.4, kvd, format)).collect();
         let mut batch: Vec<AttnSeq<'_>> = seqs
