@@ -201,12 +201,23 @@ pub(super) fn attend_blocks(isa: Isa, bs: &mut [AttnBlock<'_>], w: usize, scratc
         },
         #[cfg(target_arch = "x86_64")]
         // SAFETY: both x86 SIMD levels imply AVX2 and FMA (detected); bounds are checked inside.
-        Isa::Avx2 | Isa::Avx512 => unsafe {
+        Isa::Avx2 => unsafe {
             use super::kern_avx2_attn::attend_blocks;
             match w {
-                8 => attend_blocks::<1, 8>(bs, scratch),
-                16 => attend_blocks::<2, 4>(bs, scratch),
-                _ => attend_blocks::<3, 3>(bs, scratch),
+                8 => attend_blocks::<1, 8, false>(bs, scratch),
+                16 => attend_blocks::<2, 4, false>(bs, scratch),
+                _ => attend_blocks::<3, 3, false>(bs, scratch),
+            }
+        },
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: `Isa::Avx512` detected AVX-512 F on top of AVX2 and FMA; bounds are checked
+        // inside.
+        Isa::Avx512 => unsafe {
+            use super::kern_avx2_attn::attend_blocks;
+            match w {
+                8 => attend_blocks::<1, 8, true>(bs, scratch),
+                16 => attend_blocks::<2, 4, true>(bs, scratch),
+                _ => attend_blocks::<3, 3, true>(bs, scratch),
             }
         },
         _ => {

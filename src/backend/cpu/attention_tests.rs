@@ -15,33 +15,35 @@ const MAX_ERR: f32 = 2e-6;
 /// rounded weights, so the mean moves by less than 2^-8 (measured: at most 1.4e-3, over the first keys).
 const BF16_MAX_ERR: f32 = 1.0 / 256.0;
 
-/// The cache format the tests give the kernels of `isa`: bf16 pairs wherever they can read them,
-/// whichever format the CPU's maker has the model use ([`kv_format`]), so that both kernels are
-/// tested on every CPU with AVX-512 BF16 (`an_f16_cache_is_read_at_every_level` tests f16).
-fn format_under_test(isa: Isa, hd: usize) -> KvFormat {
-    if reads_bf16_pairs(isa, hd) {
-        KvFormat::Bf16Pairs
-    } else {
-        KvFormat::F16
-    }
+/// Each level with each cache format its kernels read for heads of `hd`: f16 everywhere, and
+/// bf16 pairs wherever the CPU can multiply them, whichever format the CPU's maker has the model
+/// use ([`kv_format`]), so that every kernel is tested on every CPU that runs it.
+fn kernels_under_test(hd: usize) -> Vec<(Isa, KvFormat)> {
+    isas_under_test()
+        .into_iter()
+        .flat_map(|isa| {
+            let bf16 = reads_bf16_pairs(isa, hd).then_some((isa, KvFormat::Bf16Pairs));
+            std::iter::once((isa, KvFormat::F16)).chain(bf16)
+        })
+        .collect()
 }
 
-/// The reference's rows and its bound for `isa`: the f16 cache's (`f32`) or the bf16 kernel's
-/// (over the bf16 cache it reads).
-fn pick<'a, T>(isa: Isa, hd: usize, exact: &'a T, rounded: impl FnOnce() -> &'a T) -> (&'a T, f32) {
-    if format_under_test(isa, hd) == KvFormat::Bf16Pairs {
+/// The reference's rows and its bound for a cache in `format`: the f16 cache's (the f32
+/// kernels) or the bf16 kernel's (over the bf16 cache it reads).
+fn pick<'a, T>(format: KvFormat, exact: &'a T, rounded: impl FnOnce() -> &'a T) -> (&'a T, f32) {
+    if format == KvFormat::Bf16Pairs {
         (rounded(), BF16_MAX_ERR)
     } else {
         (exact, MAX_ERR)
     }
 }
 
-/// [`attention`] of one sequence into a new buffer, over a cache in the format the kernel of
-/// `isa` reads.
+/// [`attention`] of one sequence into a new buffer, over a cache in `format`.
 #[allow(clippy::too_many_arguments)]
 fn run(
     pool: &Pool,
     isa: Isa,
+    format: KvFormat,
     q: &[f32],
     keys: &[f32],
     values: &[f32],
@@ -51,7 +53,6 @@ fn run(
     scale: f32,
 ) -> Vec<f32> {
     let mut out = vec![f32::NAN; n_q * heads.q_dim()];
-    let format = format_under_test(isa, heads.head_dim);
     let keys = &stored_keys(keys, heads.kv_dim(), format);
     let values = &stored_values(values, heads.kv_dim(), format);
     let seq = AttnSeq { q, keys, values, format, start_pos, n_q, out: &mut out };
@@ -131,13 +132,13 @@ fn tiled_attention_matches_the_reference_at_every_row_count_isa_and_start() {
             let want_bf16 = std::cell::OnceCell::new();
             for threads in [1, 2] {
                 let pool = Pool::new(threads);
-                for isa in isas_under_test() {
-                    let (want, bound) = pick(isa, 64, &want, || {
+                for (isa, format) in kernels_under_test(64) {
+                    let (want, bound) = pick(format, &want, || {
                         want_bf16.get_or_init(|| reference(&q, &k, &v, hs, start, &rows, 0.125, true))
                     });
-                    let out = run(&pool, isa, &q, &k, &v, hs, start, n_q, 0.125);
+                    let out = run(&pool, isa, format, &q, &k, &v, hs, start, n_q, 0.125);
                     let err = max_err(&out, want);
-                    let what = format!("{} rows from {start}, {} threads {threads}", n_q, isa.name());
+                    let what = format!("{} rows from {start}, {} {format:?} threads {threads}", n_q, isa.name());
                     assert!(err <= bound, "{what}: off by {err}");
                 }
             }
@@ -161,13 +162,13 @@ fn gqa_attention_matches_the_reference_at_odd_head_sizes_and_groups() {
             let want_bf16 = std::cell::OnceCell::new();
             for threads in [1, 2] {
                 let pool = Pool::new(threads);
-                for isa in isas_under_test() {
-                    let (want, bound) = pick(isa, head_dim, &want, || {
+                for (isa, format) in kernels_under_test(head_dim) {
+                    let (want, bound) = pick(format, &want, || {
                         want_bf16.get_or_init(|| reference(&q, &k, &v, hs, start, &rows, 0.25, true))
                     });
-                    let err = max_err(&run(&pool, isa, &q, &k, &v, hs, start, n_q, 0.25), want);
+                    let err = max_err(&run(&pool, isa, format, &q, &k, &v, hs, start, n_q, 0.25), want);
                     let what = format!(
-                        "{} head_dim {head_dim} heads {n_heads}/{n_kv_heads} rows {n_q} threads {threads}",
+                        "{} {format:?} head_dim {head_dim} heads {n_heads}/{n_kv_heads} rows {n_q} threads {threads}",
                         isa.name()
                     );
                     assert!(err <= bound, "{what}: off by {err}");
@@ -193,12 +194,13 @@ fn a_rows_output_does_not_depend_on_the_rows_around_it() {
         let q = noise(n_q * hs.q_dim(), 7);
         let (k, v) = (noise(ctx * hs.kv_dim(), 8), noise(ctx * hs.kv_dim(), 9));
         let qd = hs.q_dim();
-        for isa in isas_under_test() {
+        for (isa, format) in kernels_under_test(head_dim) {
             let pool = Pool::new(2);
-            let all = run(&pool, isa, &q, &k, &v, hs, start, n_q, 0.125);
+            let all = run(&pool, isa, format, &q, &k, &v, hs, start, n_q, 0.125);
             for (t, n) in [(0, 1), (20, 1), (5, 3), (9, 12)] {
-                let part = run(&pool, isa, &q[t * qd..(t + n) * qd], &k, &v, hs, start + t, n, 0.125);
-                assert_eq!(part, &all[t * qd..(t + n) * qd], "{} {hs:?} rows {t}..{}", isa.name(), t + n);
+                let part = run(&pool, isa, format, &q[t * qd..(t + n) * qd], &k, &v, hs, start + t, n, 0.125);
+                let what = format!("{} {format:?} {hs:?} rows {t}..{}", isa.name(), t + n);
+                assert_eq!(part, &all[t * qd..(t + n) * qd], "{what}");
             }
         }
     }
@@ -209,14 +211,14 @@ fn attention_is_causal() {
     let hs = Heads { n_heads: 2, n_kv_heads: 1, head_dim: 8 };
     let (q, k, mut v) = (noise(3 * 16, 4), noise(5 * 8, 5), noise(5 * 8, 6));
     let pool = Pool::new(1);
-    for isa in isas_under_test() {
-        let a = run(&pool, isa, &q, &k, &v, hs, 2, 3, 0.3);
+    for (isa, format) in kernels_under_test(hs.head_dim) {
+        let a = run(&pool, isa, format, &q, &k, &v, hs, 2, 3, 0.3);
         let saved = v.clone();
         v[4 * 8..].fill(100.0); // position 4 is only visible to the last query row
-        let b = run(&pool, isa, &q, &k, &v, hs, 2, 3, 0.3);
+        let b = run(&pool, isa, format, &q, &k, &v, hs, 2, 3, 0.3);
         v = saved;
-        assert_eq!(&a[..32], &b[..32], "{}", isa.name());
-        assert_ne!(&a[32..], &b[32..], "{}", isa.name());
+        assert_eq!(&a[..32], &b[..32], "{} {format:?}", isa.name());
+        assert_ne!(&a[32..], &b[32..], "{} {format:?}", isa.name());
     }
 }
 
@@ -235,13 +237,12 @@ fn batched_attention_equals_one_call_per_sequence() {
             (start, n, noise(n * qd, s + 1), noise(ctx * kvd, s + 2), noise(ctx * kvd, s + 3))
         })
         .collect();
-    for isa in isas_under_test() {
+    for (isa, format) in kernels_under_test(hs.head_dim) {
         // Two threads, so that the batched call splits tasks across sequences.
         let pool = Pool::new(2);
         let alone: Vec<Vec<f32>> =
-            seqs.iter().map(|(start, n, q, k, v)| run(&pool, isa, q, k, v, hs, *start, *n, 0.25)).collect();
+            seqs.iter().map(|(start, n, q, k, v)| run(&pool, isa, format, q, k, v, hs, *start, *n, 0.25)).collect();
         let mut outs: Vec<Vec<f32>> = seqs.iter().map(|s| vec![f32::NAN; s.1 * qd]).collect();
-        let format = format_under_test(isa, hs.head_dim);
         let keys: Vec<Vec<u16>> = seqs.iter().map(|s| stored_keys(&s.3, kvd, format)).collect();
         let values: Vec<Vec<u16>> = seqs.iter().map(|s| stored_values(&s.4, kvd, format)).collect();
         let mut batch: Vec<AttnSeq<'_>> = seqs
@@ -260,7 +261,7 @@ fn batched_attention_equals_one_call_per_sequence() {
             .collect();
         attention_batch(&pool, isa, &mut batch, hs, 0.25);
         drop(batch);
-        assert_eq!(outs, alone, "{isa:?}");
+        assert_eq!(outs, alone, "{isa:?} {format:?}");
     }
 }
 

@@ -98,6 +98,10 @@ unsafe fn weighted<const NV: usize, const CB: usize>(
     }
 }
 
+/// Keys (or value columns) per step of the 512-bit products: 8 of them times 2 registers for 24
+/// lanes is 16 accumulators of the 32.
+const WIDE_STEP: usize = 8;
+
 /// A block's online softmax between tiles: the running max and sum of each lane.
 #[derive(Clone, Copy)]
 struct Run<const NV: usize> {
@@ -118,14 +122,20 @@ struct Run<const NV: usize> {
 /// what it would be alone (the same operations in the same order): its outputs unnormalised,
 /// with each lane's max and sum (see [`AttnBlock`]).
 ///
+/// With `WIDE`, blocks of 16 or 24 lanes take both products in 512-bit registers
+/// (`kern_avx512_attn_f32.rs`, the same bits).
+///
 /// # Safety
-/// The CPU supports AVX2 and FMA.
+/// The CPU supports AVX2 and FMA, and with `WIDE` AVX-512 F.
 ///
 /// # Panics
 /// When a buffer of a block is shorter than `check` wants, the blocks start at different
 /// keys, or there are more than `MAX_GROUP` blocks.
 #[target_feature(enable = "avx2,fma,f16c")]
-pub unsafe fn attend_blocks<const NV: usize, const STEP: usize>(bs: &mut [AttnBlock<'_>], scratch: &mut TileScratch) {
+pub unsafe fn attend_blocks<const NV: usize, const STEP: usize, const WIDE: bool>(
+    bs: &mut [AttnBlock<'_>],
+    scratch: &mut TileScratch,
+) {
     let w = NV * 8;
     assert!(bs.len() <= MAX_GROUP, "attention: {} blocks in a group", bs.len());
     let none = Run { m: [_mm256_set1_ps(f32::NEG_INFINITY); NV], l: [_mm256_setzero_ps(); NV] };
@@ -166,9 +176,9 @@ pub unsafe fn attend_blocks<const NV: usize, const STEP: usize>(bs: &mut [AttnBl
                 unsafe { widen(b, k0, TILE_KEYS.min(sees[i] - k0), kw, vw) };
                 widened = Some(b.source());
             }
-            // SAFETY: AVX2 and FMA (caller); `b` was checked and `k0 < b.n_keys`; a lane-major
-            // block's tile is in `kw` and `vw`.
-            unsafe { tile::<NV, STEP>(b, run, k0, lanes, kw.as_ptr(), vw.as_ptr()) };
+            // SAFETY: AVX2 and FMA, and with `WIDE` AVX-512 F (caller); `b` was checked and
+            // `k0 < b.n_keys`; a lane-major block's tile is in `kw` and `vw`.
+            unsafe { tile::<NV, STEP, WIDE>(b, run, k0, lanes, kw.as_ptr(), vw.as_ptr()) };
         }
     }
     few_outputs(bs, &few, ol, w);
@@ -249,10 +259,10 @@ unsafe fn widen(b: &AttnBlock<'_>, k0: usize, kt: usize, kw: &mut [f32], vw: &mu
 /// into `kw` and `vw` (see [`widen`]).
 ///
 /// # Safety
-/// AVX2 and FMA; `b.check(NV * 8)` passed; `k0 < b.n_keys`; unless `lanes` is given, `kw` and
-/// `vw` hold the tile as [`widen`] leaves it.
+/// AVX2 and FMA, and with `WIDE` AVX-512 F; `b.check(NV * 8)` passed; `k0 < b.n_keys`; unless
+/// `lanes` is given, `kw` and `vw` hold the tile as [`widen`] leaves it.
 #[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn tile<const NV: usize, const STEP: usize>(
+unsafe fn tile<const NV: usize, const STEP: usize, const WIDE: bool>(
     b: &mut AttnBlock<'_>,
     run: &mut Run<NV>,
     k0: usize,
@@ -296,7 +306,13 @@ unsafe fn tile<const NV: usize, const STEP: usize>(
     }
     // The widened tile: keys and values `hd` apart.
     let (kp, vp, stride) = (kw, vw, hd);
+    let wide = WIDE && NV >= 2;
     let mut k = 0;
+    while wide && k + WIDE_STEP <= kt {
+        // SAFETY: AVX-512 F (`WIDE`, caller); keys `k..k + WIDE_STEP` of the tile; see above.
+        unsafe { super::kern_avx512_attn_f32::scores::<NV, WIDE_STEP>(qt, kp, k, stride, hd, s) };
+        k += WIDE_STEP;
+    }
     while k + STEP <= kt {
         // SAFETY: keys `k..k + step` of the tile; see above.
         unsafe { scores::<NV, STEP>(qt, kp, k, stride, hd, s) };
@@ -326,6 +342,13 @@ unsafe fn tile<const NV: usize, const STEP: usize>(
         m[v] = mt;
     }
     let mut c = 0;
+    while wide && c + WIDE_STEP <= hd {
+        // SAFETY: AVX-512 F (`WIDE`, caller); columns `c..c + WIDE_STEP`; see above.
+        unsafe {
+            super::kern_avx512_attn_f32::weighted::<NV, WIDE_STEP>(s, kt, vp.add(c), stride, &alpha, ot.add(c * w))
+        };
+        c += WIDE_STEP;
+    }
     while c + STEP <= hd {
         // SAFETY: columns `c..c + step` of the tile's values; see above.
         unsafe { weighted::<NV, STEP>(s, kt, vp.add(c), stride, &alpha, ot.add(c * w)) };

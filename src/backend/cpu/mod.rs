@@ -52,6 +52,8 @@ mod kern_avx512;
 #[cfg(target_arch = "x86_64")]
 mod kern_avx512_attn;
 #[cfg(target_arch = "x86_64")]
+mod kern_avx512_attn_f32;
+#[cfg(target_arch = "x86_64")]
 mod kern_avx512_attn_few;
 #[cfg(target_arch = "x86_64")]
 mod kern_avx512_r8;
