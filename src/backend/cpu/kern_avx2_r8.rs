@@ -46,15 +46,7 @@ unsafe fn tile<B: IntBlock, const NR: usize>(
     let gb = group_block_bytes::<B>();
     let ones = _mm256_set1_epi16(1);
     let nib = _mm256_set1_epi8(0x0f);
-    // Plain loops, not `array::from_fn`: its closures are not inlined into this function (they
-    // lack its target features) and cost a call each per group.
-    let (mut xq, mut xd, mut xs) =
-        ([std::ptr::null::<i8>(); NR], [std::ptr::null::<f32>(); NR], [std::ptr::null(); NR]);
-    for j in 0..NR {
-        xq[j] = x.qs(i0 + j).as_ptr();
-        xd[j] = x.d(i0 + j).as_ptr();
-        xs[j] = x.s(i0 + j).as_ptr();
-    }
+    let (xq, xd, xs) = x.row_starts::<NR>(i0);
     // The scale and offset terms in separate sums: one FMA chain each per block, not two
     // dependent FMAs on one (the latency of those bounded the 1-row pass).
     let mut acc = [_mm256_setzero_ps(); NR];

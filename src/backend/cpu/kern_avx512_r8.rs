@@ -134,13 +134,7 @@ unsafe fn tile_pair<B: IntBlock, const NR: usize>(
 ) {
     let gb = group_block_bytes::<B>();
     let nib = _mm512_set1_epi8(0x0f);
-    let (mut xq, mut xd, mut xs) =
-        ([std::ptr::null::<i8>(); NR], [std::ptr::null::<f32>(); NR], [std::ptr::null(); NR]);
-    for j in 0..NR {
-        xq[j] = x.qs(i0 + j).as_ptr();
-        xd[j] = x.d(i0 + j).as_ptr();
-        xs[j] = x.s(i0 + j).as_ptr();
-    }
+    let (xq, xd, xs) = x.row_starts::<NR>(i0);
     let mut acc = [_mm512_setzero_ps(); NR];
     let mut off = [_mm512_setzero_ps(); NR];
     for b in 0..nb {
@@ -269,13 +263,7 @@ unsafe fn tile<B: IntBlock, const NR: usize>(
 ) {
     let gb = group_block_bytes::<B>();
     let nib = _mm256_set1_epi8(0x0f);
-    let (mut xq, mut xd, mut xs) =
-        ([std::ptr::null::<i8>(); NR], [std::ptr::null::<f32>(); NR], [std::ptr::null(); NR]);
-    for j in 0..NR {
-        xq[j] = x.qs(i0 + j).as_ptr();
-        xd[j] = x.d(i0 + j).as_ptr();
-        xs[j] = x.s(i0 + j).as_ptr();
-    }
+    let (xq, xd, xs) = x.row_starts::<NR>(i0);
     let mut acc = [_mm256_setzero_ps(); NR];
     let mut off = [_mm256_setzero_ps(); NR];
     for b in 0..nb {

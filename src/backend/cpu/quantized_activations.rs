@@ -154,6 +154,20 @@ impl QuantRows {
         let nb = self.cols / QK;
         &self.s[i * nb..(i + 1) * nb]
     }
+    /// Where the int8 values, the scales and the sums of rows `i0..i0 + NR` start: what a
+    /// kernel's tile walks. Plain loops, not `array::from_fn`, whose closures were not inlined
+    /// into the kernels (they lack their target features) and cost a call each per group.
+    #[inline(always)]
+    #[allow(clippy::type_complexity)] // three arrays of row starts, named by the doc
+    pub fn row_starts<const NR: usize>(&self, i0: usize) -> ([*const i8; NR], [*const f32; NR], [*const f32; NR]) {
+        let (mut q, mut d, mut s) = ([std::ptr::null(); NR], [std::ptr::null(); NR], [std::ptr::null(); NR]);
+        for j in 0..NR {
+            q[j] = self.qs(i0 + j).as_ptr();
+            d[j] = self.d(i0 + j).as_ptr();
+            s[j] = self.s(i0 + j).as_ptr();
+        }
+        (q, d, s)
+    }
 }
 
 /// Row `i` as [`Grouped`]: filled only when quantizing for AVX2 or AVX-512.
