@@ -81,11 +81,11 @@ impl Isa {
 
     /// Whether attention at this level multiplies bf16 pairs (`vdpbf16ps`, twice an FMA's
     /// products per instruction) where it can ([`Isa::bf16_kernels`]): as [`ATTENTION_ENV`]
-    /// says, else on every CPU but Intel's. AMD Zen 4 runs two 256-bit `vdpbf16ps` a cycle, so
-    /// the pairs double attention's products; Intel Sapphire Rapids runs one in about 1.8
-    /// cycles at any width (16 products per 0.55 ns, where 256-bit FMAs give 8 per 0.14 ns), so
-    /// there they halve them: a 4,096-token prompt prefilled 1.37x faster in f32
-    /// (docs/performance.md). Read once, so that every call of a process agrees.
+    /// says, else on every CPU but Intel's. On AMD Zen 4 the pairs made a prompt's attention
+    /// faster; Intel Sapphire Rapids runs one `vdpbf16ps` in about 1.8 cycles at any width (16
+    /// products per 0.55 ns, where 256-bit FMAs give 8 per 0.14 ns), and there a 4,096-token
+    /// prompt prefilled 1.37x faster in f32 (docs/performance.md). Read once, so that every
+    /// call of a process agrees.
     pub fn bf16_attention(self) -> bool {
         static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
         self.bf16_kernels()

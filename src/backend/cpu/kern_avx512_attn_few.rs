@@ -10,7 +10,7 @@
 //! verification rely on.
 //!
 //! Each pass hints the cache lines of the next tile's keys and value rows of the block's head:
-//! on Intel Sapphire Rapids a whole decode pass at 4,000 cached positions took 0.95x as long
+//! on Intel Sapphire Rapids a whole decode pass at 4,000 cached positions took 0.95-0.97x as long
 //! with one sequence and 0.87-0.92x with four (`bench --rows 1,4 --context 4000`, alternated),
 //! and the same at 160 positions within the noise; AMD Zen 4 had shown no change from such hints.
 

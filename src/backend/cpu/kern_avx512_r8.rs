@@ -5,7 +5,8 @@
 //! half of a 512-bit register (sixteen rows, one per 32-bit lane): each activation broadcast
 //! and each `vpdpbusd` then serves twice the weights of a 256-bit one, which doubles what a
 //! multi-row pass can compute on CPUs that run 512-bit `vpdpbusd` at the 256-bit rate (Intel
-//! Sapphire Rapids: 64 byte products per half cycle against 32). [`tile`] takes one group in
+//! Sapphire Rapids: 0.19 ns per 512-bit instruction against 0.17 ns per 256-bit one, twenty
+//! independent chains). [`tile`] takes one group in
 //! a 256-bit register, for a range with an odd number of groups; it is the AVX2 kernel's
 //! registers with `vpdpbusd` in place of `maddubs`, seven 16-bit adds and a `madd`.
 //!
@@ -15,8 +16,7 @@
 //! and its float steps are AVX2's own ([`fold_block`], and the same operations in the wider
 //! registers), so the levels give the same results bit for bit.
 
-use super::block::Offset;
-use super::block::{IntBlock, Weights};
+use super::block::{IntBlock, Offset, Weights};
 use super::block_q::{BlockQ4_0, BlockQ4_1, BlockQ8_0};
 use super::kern_avx2_r8::{bcast4, fold_block, prefetch_ahead};
 use super::kernel_io::{OutRows, QKind};
@@ -174,8 +174,8 @@ unsafe fn tile_pair<B: IntBlock, const NR: usize>(
                     for j in 0..NR {
                         // SAFETY: `4 * c + 4 <= 32`: inside the block.
                         let xv = unsafe { bcast4z(xb[j], 4 * c) };
-                        let xs = _mm512_mask_sub_epi8(xv, neg, _mm512_setzero_si512(), xv);
-                        sum[j] = _mm512_dpbusd_epi32(sum[j], qa, xs);
+                        let xn = _mm512_mask_sub_epi8(xv, neg, _mm512_setzero_si512(), xv);
+                        sum[j] = _mm512_dpbusd_epi32(sum[j], qa, xn);
                     }
                 }
             }
