@@ -3,7 +3,8 @@
 //!
 //! Where the cores run a 512-bit FMA at the 256-bit rate (Intel Sapphire Rapids) this doubles
 //! the products per cycle of a prompt's attention, which the f32 kernel spends most of its time
-//! on; where they run it as two halves (AMD Zen 4) it halves the instructions. Every lane gets
+//! on; where they run it as two halves (AMD Zen 4) it halves the instructions (not measured
+//! there). Every lane gets
 //! the 256-bit kernel's operations in the same order (one FMA per key or column, into its own
 //! accumulator), so the results are the same bits.
 
