@@ -35,7 +35,11 @@ fn browser(scenario: &str, server: &Server) {
     cmd.arg(script()).args([scenario, &server.url("")]).arg(artifacts());
     let out = common::output_within(&mut cmd, BROWSER_DEADLINE, &format!("browser scenario '{scenario}'"));
     let (stdout, stderr) = (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
-    assert!(out.status.success(), "browser scenario '{scenario}' failed\n--- stdout\n{stdout}\n--- stderr\n{stderr}");
+    if !out.status.success() {
+        let log = server.log.lock().unwrap();
+        let tail = log[log.len().saturating_sub(40)..].join("\n");
+        panic!("browser scenario '{scenario}' failed\n--- stdout\n{stdout}\n--- stderr\n{stderr}\n--- server\n{tail}");
+    }
     assert!(stdout.contains(&format!("{scenario}: ok")), "{stdout}");
 }
 

@@ -138,6 +138,19 @@ def scenario_live(d, base, artifacts):
     assert not bad, f"failed requests: {bad}"
 
 
+# Notes in window.__answerTexts each distinct non-empty text of the first answer bubble.
+WATCH_ANSWER = """
+window.__answerTexts = [];
+const log = document.getElementById("chat-log");
+new MutationObserver(() => {
+  const b = log.querySelector(".msg.assistant .body");
+  const t = b ? b.textContent : "";
+  const seen = window.__answerTexts;
+  if (t && seen[seen.length - 1] !== t) seen.push(t);
+}).observe(log, { childList: true, subtree: true, characterData: true });
+"""
+
+
 def chat(d, message):
     n = len(d.find_elements(By.CSS_SELECTOR, "#chat-log .msg.assistant"))
     box = d.find_element(By.ID, "chat-text")
@@ -155,16 +168,14 @@ def scenario_chat(d, base, _artifacts):
     d.get(base + "/dashboard")
     wait_live(d)
     # Tokens arrive one chunk at a time: the answer text grows before the record line appears.
+    # The page itself notes every text the first answer shows, so a fast stream cannot slip
+    # between two polls of this script.
+    d.execute_script(WATCH_ANSWER)
     box = d.find_element(By.ID, "chat-text")
     box.send_keys("Write a long story about a cat.")
     d.find_element(By.ID, "chat-send").click()
-    seen = set()
-    def grew():
-        b = d.find_elements(By.CSS_SELECTOR, "#chat-log .msg.assistant .body")
-        if b:
-            seen.add(b[0].text)
-        return len([s for s in seen if s]) >= 2
-    wait_for("the answer to grow in at least two steps while it streams", grew)
+    wait_for("the answer to grow in at least two steps while it streams",
+             lambda: d.execute_script("return window.__answerTexts.length") >= 2)
     a = d.find_elements(By.CSS_SELECTOR, "#chat-log .msg.assistant")[0]
     wait_for("the record line", lambda: "tok/s" in a.find_element(By.CSS_SELECTOR, ".rec").text)
     assert "TTFT" in a.find_element(By.CSS_SELECTOR, ".rec").text
@@ -260,6 +271,17 @@ def scenario_reconnect(d, base, _artifacts):
     assert row_shown(d, rid), "the request from before the restart left the table"
 
 
+def report(d):
+    """What the page showed when a scenario failed, for the test's output."""
+    try:
+        log = d.find_element(By.ID, "chat-log").get_attribute("outerHTML")
+        print("chat log:", log[:2000], file=sys.stderr)
+        print("console:", d.get_log("browser")[-20:], file=sys.stderr)
+        print("failed requests:", failed_requests(d)[-20:], file=sys.stderr)
+    except Exception as e:  # the browser itself may be what failed
+        print("no page to report:", e, file=sys.stderr)
+
+
 def main():
     scenario, base = sys.argv[1], sys.argv[2].rstrip("/")
     artifacts = sys.argv[3] if len(sys.argv) > 3 else None
@@ -267,6 +289,9 @@ def main():
     try:
         globals()[f"scenario_{scenario}"](d, base, artifacts)
         print(f"{scenario}: ok")
+    except BaseException:
+        report(d)
+        raise
     finally:
         d.quit()
 
