@@ -256,6 +256,9 @@ pub(super) struct TileScratch {
     pub keys: Vec<f32>,
     /// A tile's values widened to f32, `hd` apart.
     pub values: Vec<f32>,
+    /// A tile's scores of two blocks that the 512-bit f32 kernels take together, rows of both
+    /// blocks' lanes.
+    pub pair_scores: Vec<f32>,
     /// The bf16 kernel's buffers (`kern_avx512_attn.rs`): the blocks' query pairs, the tile's
     /// key pairs in the order the scores take them, a tile's weight pairs.
     pub qb: Vec<u32>,

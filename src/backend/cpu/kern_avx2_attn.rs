@@ -11,6 +11,7 @@
 use super::attention::{few_outputs, sees, AttnBlock, TileScratch, FEW_LANES, MAX_GROUP, TILE_KEYS};
 use super::kern_avx2_attn_few::{few_lanes, scores_lanes, softmax_lane, weighted_lane};
 use super::kern_avx2_f32::{exp_ps, f16s_to_f32};
+use super::kern_avx512_attn_f32::{halves, join, scores_pair, softmax_pair, weighted_pair, PAIR_BLOCK, PAIR_LANES};
 use crate::backend::{key_index, KEY_GROUP};
 use std::arch::x86_64::*;
 
@@ -151,7 +152,7 @@ pub unsafe fn attend_blocks<const NV: usize, const STEP: usize, const WIDE: bool
     let few: [usize; MAX_GROUP] = std::array::from_fn(|i| bs.get(i).map_or(0, |b| few_lanes::<NV>(b)));
     let hd = bs.first().map_or(0, |b| b.hd);
     let any_few = few.iter().any(|&u| u > 0);
-    let TileScratch { ol, keys: kw, values: vw, .. } = scratch;
+    let TileScratch { ol, keys: kw, values: vw, pair_scores: sp, .. } = scratch;
     if any_few {
         ol.clear();
         ol.resize(bs.len() * FEW_LANES * hd, 0.0);
@@ -162,23 +163,49 @@ pub unsafe fn attend_blocks<const NV: usize, const STEP: usize, const WIDE: bool
     vw.resize(TILE_KEYS * hd, 0.0);
     let sees = sees(bs);
     let n_keys = bs.iter().map(|b| b.n_keys).max().unwrap_or(0);
+    // Two neighbouring lane-major blocks of 24 lanes over the same keys of a tile go through
+    // the 512-bit kernels together (`tile_pair`).
+    let pairs = WIDE && NV * 8 == PAIR_BLOCK;
+    if pairs {
+        sp.resize(TILE_KEYS * PAIR_LANES, 0.0);
+    }
+    let kt = |b: &AttnBlock<'_>, k0: usize| TILE_KEYS.min(b.n_keys.saturating_sub(k0));
     for k0 in (k_begin..n_keys).step_by(TILE_KEYS) {
         let mut widened = None;
-        for (i, (b, run)) in bs.iter_mut().zip(&mut runs).enumerate() {
+        let mut i = 0;
+        while i < bs.len() {
+            let b = &bs[i];
             if k0 >= b.n_keys {
+                i += 1;
                 continue;
             }
-            let lanes = (few[i] > 0).then(|| (&mut ol[i * FEW_LANES * hd..(i + 1) * FEW_LANES * hd], few[i]));
-            if lanes.is_none() && widened != Some(b.source()) {
+            if few[i] == 0 && widened != Some(b.source()) {
                 // SAFETY: F16C (caller); every block of this source was checked for the keys
                 // and values through its `n_keys`, so through `sees[i]`; both buffers hold
                 // `TILE_KEYS * hd`.
                 unsafe { widen(b, k0, TILE_KEYS.min(sees[i] - k0), kw, vw) };
                 widened = Some(b.source());
             }
+            let pair = pairs
+                && bs.get(i + 1).is_some_and(|n| few[i] == 0 && few[i + 1] == 0 && n.source() == b.source())
+                && kt(b, k0) == kt(&bs[i + 1], k0);
+            if pair {
+                let (head, tail) = bs.split_at_mut(i + 1);
+                let (ra, rb) = runs.split_at_mut(i + 1);
+                // SAFETY: AVX-512 F (`WIDE`, caller), 24 lanes each (`pairs`); both blocks were
+                // checked, see keys through `k0 + kt` and share the tile in `kw` and `vw`; `sp`
+                // holds `TILE_KEYS` rows of the pair's lanes.
+                unsafe {
+                    tile_pair(&mut head[i], &mut tail[0], &mut ra[i], &mut rb[0], k0, kw.as_ptr(), vw.as_ptr(), sp)
+                };
+                i += 2;
+                continue;
+            }
+            let lanes = (few[i] > 0).then(|| (&mut ol[i * FEW_LANES * hd..(i + 1) * FEW_LANES * hd], few[i]));
             // SAFETY: AVX2 and FMA, and with `WIDE` AVX-512 F (caller); `b` was checked and
             // `k0 < b.n_keys`; a lane-major block's tile is in `kw` and `vw`.
-            unsafe { tile::<NV, STEP, WIDE>(b, run, k0, lanes, kw.as_ptr(), vw.as_ptr()) };
+            unsafe { tile::<NV, STEP, WIDE>(&mut bs[i], &mut runs[i], k0, lanes, kw.as_ptr(), vw.as_ptr()) };
+            i += 1;
         }
     }
     few_outputs(bs, &few, ol, w);
@@ -273,11 +300,7 @@ unsafe fn tile<const NV: usize, const STEP: usize, const WIDE: bool>(
     let w = NV * 8;
     let (hd, stride) = (b.hd, b.stride);
     let (qt, s, ot) = (b.qt.as_ptr(), b.s.as_mut_ptr(), b.ot.as_mut_ptr());
-    let pos: [__m256i; NV] = std::array::from_fn(|v| {
-        // SAFETY: `lane_pos` holds `w` entries (checked).
-        unsafe { _mm256_loadu_si256(b.lane_pos.as_ptr().add(8 * v) as *const __m256i) }
-    });
-    let (m, l) = (&mut run.m, &mut run.l);
+    let pos = lane_pos::<NV>(b);
     let kt = TILE_KEYS.min(b.n_keys - k0);
     // SAFETY (the pointer arithmetic below): keys and values `k0..k0 + kt` are below
     // `n_keys`, whose rows are in `keys` and `values` (checked); `s` holds `TILE_KEYS >= kt`
@@ -291,7 +314,7 @@ unsafe fn tile<const NV: usize, const STEP: usize, const WIDE: bool>(
         unsafe { scores_lanes(qt, w, used, kp, stride, hd, kt, &mut sc) };
         let (mut ms, mut ls) = ([0f32; 8], [1f32; 8]);
         // SAFETY: both arrays hold eight f32s.
-        unsafe { (_mm256_storeu_ps(ms.as_mut_ptr(), m[0]), _mm256_storeu_ps(ls.as_mut_ptr(), l[0])) };
+        unsafe { (_mm256_storeu_ps(ms.as_mut_ptr(), run.m[0]), _mm256_storeu_ps(ls.as_mut_ptr(), run.l[0])) };
         for lane in 0..used {
             let pos = if k0 + kt - 1 > b.min_pos { b.lane_pos[lane] } else { i32::MAX };
             // SAFETY: `kt <= TILE_KEYS`.
@@ -301,7 +324,7 @@ unsafe fn tile<const NV: usize, const STEP: usize, const WIDE: bool>(
             unsafe { weighted_lane(sc[lane].as_ptr(), 1, 0, kt, vp, stride, hd, al, ol[lane * hd..].as_mut_ptr()) };
         }
         // SAFETY: as above.
-        unsafe { (m[0], l[0]) = (_mm256_loadu_ps(ms.as_ptr()), _mm256_loadu_ps(ls.as_ptr())) };
+        unsafe { (run.m[0], run.l[0]) = (_mm256_loadu_ps(ms.as_ptr()), _mm256_loadu_ps(ls.as_ptr())) };
         return;
     }
     // The widened tile: keys and values `hd` apart.
@@ -323,24 +346,8 @@ unsafe fn tile<const NV: usize, const STEP: usize, const WIDE: bool>(
         unsafe { scores::<NV, 1>(qt, kp, k, stride, hd, s) };
         k += 1;
     }
-    let mut alpha = [_mm256_setzero_ps(); NV];
-    for v in 0..NV {
-        // SAFETY: rows `0..kt` of `s`; see above.
-        let mt = unsafe { masked_max(s.add(8 * v), w, kt, k0, b.min_pos, pos[v], m[v]) };
-        alpha[v] = exp_ps(_mm256_sub_ps(m[v], mt));
-        let mut sum = _mm256_setzero_ps();
-        for k in 0..kt {
-            // SAFETY: row `k < kt` of `s`; see above.
-            unsafe {
-                let sp = s.add(k * w + 8 * v);
-                let e = exp_ps(_mm256_sub_ps(_mm256_loadu_ps(sp), mt));
-                _mm256_storeu_ps(sp, e);
-                sum = _mm256_add_ps(sum, e);
-            }
-        }
-        l[v] = _mm256_fmadd_ps(l[v], alpha[v], sum);
-        m[v] = mt;
-    }
+    // SAFETY: rows `0..kt` of `s`; see above.
+    let alpha = unsafe { softmax(s, w, kt, k0, b.min_pos, &pos, run) };
     let mut c = 0;
     while wide && c + WIDE_STEP <= hd {
         // SAFETY: AVX-512 F (`WIDE`, caller); columns `c..c + WIDE_STEP`; see above.
@@ -357,6 +364,126 @@ unsafe fn tile<const NV: usize, const STEP: usize, const WIDE: bool>(
     while c < hd {
         // SAFETY: column `c`; see above.
         unsafe { weighted::<NV, 1>(s, kt, vp.add(c), stride, &alpha, ot.add(c * w)) };
+        c += 1;
+    }
+}
+
+/// Block `b`'s lane positions, `NV` vectors of them.
+#[target_feature(enable = "avx2,fma,f16c")]
+#[inline]
+fn lane_pos<const NV: usize>(b: &AttnBlock<'_>) -> [__m256i; NV] {
+    assert!(b.lane_pos.len() >= NV * 8, "attention: {} lane positions", b.lane_pos.len());
+    std::array::from_fn(|v| {
+        // SAFETY: `lane_pos` holds `NV * 8` entries (asserted).
+        unsafe { _mm256_loadu_si256(b.lane_pos.as_ptr().add(8 * v) as *const __m256i) }
+    })
+}
+
+/// One block's online softmax over a tile's `kt` scores, lane-minor rows `ws` apart from `s`
+/// (the block's first lane): the causal mask, the running max and sum in `run`, the scores
+/// turned into weights; returns each lane's factor for the outputs so far.
+///
+/// # Safety
+/// AVX2 and FMA; `s` holds `kt` rows `ws` apart of `NV * 8` lanes.
+#[target_feature(enable = "avx2,fma,f16c")]
+#[inline]
+unsafe fn softmax<const NV: usize>(
+    s: *mut f32,
+    ws: usize,
+    kt: usize,
+    k0: usize,
+    min_pos: usize,
+    pos: &[__m256i; NV],
+    run: &mut Run<NV>,
+) -> [__m256; NV] {
+    let mut alpha = [_mm256_setzero_ps(); NV];
+    for v in 0..NV {
+        let m = run.m[v];
+        // SAFETY: rows `0..kt` of lane vector `v` (contract).
+        let mt = unsafe { masked_max(s.add(8 * v), ws, kt, k0, min_pos, pos[v], m) };
+        alpha[v] = exp_ps(_mm256_sub_ps(m, mt));
+        let mut sum = _mm256_setzero_ps();
+        for k in 0..kt {
+            // SAFETY: row `k < kt` of lane vector `v` (contract).
+            unsafe {
+                let sp = s.add(k * ws + 8 * v);
+                let e = exp_ps(_mm256_sub_ps(_mm256_loadu_ps(sp), mt));
+                _mm256_storeu_ps(sp, e);
+                sum = _mm256_add_ps(sum, e);
+            }
+        }
+        run.l[v] = _mm256_fmadd_ps(run.l[v], alpha[v], sum);
+        run.m[v] = mt;
+    }
+    alpha
+}
+
+/// Keys `k0..` (one tile) into two lane-major blocks of 24 lanes that see as many of them, their
+/// products in the 512-bit pair kernels (`kern_avx512_attn_f32.rs`): each lane gets what
+/// [`tile`] gives it, bit for bit.
+///
+/// # Safety
+/// AVX-512 F, AVX2 and FMA; `NV * 8 == PAIR_BLOCK`; both blocks passed `check(PAIR_BLOCK)`, have
+/// `k0 < n_keys` and as many keys in this tile, and share the tile widened into `kw` and `vw`;
+/// `sp` holds `TILE_KEYS * PAIR_LANES` values.
+#[target_feature(enable = "avx2,fma,f16c,avx512f")]
+#[allow(clippy::too_many_arguments)]
+unsafe fn tile_pair<const NV: usize>(
+    a: &mut AttnBlock<'_>,
+    b: &mut AttnBlock<'_>,
+    ra: &mut Run<NV>,
+    rb: &mut Run<NV>,
+    k0: usize,
+    kw: *const f32,
+    vw: *const f32,
+    sp: &mut [f32],
+) {
+    assert!(NV * 8 == PAIR_BLOCK && sp.len() >= TILE_KEYS * PAIR_LANES, "attention: a pair of {NV} lane vectors");
+    let hd = a.hd;
+    let kt = TILE_KEYS.min(a.n_keys - k0);
+    let (qa, qb, s) = (a.qt.as_ptr(), b.qt.as_ptr(), sp.as_mut_ptr());
+    // The calls below read keys and values `0..kt` of the widened tile, `hd` apart, both
+    // blocks' queries and outputs (`hd` rows of 24 lanes, checked) and `kt` rows of 48 of `s`.
+    let mut k = 0;
+    while k + WIDE_STEP <= kt {
+        // SAFETY: AVX-512 F (caller); keys `k..k + WIDE_STEP` of the tile; see above.
+        unsafe { scores_pair::<WIDE_STEP>(qa, qb, kw, k, hd, hd, s) };
+        k += WIDE_STEP;
+    }
+    while k < kt {
+        // SAFETY: key `k` of the tile; see above.
+        unsafe { scores_pair::<1>(qa, qb, kw, k, hd, hd, s) };
+        k += 1;
+    }
+    // The pair's lanes in three 512-bit vectors: a's 24, then b's.
+    let three = |x: &[__m256; NV], y: &[__m256; NV]| [join(x[0], x[1]), join(x[2], y[0]), join(y[1], y[2])];
+    let (pa, pb) = (lane_pos::<NV>(a), lane_pos::<NV>(b));
+    let (pa, pb) = (pa.map(|x| _mm256_castsi256_ps(x)), pb.map(|x| _mm256_castsi256_ps(x)));
+    let pos = three(&pa, &pb).map(|x| _mm512_castps_si512(x));
+    let (mut m, mut l) = (three(&ra.m, &rb.m), three(&ra.l, &rb.l));
+    // SAFETY: AVX-512 F (caller); `kt` rows of 48 of `s`; see above.
+    let alpha = unsafe { softmax_pair(s, kt, k0, a.min_pos, &pos, &mut m, &mut l) };
+    for (v, (mv, lv)) in m.iter().zip(&l).enumerate() {
+        let ((m0, m1), (l0, l1)) = (halves(*mv), halves(*lv));
+        let (lo, hi) = (2 * v, 2 * v + 1);
+        // Halves 0..2 are a's vectors, 3..5 b's.
+        for (h, mh, lh) in [(lo, m0, l0), (hi, m1, l1)] {
+            let run = if h < NV { &mut *ra } else { &mut *rb };
+            (run.m[h % NV], run.l[h % NV]) = (mh, lh);
+        }
+    }
+    let (oa, ob) = (a.ot.as_mut_ptr(), b.ot.as_mut_ptr());
+    let mut c = 0;
+    while c + WIDE_STEP <= hd {
+        // SAFETY: columns `c..c + WIDE_STEP`; see above.
+        unsafe {
+            weighted_pair::<WIDE_STEP>(s, kt, vw.add(c), hd, &alpha, oa.add(c * PAIR_BLOCK), ob.add(c * PAIR_BLOCK))
+        };
+        c += WIDE_STEP;
+    }
+    while c < hd {
+        // SAFETY: column `c`; see above.
+        unsafe { weighted_pair::<1>(s, kt, vw.add(c), hd, &alpha, oa.add(c * PAIR_BLOCK), ob.add(c * PAIR_BLOCK)) };
         c += 1;
     }
 }

@@ -5,6 +5,11 @@
 
 use std::arch::x86_64::*;
 
+/// The coefficients of [`exp_ps`]'s polynomial for `2^r` on `[-0.5, 0.5]`, highest degree first
+/// (its constant term, 1, is the last step); every SIMD width takes them in this order.
+pub(super) const EXP2_POLY: [f32; 6] =
+    [1.535_336_2e-4, 1.339_887_4e-3, 9.618_437e-3, 5.550_332_5e-2, 0.240_226_48, std::f32::consts::LN_2];
+
 /// `e^x` lane-wise for `x <= 88`: `2^(x log2 e)` as Cephes' `exp2f` computes it (`2^n * 2^r`
 /// with `|r| <= 1/2` and a degree-6 polynomial), 13 operations where Cephes' `expf` (`ln 2`
 /// in two parts) took 17. Rounding `x log2 e` costs about `|x|` ulps of the result, which only
@@ -17,9 +22,9 @@ pub(super) fn exp_ps(x: __m256) -> __m256 {
     let x = _mm256_max_ps(_mm256_mul_ps(x, _mm256_set1_ps(std::f32::consts::LOG2_E)), _mm256_set1_ps(-127.0));
     let n = _mm256_round_ps::<{ _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC }>(x);
     let r = _mm256_sub_ps(x, n);
-    let mut p = _mm256_set1_ps(1.535_336_2e-4);
-    for c in [1.339_887_4e-3, 9.618_437e-3, 5.550_332_5e-2, 0.240_226_48, std::f32::consts::LN_2] {
-        p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(c));
+    let mut p = _mm256_set1_ps(EXP2_POLY[0]);
+    for c in &EXP2_POLY[1..] {
+        p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(*c));
     }
     let y = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0));
     // `n + 127` is 0 at -127: a zero bit pattern, so the product is 0.
