@@ -347,7 +347,7 @@ unsafe fn tile<const NV: usize, const STEP: usize, const WIDE: bool>(
         k += 1;
     }
     // SAFETY: rows `0..kt` of `s`; see above.
-    let alpha = unsafe { softmax(s, w, kt, k0, b.min_pos, &pos, run) };
+    let alpha = unsafe { softmax(s, kt, k0, b.min_pos, &pos, run) };
     let mut c = 0;
     while wide && c + WIDE_STEP <= hd {
         // SAFETY: AVX-512 F (`WIDE`, caller); columns `c..c + WIDE_STEP`; see above.
@@ -379,17 +379,16 @@ fn lane_pos<const NV: usize>(b: &AttnBlock<'_>) -> [__m256i; NV] {
     })
 }
 
-/// One block's online softmax over a tile's `kt` scores, lane-minor rows `ws` apart from `s`
-/// (the block's first lane): the causal mask, the running max and sum in `run`, the scores
-/// turned into weights; returns each lane's factor for the outputs so far.
+/// One block's online softmax over a tile's `kt` scores (lane-minor rows of `NV * 8` in `s`):
+/// the causal mask, the running max and sum in `run`, the scores turned into weights; returns
+/// each lane's factor for the outputs so far.
 ///
 /// # Safety
-/// AVX2 and FMA; `s` holds `kt` rows `ws` apart of `NV * 8` lanes.
+/// AVX2 and FMA; `s` holds `kt` rows of `NV * 8` lanes.
 #[target_feature(enable = "avx2,fma,f16c")]
 #[inline]
 unsafe fn softmax<const NV: usize>(
     s: *mut f32,
-    ws: usize,
     kt: usize,
     k0: usize,
     min_pos: usize,
@@ -400,13 +399,13 @@ unsafe fn softmax<const NV: usize>(
     for v in 0..NV {
         let m = run.m[v];
         // SAFETY: rows `0..kt` of lane vector `v` (contract).
-        let mt = unsafe { masked_max(s.add(8 * v), ws, kt, k0, min_pos, pos[v], m) };
+        let mt = unsafe { masked_max(s.add(8 * v), NV * 8, kt, k0, min_pos, pos[v], m) };
         alpha[v] = exp_ps(_mm256_sub_ps(m, mt));
         let mut sum = _mm256_setzero_ps();
         for k in 0..kt {
             // SAFETY: row `k < kt` of lane vector `v` (contract).
             unsafe {
-                let sp = s.add(k * ws + 8 * v);
+                let sp = s.add(k * NV * 8 + 8 * v);
                 let e = exp_ps(_mm256_sub_ps(_mm256_loadu_ps(sp), mt));
                 _mm256_storeu_ps(sp, e);
                 sum = _mm256_add_ps(sum, e);
@@ -461,8 +460,12 @@ unsafe fn tile_pair<const NV: usize>(
     let (pa, pb) = (pa.map(|x| _mm256_castsi256_ps(x)), pb.map(|x| _mm256_castsi256_ps(x)));
     let pos = three(&pa, &pb).map(|x| _mm512_castps_si512(x));
     let (mut m, mut l) = (three(&ra.m, &rb.m), three(&ra.l, &rb.l));
+    // Below both blocks' first positions no lane needs the mask (a call's blocks are not always
+    // in position order: a KV head split into units puts a unit's last rows before the next
+    // unit's first).
+    let min_pos = a.min_pos.min(b.min_pos);
     // SAFETY: AVX-512 F (caller); `kt` rows of 48 of `s`; see above.
-    let alpha = unsafe { softmax_pair(s, kt, k0, a.min_pos, &pos, &mut m, &mut l) };
+    let alpha = unsafe { softmax_pair(s, kt, k0, min_pos, &pos, &mut m, &mut l) };
     for (v, (mv, lv)) in m.iter().zip(&l).enumerate() {
         let ((m0, m1), (l0, l1)) = (halves(*mv), halves(*lv));
         let (lo, hi) = (2 * v, 2 * v + 1);
