@@ -1,12 +1,13 @@
-//! 512-bit forms of the f32 attention kernel's two products (`kern_avx2_attn.rs`), for blocks of
-//! 16 or 24 lanes: the first 16 lanes in one 512-bit register, the rest in a 256-bit one.
+//! 512-bit forms of the f32 attention kernel's steps (`kern_avx2_attn.rs`): its two products for
+//! blocks of 16 or 24 lanes (the first 16 lanes in one 512-bit register, the rest in a 256-bit
+//! one), and for two blocks of 24 lanes at once the products and the softmax between them in
+//! three 512-bit registers (`*_pair`).
 //!
 //! Where the cores run a 512-bit FMA at the 256-bit rate (Intel Sapphire Rapids) this doubles
 //! the products per cycle of a prompt's attention, which the f32 kernel spends most of its time
 //! on; where they run it as two halves (AMD Zen 4) it halves the instructions (not measured
-//! there). Every lane gets
-//! the 256-bit kernel's operations in the same order (one FMA per key or column, into its own
-//! accumulator), so the results are the same bits.
+//! there). Every lane gets the 256-bit kernel's operations in the same order (one FMA per key or
+//! column, into its own accumulator; `exp512` is `exp_ps`), so the results are the same bits.
 
 use super::kern_avx2_f32::EXP2_POLY;
 use crate::backend::{key_index, KEY_GROUP};
