@@ -11,7 +11,9 @@
 use super::attention::{few_outputs, sees, AttnBlock, TileScratch, FEW_LANES, MAX_GROUP, TILE_KEYS};
 use super::kern_avx2_attn_few::{few_lanes, scores_lanes, softmax_lane, weighted_lane};
 use super::kern_avx2_f32::{exp_ps, f16s_to_f32};
-use super::kern_avx512_attn_f32::{halves, join, scores_pair, softmax_pair, weighted_pair, PAIR_BLOCK, PAIR_LANES};
+use super::kern_avx512_attn_f32::{
+    join_pair, load_pair, scores_pair, softmax_pair, split_pair, weighted_pair, PAIR_BLOCK, PAIR_LANES,
+};
 use crate::backend::{key_index, KEY_GROUP};
 use std::arch::x86_64::*;
 
@@ -454,27 +456,19 @@ unsafe fn tile_pair<const NV: usize>(
         unsafe { scores_pair::<1>(qa, qb, kw, k, hd, hd, s) };
         k += 1;
     }
-    // The pair's lanes in three 512-bit vectors: a's 24, then b's.
-    let three = |x: &[__m256; NV], y: &[__m256; NV]| [join(x[0], x[1]), join(x[2], y[0]), join(y[1], y[2])];
-    let (pa, pb) = (lane_pos::<NV>(a), lane_pos::<NV>(b));
-    let (pa, pb) = (pa.map(|x| _mm256_castsi256_ps(x)), pb.map(|x| _mm256_castsi256_ps(x)));
-    let pos = three(&pa, &pb).map(|x| _mm512_castps_si512(x));
-    let (mut m, mut l) = (three(&ra.m, &rb.m), three(&ra.l, &rb.l));
+    // SAFETY: AVX-512 F (caller); both blocks' positions hold 24 lanes (checked); loaded as
+    // f32 bits.
+    let pos = unsafe { load_pair(a.lane_pos.as_ptr().cast(), b.lane_pos.as_ptr().cast()) };
+    let pos = pos.map(|x| _mm512_castps_si512(x));
+    let (mut m, mut l) = (join_pair(&ra.m, &rb.m), join_pair(&ra.l, &rb.l));
     // Below both blocks' first positions no lane needs the mask (a call's blocks are not always
     // in position order: a KV head split into units puts a unit's last rows before the next
     // unit's first).
     let min_pos = a.min_pos.min(b.min_pos);
     // SAFETY: AVX-512 F (caller); `kt` rows of 48 of `s`; see above.
     let alpha = unsafe { softmax_pair(s, kt, k0, min_pos, &pos, &mut m, &mut l) };
-    for (v, (mv, lv)) in m.iter().zip(&l).enumerate() {
-        let ((m0, m1), (l0, l1)) = (halves(*mv), halves(*lv));
-        let (lo, hi) = (2 * v, 2 * v + 1);
-        // Halves 0..2 are a's vectors, 3..5 b's.
-        for (h, mh, lh) in [(lo, m0, l0), (hi, m1, l1)] {
-            let run = if h < NV { &mut *ra } else { &mut *rb };
-            (run.m[h % NV], run.l[h % NV]) = (mh, lh);
-        }
-    }
+    split_pair(&m, &mut ra.m, &mut rb.m);
+    split_pair(&l, &mut ra.l, &mut rb.l);
     let (oa, ob) = (a.ot.as_mut_ptr(), b.ot.as_mut_ptr());
     let mut c = 0;
     while c + WIDE_STEP <= hd {

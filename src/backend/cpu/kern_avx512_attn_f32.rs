@@ -130,9 +130,53 @@ pub(super) fn join(lo: __m256, hi: __m256) -> __m512 {
 /// The low and the high half.
 #[target_feature(enable = "avx512f,avx2,fma")]
 #[inline]
-pub(super) fn halves(x: __m512) -> (__m256, __m256) {
+fn halves(x: __m512) -> (__m256, __m256) {
     let x = _mm512_castps_pd(x);
     (_mm256_castpd_ps(_mm512_castpd512_pd256(x)), _mm256_castpd_ps(_mm512_extractf64x4_pd::<1>(x)))
+}
+
+/// A pair's lanes (block `a`'s 24, then block `b`'s) in three 512-bit vectors, from vectors of 8
+/// lanes: the first three of `a` and of `b`.
+#[target_feature(enable = "avx512f,avx2,fma")]
+#[inline]
+pub(super) fn join_pair(a: &[__m256], b: &[__m256]) -> [__m512; 3] {
+    [join(a[0], a[1]), join(a[2], b[0]), join(b[1], b[2])]
+}
+
+/// [`join_pair`] undone: the pair's lanes into the first three vectors of `a` and of `b`.
+#[target_feature(enable = "avx512f,avx2,fma")]
+#[inline]
+pub(super) fn split_pair(x: &[__m512; 3], a: &mut [__m256], b: &mut [__m256]) {
+    let ((a0, a1), (a2, b0), (b1, b2)) = (halves(x[0]), halves(x[1]), halves(x[2]));
+    (a[0], a[1], a[2], b[0], b[1], b[2]) = (a0, a1, a2, b0, b1, b2);
+}
+
+/// A pair's lanes from rows of [`PAIR_BLOCK`] at `a` and at `b`.
+///
+/// # Safety
+/// AVX-512 F; `a` and `b` hold `PAIR_BLOCK` values each.
+#[target_feature(enable = "avx512f,avx2,fma")]
+#[inline]
+pub(super) unsafe fn load_pair(a: *const f32, b: *const f32) -> [__m512; 3] {
+    // SAFETY: 16 + 8 values from `a` and 8 + 16 from `b` (contract).
+    unsafe { [_mm512_loadu_ps(a), join(_mm256_loadu_ps(a.add(16)), _mm256_loadu_ps(b)), _mm512_loadu_ps(b.add(8))] }
+}
+
+/// [`load_pair`] undone: the pair's lanes into rows of [`PAIR_BLOCK`] at `a` and at `b`.
+///
+/// # Safety
+/// AVX-512 F; `a` and `b` have room for `PAIR_BLOCK` values each.
+#[target_feature(enable = "avx512f,avx2,fma")]
+#[inline]
+unsafe fn store_pair(x: &[__m512; 3], a: *mut f32, b: *mut f32) {
+    let (mid_a, mid_b) = halves(x[1]);
+    // SAFETY: as for `load_pair` (contract).
+    unsafe {
+        _mm512_storeu_ps(a, x[0]);
+        _mm256_storeu_ps(a.add(16), mid_a);
+        _mm256_storeu_ps(b, mid_b);
+        _mm512_storeu_ps(b.add(8), x[2]);
+    }
 }
 
 /// [`scores`] for two blocks of [`PAIR_BLOCK`] lanes over the same keys: the scores of keys
@@ -158,9 +202,7 @@ pub(super) unsafe fn scores_pair<const KB: usize>(
         // SAFETY: `d < hd`: row `d` of both blocks' queries and element `d` of each key
         // (caller's contract).
         unsafe {
-            let (a, b) = (qa.add(d * PAIR_BLOCK), qb.add(d * PAIR_BLOCK));
-            let q =
-                [_mm512_loadu_ps(a), join(_mm256_loadu_ps(a.add(16)), _mm256_loadu_ps(b)), _mm512_loadu_ps(b.add(8))];
+            let q = load_pair(qa.add(d * PAIR_BLOCK), qb.add(d * PAIR_BLOCK));
             for j in 0..KB {
                 let kv = _mm512_set1_ps(*kp[j].add(d * KEY_GROUP));
                 for v in 0..3 {
@@ -199,10 +241,7 @@ pub(super) unsafe fn weighted_pair<const CB: usize>(
 ) {
     let mut acc: [[__m512; 3]; CB] = std::array::from_fn(|c| {
         // SAFETY: rows `0..CB` of both outputs (caller's contract).
-        let o = unsafe {
-            let (a, b) = (ota.add(c * PAIR_BLOCK), otb.add(c * PAIR_BLOCK));
-            [_mm512_loadu_ps(a), join(_mm256_loadu_ps(a.add(16)), _mm256_loadu_ps(b)), _mm512_loadu_ps(b.add(8))]
-        };
+        let o = unsafe { load_pair(ota.add(c * PAIR_BLOCK), otb.add(c * PAIR_BLOCK)) };
         std::array::from_fn(|v| _mm512_mul_ps(o[v], alpha[v]))
     });
     for k in 0..kt {
@@ -219,15 +258,8 @@ pub(super) unsafe fn weighted_pair<const CB: usize>(
         }
     }
     for (c, a) in acc.iter().enumerate() {
-        let (mid_a, mid_b) = halves(a[1]);
         // SAFETY: rows `0..CB` of both outputs (contract).
-        unsafe {
-            let (oa, ob) = (ota.add(c * PAIR_BLOCK), otb.add(c * PAIR_BLOCK));
-            _mm512_storeu_ps(oa, a[0]);
-            _mm256_storeu_ps(oa.add(16), mid_a);
-            _mm256_storeu_ps(ob, mid_b);
-            _mm512_storeu_ps(ob.add(8), a[2]);
-        }
+        unsafe { store_pair(a, ota.add(c * PAIR_BLOCK), otb.add(c * PAIR_BLOCK)) };
     }
 }
 
@@ -304,12 +336,16 @@ pub(super) unsafe fn softmax_pair(
 
 #[cfg(test)]
 mod tests {
+    use super::super::isa::Isa;
     use super::super::kern_avx2_f32::exp_ps;
+    use super::super::test_inputs::isas_under_test;
     use super::*;
 
     #[test]
     fn exp512_gives_exp_ps_bits() {
-        if !is_x86_feature_detected!("avx512f") || !is_x86_feature_detected!("fma") {
+        // The AVX-512 level implies F and FMA; where the CI machine has it, `MTPLX_REQUIRE_ISA`
+        // makes `isas_under_test` fail rather than let this pass unrun.
+        if !isas_under_test().contains(&Isa::Avx512) {
             return;
         }
         let mut xs: Vec<f32> = (-2000..=200).map(|i| i as f32 * 0.0517).collect();
@@ -317,7 +353,7 @@ mod tests {
         xs.resize(xs.len().div_ceil(16) * 16, 0.5);
         for c in xs.chunks_exact(16) {
             let (mut wide, mut narrow) = ([0f32; 16], [0f32; 16]);
-            // SAFETY: AVX-512 F and FMA detected (AVX2 with them); 16 floats each.
+            // SAFETY: the AVX-512 level was detected (F, AVX2, FMA); 16 floats each.
             unsafe {
                 _mm512_storeu_ps(wide.as_mut_ptr(), exp512(_mm512_loadu_ps(c.as_ptr())));
                 for h in 0..2 {
