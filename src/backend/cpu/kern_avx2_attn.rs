@@ -9,7 +9,7 @@
 //! `Isa::Avx512`, which `Isa::available` grants after `is_x86_feature_detected!` said yes.
 
 use super::attention::{few_outputs, sees, AttnBlock, TileScratch, FEW_LANES, MAX_GROUP, TILE_KEYS};
-use super::kern_avx2_attn_few::{few_lanes, scores_lanes, softmax_lane, weighted_lane};
+use super::kern_avx2_attn_few::{few_lanes, tile_few};
 use super::kern_avx2_f32::{exp_ps, f16s_to_f32};
 use super::kern_avx512_attn_f32::{
     join_pair, load_pair, scores_pair, softmax_pair, split_pair, weighted_pair, PAIR_BLOCK, PAIR_LANES,
@@ -300,7 +300,7 @@ unsafe fn tile<const NV: usize, const STEP: usize, const WIDE: bool>(
     vw: *const f32,
 ) {
     let w = NV * 8;
-    let (hd, stride) = (b.hd, b.stride);
+    let hd = b.hd;
     let (qt, s, ot) = (b.qt.as_ptr(), b.s.as_mut_ptr(), b.ot.as_mut_ptr());
     let pos = lane_pos::<NV>(b);
     let kt = TILE_KEYS.min(b.n_keys - k0);
@@ -309,24 +309,16 @@ unsafe fn tile<const NV: usize, const STEP: usize, const WIDE: bool>(
     // rows and `qt`, `ot` hold `hd` rows, of `w` lanes each (checked).
     // `k0` is a multiple of `TILE_KEYS`, so the tile starts a group of keys.
     if let Some((ol, used)) = lanes {
-        let (kp, vp) = (b.keys[key_index(k0, 0, stride)..].as_ptr(), b.values[k0 * stride..].as_ptr());
-        // A few lanes: scores, softmax and weighted sum lane by lane (kern_avx2_attn_few.rs).
-        let mut sc = [[0f32; TILE_KEYS]; FEW_LANES];
-        // SAFETY: as above (the keys in whole groups).
-        unsafe { scores_lanes(qt, w, used, kp, stride, hd, kt, &mut sc) };
+        // A few lanes straight from the cache (kern_avx2_attn_few.rs).
         let (mut ms, mut ls) = ([0f32; 8], [1f32; 8]);
-        // SAFETY: both arrays hold eight f32s.
-        unsafe { (_mm256_storeu_ps(ms.as_mut_ptr(), run.m[0]), _mm256_storeu_ps(ls.as_mut_ptr(), run.l[0])) };
-        for lane in 0..used {
-            let pos = if k0 + kt - 1 > b.min_pos { b.lane_pos[lane] } else { i32::MAX };
-            // SAFETY: `kt <= TILE_KEYS`.
-            let al = unsafe { softmax_lane(&mut sc[lane], kt, k0, pos, &mut ms[lane], &mut ls[lane]) };
-            // SAFETY: `ol` holds `FEW_LANES >= used` rows of `hd`; `sc[lane]` holds `kt`
-            // weights, one per key; the values as above.
-            unsafe { weighted_lane(sc[lane].as_ptr(), 1, 0, kt, vp, stride, hd, al, ol[lane * hd..].as_mut_ptr()) };
+        // SAFETY: both arrays hold eight f32s; our contract, and `ol` holds `FEW_LANES >= used`
+        // rows of `hd`.
+        unsafe {
+            _mm256_storeu_ps(ms.as_mut_ptr(), run.m[0]);
+            _mm256_storeu_ps(ls.as_mut_ptr(), run.l[0]);
+            tile_few(b, k0, used, &mut ms, &mut ls, ol, WIDE);
+            (run.m[0], run.l[0]) = (_mm256_loadu_ps(ms.as_ptr()), _mm256_loadu_ps(ls.as_ptr()));
         }
-        // SAFETY: as above.
-        unsafe { (run.m[0], run.l[0]) = (_mm256_loadu_ps(ms.as_ptr()), _mm256_loadu_ps(ls.as_ptr())) };
         return;
     }
     // The widened tile: keys and values `hd` apart.

@@ -6,11 +6,17 @@
 //! operations in the same order (a chain of FMAs from zero over the head's dimensions; a
 //! multiply by the rescale, then an FMA per key), so a row's result is the same bits whichever
 //! kernel its block takes.
+//!
+//! Each key or value element is widened from f16 once for all the block's lanes (one lane at a
+//! time widened it once per lane), and each pass hints the cache lines of the next tile, spread
+//! over its loop: late in a long context a decode step waits on the cache's reads, and a
+//! 4,000-position 1-row pass took 0.84-0.86x as long with both, four sequences' 0.75-0.76x
+//! (docs/performance.md, "Decode late in a long context").
 
 use super::attention::{AttnBlock, FEW_LANES, TILE_KEYS};
 use super::float16::f16_to_f32;
 use super::kern_avx2_f32::exp_ps;
-use crate::backend::KEY_GROUP;
+use crate::backend::{key_index, KEY_GROUP};
 use std::arch::x86_64::*;
 
 /// The lanes block `b` uses (those with a position; padding lanes have `i32::MAX`), when it
@@ -24,166 +30,241 @@ pub(super) fn few_lanes<const NV: usize>(b: &AttnBlock<'_>) -> usize {
     }
 }
 
-/// [`weighted`] for one lane, with the value columns in the vector dimension: `o[c] = o[c] *
-/// alpha + sum over the tile's keys of p[k][lane] * v[k][c]`. Each column gets the operations
-/// `weighted` gives it, in the same order (a multiply, then one FMA per key), so a lane's
-/// result is the same bits either way; a block with only a few lanes used (a decode row) then
-/// costs one FMA per key and 8 columns instead of one per key and column.
+/// Keys `k0..` (one tile, or to `b.n_keys`) into lanes `0..used` of a few-lane block over an
+/// f16 cache: their running max `ms` and sum `ls`, and their outputs `ol` (lane `i`'s `hd`
+/// values at `i * hd`). With `wide`, the same code compiled with AVX-512 VL for its 32
+/// registers, which hold a whole tile's accumulators for 3 lanes.
 ///
 /// # Safety
-/// AVX2 and FMA; `p` holds `kt` rows of `w` lanes and `lane < w`; `o` holds `hd` values; value
-/// rows `0..kt` (`hd` columns at `stride` apart) are in `values`.
-#[target_feature(enable = "avx2,fma,f16c")]
-#[inline]
-#[allow(clippy::too_many_arguments)]
-pub(super) unsafe fn weighted_lane(
-    p: *const f32,
-    w: usize,
-    lane: usize,
-    kt: usize,
-    values: *const u16,
-    stride: usize,
-    hd: usize,
-    alpha: f32,
-    o: *mut f32,
-) {
-    let mut c = 0;
-    while c + 64 <= hd {
-        // SAFETY: columns `c..c + 64 <= hd` of `o` and of value rows below `kt` (contract).
-        unsafe { weighted_cols::<8>(p, w, lane, kt, values.add(c), stride, alpha, o.add(c)) };
-        c += 64;
-    }
-    while c + 8 <= hd {
-        // SAFETY: columns `c..c + 8 <= hd`, as above.
-        unsafe { weighted_cols::<1>(p, w, lane, kt, values.add(c), stride, alpha, o.add(c)) };
-        c += 8;
-    }
-    while c < hd {
-        // SAFETY: column `c < hd`, as above, and row `k < kt` of `p` at `lane < w`.
-        unsafe {
-            let mut x = *o.add(c) * alpha;
-            for k in 0..kt {
-                x = (*p.add(k * w + lane)).mul_add(f16_to_f32(*values.add(k * stride + c)), x);
-            }
-            *o.add(c) = x;
-        }
-        c += 1;
-    }
-}
-
-/// [`weighted_lane`] for columns `0..NC * 8` of `o` and `values`; the same contract.
-#[target_feature(enable = "avx2,fma,f16c")]
-#[inline]
-#[allow(clippy::too_many_arguments)]
-unsafe fn weighted_cols<const NC: usize>(
-    p: *const f32,
-    w: usize,
-    lane: usize,
-    kt: usize,
-    values: *const u16,
-    stride: usize,
-    alpha: f32,
-    o: *mut f32,
-) {
-    let al = _mm256_set1_ps(alpha);
-    let mut acc = [_mm256_setzero_ps(); NC];
-    for (j, a) in acc.iter_mut().enumerate() {
-        // SAFETY: columns `8j..8j + 8 <= NC * 8` of `o` (contract).
-        *a = unsafe { _mm256_mul_ps(_mm256_loadu_ps(o.add(8 * j)), al) };
-    }
-    for k in 0..kt {
-        // SAFETY: row `k < kt` of `p` and of `values` (contract).
-        unsafe {
-            let pk = _mm256_broadcast_ss(&*p.add(k * w + lane));
-            let vk = values.add(k * stride);
-            for (j, a) in acc.iter_mut().enumerate() {
-                *a = _mm256_fmadd_ps(pk, _mm256_cvtph_ps(_mm_loadu_si128(vk.add(8 * j) as *const __m128i)), *a);
-            }
-        }
-    }
-    for (j, a) in acc.iter().enumerate() {
-        // SAFETY: as above.
-        unsafe { _mm256_storeu_ps(o.add(8 * j), *a) };
-    }
-}
-
-/// Scores of keys `0..kt` for lanes `0..used` into `sc` (lane `j`'s at `sc[j * TILE_KEYS..]`):
-/// the keys are grouped (8 keys side by side per element), so each lane runs
-/// `acc = fma(q[d], k[d], acc)` over `d` for 8 keys at once, straight from the cache. A group's
-/// keys past `kt` get scores too (the cache holds whole groups); the softmax ignores them.
-///
-/// # Safety
-/// AVX2 and FMA; `qt` holds `hd` rows of `w >= 8` lanes and `used <= FEW_LANES`; `keys` holds
-/// the grouped keys `0..kt.div_ceil(8) * 8`, `kt <= TILE_KEYS` (element `d` of key `i` at
-/// `(i / 8) * 8 * stride + d * 8 + i % 8`, `d < hd`).
-#[target_feature(enable = "avx2,fma,f16c")]
-#[allow(clippy::too_many_arguments)]
-pub(super) unsafe fn scores_lanes(
-    qt: *const f32,
-    w: usize,
+/// AVX2 and FMA, and with `wide` AVX-512 F and VL; `b.check(8)` passed for an f16 cache,
+/// `k0 < b.n_keys` and `k0` starts a group of keys; `1 <= used <= FEW_LANES`; `ol` holds
+/// `used * hd` values.
+pub(super) unsafe fn tile_few(
+    b: &AttnBlock<'_>,
+    k0: usize,
     used: usize,
+    ms: &mut [f32; 8],
+    ls: &mut [f32; 8],
+    ol: &mut [f32],
+    wide: bool,
+) {
+    // SAFETY: our contract.
+    unsafe {
+        if wide {
+            tile_few_512(b, k0, used, ms, ls, ol)
+        } else {
+            tile_few_256(b, k0, used, ms, ls, ol)
+        }
+    }
+}
+
+/// [`tile_few`] in 16 registers: `U * G` accumulators beside `U` broadcasts and an operand.
+///
+/// # Safety
+/// As [`tile_few`].
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn tile_few_256(
+    b: &AttnBlock<'_>,
+    k0: usize,
+    used: usize,
+    ms: &mut [f32; 8],
+    ls: &mut [f32; 8],
+    ol: &mut [f32],
+) {
+    // SAFETY: our contract, with `used` lanes.
+    unsafe {
+        match used {
+            1 => tile_lanes::<1, 8>(b, k0, ms, ls, ol),
+            2 => tile_lanes::<2, 4>(b, k0, ms, ls, ol),
+            3 => tile_lanes::<3, 2>(b, k0, ms, ls, ol),
+            _ => tile_lanes::<4, 2>(b, k0, ms, ls, ol),
+        }
+    }
+}
+
+/// [`tile_few`] in 32 registers.
+///
+/// # Safety
+/// As [`tile_few`], with AVX-512 F and VL.
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vl")]
+unsafe fn tile_few_512(
+    b: &AttnBlock<'_>,
+    k0: usize,
+    used: usize,
+    ms: &mut [f32; 8],
+    ls: &mut [f32; 8],
+    ol: &mut [f32],
+) {
+    // SAFETY: our contract, with `used` lanes.
+    unsafe {
+        match used {
+            1 => tile_lanes::<1, 8>(b, k0, ms, ls, ol),
+            2 => tile_lanes::<2, 8>(b, k0, ms, ls, ol),
+            3 => tile_lanes::<3, 8>(b, k0, ms, ls, ol),
+            _ => tile_lanes::<4, 4>(b, k0, ms, ls, ol),
+        }
+    }
+}
+
+/// [`tile_few`] for `U` lanes, `G` groups of keys (scores) or of 8 value columns (weighted sum)
+/// at a time: each key or value element is widened once for all the lanes. Inlined into the
+/// callers above, so that it is compiled with their registers.
+///
+/// # Safety
+/// As [`tile_few`], with `used == U`, and the caller's features.
+#[inline(always)]
+unsafe fn tile_lanes<const U: usize, const G: usize>(
+    b: &AttnBlock<'_>,
+    k0: usize,
+    ms: &mut [f32; 8],
+    ls: &mut [f32; 8],
+    ol: &mut [f32],
+) {
+    let (hd, stride) = (b.hd, b.stride);
+    let kt = TILE_KEYS.min(b.n_keys - k0);
+    assert!(U <= FEW_LANES && ol.len() >= U * hd);
+    let keys = b.keys[key_index(k0, 0, stride)..].as_ptr();
+    let values = b.values[k0 * stride..].as_ptr();
+    let mut sc = [[0f32; TILE_KEYS]; U];
+    // SAFETY: the tile's keys, in whole groups, and values are in the cache (`check`); `qt`
+    // holds `hd` rows of 8 lanes (`check(8)`).
+    unsafe { scores::<U, G>(b.qt.as_ptr(), keys, stride, hd, kt.div_ceil(KEY_GROUP), &mut sc) };
+    let mut alpha = [0f32; U];
+    for (lane, (row, al)) in sc.iter_mut().zip(&mut alpha).enumerate() {
+        let pos = if k0 + kt - 1 > b.min_pos { b.lane_pos[lane] } else { i32::MAX };
+        // SAFETY: the caller's features include AVX2 and FMA; `kt <= TILE_KEYS`.
+        *al = unsafe { softmax_lane(row, kt, k0, pos, &mut ms[lane], &mut ls[lane]) };
+    }
+    // SAFETY: value rows below `kt` hold `hd` columns (`check`); `ol` holds `U` rows of `hd`.
+    unsafe { weighted::<U, G>(&sc, kt, values, stride, hd, &alpha, ol.as_mut_ptr()) };
+}
+
+/// Scores of `groups` groups of 8 keys for `U` lanes (queries `qt`, `hd` rows of 8 lanes) into
+/// `sc[lane][..groups * 8]`: each lane's chain `acc = fma(q[d], k[d], acc)` over `d` from zero,
+/// as the lane-major kernel computes it, `G` groups at a time, each group's element widened once
+/// for all the lanes.
+///
+/// # Safety
+/// AVX2 and FMA (the caller's); `keys` holds the `groups <= TILE_KEYS / 8` groups (element
+/// `d < hd` of group `g` at `g * 8 * stride + d * 8`).
+#[inline(always)]
+unsafe fn scores<const U: usize, const G: usize>(
+    qt: *const f32,
     keys: *const u16,
     stride: usize,
     hd: usize,
-    kt: usize,
-    sc: &mut [[f32; TILE_KEYS]; FEW_LANES],
+    groups: usize,
+    sc: &mut [[f32; TILE_KEYS]; U],
 ) {
-    assert!(kt <= TILE_KEYS && used <= FEW_LANES && w >= 8);
-    const FULL: usize = TILE_KEYS / KEY_GROUP;
-    // The match below names every group count of a tile.
-    const _: () = assert!(FULL == 8);
-    for (lane, row) in sc.iter_mut().enumerate().take(used) {
-        // SAFETY: our contract, for lane `lane < used`.
-        unsafe {
-            // A fixed count of accumulators, which stay in registers (with a variable count,
-            // each went to the stack after every FMA), all of the tile's groups at once.
-            let (q, row) = (qt.add(lane), &mut row[..]);
-            match kt.div_ceil(KEY_GROUP) {
-                1 => scores_groups::<1>(q, w, keys, stride, hd, row),
-                2 => scores_groups::<2>(q, w, keys, stride, hd, row),
-                3 => scores_groups::<3>(q, w, keys, stride, hd, row),
-                4 => scores_groups::<4>(q, w, keys, stride, hd, row),
-                5 => scores_groups::<5>(q, w, keys, stride, hd, row),
-                6 => scores_groups::<6>(q, w, keys, stride, hd, row),
-                7 => scores_groups::<7>(q, w, keys, stride, hd, row),
-                _ => scores_groups::<FULL>(q, w, keys, stride, hd, row),
+    for g0 in (0..groups).step_by(G) {
+        let n = (groups - g0).min(G);
+        // SAFETY: AVX (the caller's features).
+        let mut acc = [[unsafe { _mm256_setzero_ps() }; G]; U];
+        for d in 0..hd {
+            if d % 4 == 0 {
+                // The cache line of element `d` (4 of them a line) of the same groups in the next
+                // tile, spread over the loop: hints for whole groups at once stalled on the
+                // line fill buffers. A hint never faults.
+                for g in 0..n {
+                    let next = keys.wrapping_add((TILE_KEYS + (g0 + g) * KEY_GROUP) * stride + d * KEY_GROUP);
+                    // SAFETY: SSE (the caller's features).
+                    unsafe { _mm_prefetch::<_MM_HINT_T0>(next as *const i8) };
+                }
+            }
+            // SAFETY: element `d < hd` of the lanes' queries and of groups `g0 + g < groups`
+            // (contract).
+            unsafe {
+                let q: [__m256; U] = std::array::from_fn(|l| _mm256_broadcast_ss(&*qt.add(d * 8 + l)));
+                // A fixed count of groups with a test inside keeps the accumulators in registers.
+                for g in 0..G {
+                    if g < n {
+                        let k8 = keys.add((g0 + g) * KEY_GROUP * stride + d * KEY_GROUP);
+                        let k = _mm256_cvtph_ps(_mm_loadu_si128(k8 as *const __m128i));
+                        for (a, &ql) in acc.iter_mut().zip(&q) {
+                            a[g] = _mm256_fmadd_ps(ql, k, a[g]);
+                        }
+                    }
+                }
+            }
+        }
+        for (row, a) in sc.iter_mut().zip(&acc) {
+            for (g, x) in a.iter().enumerate().take(n) {
+                // SAFETY: `(g0 + g) * 8 + 8 <= groups * 8 <= TILE_KEYS`.
+                unsafe { _mm256_storeu_ps(row.as_mut_ptr().add((g0 + g) * KEY_GROUP), *x) };
             }
         }
     }
 }
 
-/// Scores of the `NG * 8` keys of `NG` groups from `keys` for the lane at `qt` (its `hd`
-/// query elements at `w` apart) into `row[..NG * 8]`: `acc = fma(q[d], k[d], acc)` over `d`
-/// from zero, 8 keys per vector.
+/// The `U` lanes' outputs `o[c] = o[c] * alpha + sum over keys k < kt of p[lane][k] * v[k][c]`,
+/// each column a multiply and then one FMA per key in key order, as the lane-major kernel
+/// computes it; `G` vectors of 8 columns at a time, each value element widened once for all the
+/// lanes. Columns past the last whole 8 go one at a time.
 ///
 /// # Safety
-/// AVX2 and FMA; `qt` holds `hd` values `w` apart; `keys` holds `NG` groups (`d < hd` of each
-/// at `g * 8 * stride + d * 8`); `row` holds `NG * 8` values.
-#[target_feature(enable = "avx2,fma,f16c")]
-#[inline]
-unsafe fn scores_groups<const NG: usize>(
-    qt: *const f32,
-    w: usize,
-    keys: *const u16,
+/// AVX2 and FMA (the caller's); value rows `0..kt` (`hd` columns at `stride` apart) are in
+/// `values`; `o` holds `U` rows of `hd`.
+#[inline(always)]
+#[allow(clippy::too_many_arguments, clippy::needless_range_loop)]
+unsafe fn weighted<const U: usize, const G: usize>(
+    p: &[[f32; TILE_KEYS]; U],
+    kt: usize,
+    values: *const u16,
     stride: usize,
     hd: usize,
-    row: &mut [f32],
+    alpha: &[f32; U],
+    o: *mut f32,
 ) {
-    assert!(row.len() >= NG * KEY_GROUP);
-    let mut acc = [_mm256_setzero_ps(); NG];
-    for d in 0..hd {
-        // SAFETY: element `d < hd` of the lane's query and of each group (contract).
-        unsafe {
-            let q = _mm256_broadcast_ss(&*qt.add(d * w));
-            for (g, a) in acc.iter_mut().enumerate() {
-                let k8 = keys.add(g * KEY_GROUP * stride + d * KEY_GROUP);
-                *a = _mm256_fmadd_ps(q, _mm256_cvtph_ps(_mm_loadu_si128(k8 as *const __m128i)), *a);
+    let cols = hd / 8;
+    for c0 in (0..cols).step_by(G) {
+        let n = (cols - c0).min(G);
+        // SAFETY: AVX (the caller's features).
+        let mut acc = [[unsafe { _mm256_setzero_ps() }; G]; U];
+        for (l, a) in acc.iter_mut().enumerate() {
+            for (c, x) in a.iter_mut().enumerate().take(n) {
+                // SAFETY: columns `(c0 + c) * 8 + 8 <= hd` of row `l < U` (contract).
+                *x = unsafe { _mm256_mul_ps(_mm256_loadu_ps(o.add(l * hd + (c0 + c) * 8)), _mm256_set1_ps(alpha[l])) };
+            }
+        }
+        for k in 0..kt {
+            // The same value row of the next tile, these columns.
+            let next = values.wrapping_add((k + TILE_KEYS) * stride + c0 * 8) as *const i8;
+            for line in (0..n * 16).step_by(64) {
+                // SAFETY: SSE (the caller's features).
+                unsafe { _mm_prefetch::<_MM_HINT_T0>(next.wrapping_add(line)) };
+            }
+            // SAFETY: row `k < kt` of the weights and of the values, columns as above.
+            unsafe {
+                let pk: [__m256; U] = std::array::from_fn(|l| _mm256_broadcast_ss(&p[l][k]));
+                let vk = values.add(k * stride + c0 * 8);
+                for c in 0..G {
+                    if c < n {
+                        let v = _mm256_cvtph_ps(_mm_loadu_si128(vk.add(8 * c) as *const __m128i));
+                        for (a, &pl) in acc.iter_mut().zip(&pk) {
+                            a[c] = _mm256_fmadd_ps(pl, v, a[c]);
+                        }
+                    }
+                }
+            }
+        }
+        for (l, a) in acc.iter().enumerate() {
+            for (c, x) in a.iter().enumerate().take(n) {
+                // SAFETY: as above.
+                unsafe { _mm256_storeu_ps(o.add(l * hd + (c0 + c) * 8), *x) };
             }
         }
     }
-    for (g, a) in acc.iter().enumerate() {
-        // SAFETY: `8 * g + 8 <= NG * 8 <= row.len()` (asserted).
-        unsafe { _mm256_storeu_ps(row.as_mut_ptr().add(8 * g), *a) };
+    for c in cols * 8..hd {
+        for (l, (row, &al)) in p.iter().zip(alpha).enumerate() {
+            // SAFETY: column `c < hd` of row `l < U` and of value rows below `kt` (contract).
+            unsafe {
+                let mut x = *o.add(l * hd + c) * al;
+                for (k, &pk) in row.iter().enumerate().take(kt) {
+                    x = pk.mul_add(f16_to_f32(*values.add(k * stride + c)), x);
+                }
+                *o.add(l * hd + c) = x;
+            }
+        }
     }
 }
 
