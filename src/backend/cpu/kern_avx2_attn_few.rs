@@ -76,7 +76,7 @@ unsafe fn tile_few_256(
         match used {
             1 => tile_lanes::<1, 8>(b, k0, ms, ls, ol),
             2 => tile_lanes::<2, 4>(b, k0, ms, ls, ol),
-            3 => tile_lanes::<3, 2>(b, k0, ms, ls, ol),
+            3 => tile_lanes::<3, 4>(b, k0, ms, ls, ol),
             _ => tile_lanes::<4, 2>(b, k0, ms, ls, ol),
         }
     }
