@@ -10,8 +10,8 @@
 //! Each key or value element is widened from f16 once for all the block's lanes (one lane at a
 //! time widened it once per lane), and each pass hints the cache lines of the next tile, spread
 //! over its loop: late in a long context a decode step waits on the cache's reads, and a
-//! 4,000-position 1-row pass took 0.84-0.86x as long with both, four sequences' 0.75-0.76x
-//! (docs/performance.md, "Decode late in a long context").
+//! 4,000-position 1-row pass took 0.84-0.88x as long with both, four sequences' 0.76-0.78x
+//! (docs/performance.md, "Decode at long contexts").
 
 use super::attention::{AttnBlock, FEW_LANES, TILE_KEYS};
 use super::float16::f16_to_f32;
