@@ -13,6 +13,9 @@
 //! on Intel Sapphire Rapids a whole decode pass at 4,000 cached positions took 0.95-0.97x as long
 //! with one sequence and 0.87-0.92x with four (`bench --rows 1,4 --context 4000`, alternated),
 //! and the same at 160 positions within the noise; AMD Zen 4 had shown no change from such hints.
+//! The keys' hints go one line at a time through the scores' loop (all of a group's at its
+//! start stalled on the line fill buffers): 0.91-0.97x again with one sequence and 0.88-0.91x
+//! with four (`MTPLX_ATTENTION=bf16`, same machine).
 
 use super::attention::{AttnBlock, TILE_KEYS};
 use super::kern_avx2_attn_few::masked_lane_max;
@@ -143,14 +146,14 @@ unsafe fn scores<const U: usize, const G: usize>(
     at: usize,
 ) {
     let mut acc = [[_mm256_setzero_ps(); G]; U];
-    for g in 0..n {
-        // The same group of the next tile: `hd` pairs of 8 keys (a hint never faults).
-        let next = keys.wrapping_add((TILE_KEYS + g * 8) * stride) as *const i8;
-        for line in (0..hd * 16).step_by(64) {
-            _mm_prefetch::<_MM_HINT_T0>(next.wrapping_add(line));
-        }
-    }
     for i in 0..hd / 2 {
+        if i % 2 == 0 {
+            // The cache line of pairs `i` and `i + 1` of the same groups in the next tile,
+            // spread over the loop (as the f16 kernel's; a hint never faults).
+            for g in 0..n {
+                _mm_prefetch::<_MM_HINT_T0>(keys.wrapping_add((TILE_KEYS + g * 8) * stride + 16 * i) as *const i8);
+            }
+        }
         // SAFETY: pair `i < hd / 2` of each lane's queries; elements `2i` and `2i + 1 < hd` of
         // groups `g < n` (contract).
         unsafe {
