@@ -104,11 +104,13 @@ fn reference(
         .collect()
 }
 
-/// The largest difference between `out` and the reference's rows.
+/// The largest difference between `out` and the reference's rows; a NaN counts as infinite
+/// (`f32::max` would pass over it, and a lane the kernel never wrote comes out 0 / 0).
 fn max_err(out: &[f32], want: &[(usize, Vec<f64>)]) -> f32 {
     let qd = want.first().map_or(0, |w| w.1.len());
     want.iter()
         .flat_map(|(t, w)| out[t * qd..(t + 1) * qd].iter().zip(w).map(|(a, b)| (*a as f64 - b).abs() as f32))
+        .map(|d| if d.is_nan() { f32::INFINITY } else { d })
         .fold(0.0, f32::max)
 }
 
@@ -149,9 +151,11 @@ fn tiled_attention_matches_the_reference_at_every_row_count_isa_and_start() {
 #[test]
 fn gqa_attention_matches_the_reference_at_odd_head_sizes_and_groups() {
     // Head sizes: 128, 72 (a partial column step), 20 (fewer columns than a step), 64; groups
-    // of 3, 1, 8 and 32 (more heads than a block's lanes); a few rows after 1,100 positions are
-    // split by segment, and on one thread a call then holds both units of the KV head of 32.
-    for (head_dim, n_heads, n_kv_heads) in [(128, 6, 2), (72, 2, 2), (20, 8, 1), (64, 32, 1)] {
+    // of 3, 1, 8, 32 (more heads than a block's lanes), 4 and 2 (a row's block of 4 or 2 lanes);
+    // a few rows after 1,100 positions are split by segment, and on one thread a call then holds
+    // both units of the KV head of 32.
+    let shapes = [(128, 6, 2), (72, 2, 2), (20, 8, 1), (64, 32, 1), (64, 8, 2), (64, 4, 2)];
+    for (head_dim, n_heads, n_kv_heads) in shapes {
         let hs = Heads { n_heads, n_kv_heads, head_dim };
         for (n_q, start) in [(1, 9), (4, 9), (70, 9), (4, 1100)] {
             let ctx = start + n_q;
@@ -182,11 +186,11 @@ fn gqa_attention_matches_the_reference_at_odd_head_sizes_and_groups() {
 fn a_rows_output_does_not_depend_on_the_rows_around_it() {
     // What a reused prefix relies on: the last prompt row alone (after a cached prefix) gives
     // the bits it gave inside the whole prompt's call, so greedy outputs do not change.
-    // A single row takes the kernel's lane-by-lane weighted sum (its block has 1-4 lanes);
-    // head sizes 20 and 72 take its partial column steps. From 600, the 21 rows run in tasks
-    // over all their keys, segment after segment, and the parts of 1 to 12 rows in a task per
-    // segment, merged after: the same bits either way.
-    let shapes = [(9, 3, 64), (6, 2, 20), (2, 2, 72)];
+    // A single row takes the few-lane kernels (its block has 1-4 lanes: groups of 3, 1, 4 and
+    // 2 heads); head sizes 20 and 72 take their partial column steps. From 600, the 21 rows run
+    // in tasks over all their keys, segment after segment, and the parts of 1 to 12 rows in a
+    // task per segment, merged after: the same bits either way.
+    let shapes = [(9, 3, 64), (6, 2, 20), (2, 2, 72), (8, 2, 64), (4, 2, 64)];
     for ((n_heads, n_kv_heads, head_dim), start) in shapes.into_iter().flat_map(|h| [(h, 70), (h, 600)]) {
         let hs = Heads { n_heads, n_kv_heads, head_dim };
         let n_q = 21;

@@ -58,7 +58,7 @@ pub(super) unsafe fn tile_few(
     }
 }
 
-/// [`tile_few`] in 16 registers: `U * G` accumulators beside `U` broadcasts and an operand.
+/// [`tile_few`] in 16 registers.
 ///
 /// # Safety
 /// As [`tile_few`].
@@ -71,15 +71,8 @@ unsafe fn tile_few_256(
     ls: &mut [f32; 8],
     ol: &mut [f32],
 ) {
-    // SAFETY: our contract, with `used` lanes.
-    unsafe {
-        match used {
-            1 => tile_lanes::<1, 8>(b, k0, ms, ls, ol),
-            2 => tile_lanes::<2, 4>(b, k0, ms, ls, ol),
-            3 => tile_lanes::<3, 4>(b, k0, ms, ls, ol),
-            _ => tile_lanes::<4, 2>(b, k0, ms, ls, ol),
-        }
-    }
+    // SAFETY: our contract.
+    unsafe { by_lanes::<false>(b, k0, used, ms, ls, ol) }
 }
 
 /// [`tile_few`] in 32 registers.
@@ -95,20 +88,42 @@ unsafe fn tile_few_512(
     ls: &mut [f32; 8],
     ol: &mut [f32],
 ) {
+    // SAFETY: our contract.
+    unsafe { by_lanes::<true>(b, k0, used, ms, ls, ol) }
+}
+
+/// [`tile_lanes`] for `used` lanes, with as many groups at a time as keep `U * G` accumulators,
+/// `U` broadcasts and an operand in the registers: 16, or 32 with `WIDE`. Inlined into the
+/// callers above, so that it is compiled with their features.
+///
+/// # Safety
+/// As [`tile_few`], with the caller's features (AVX-512 F and VL with `WIDE`).
+#[inline(always)]
+unsafe fn by_lanes<const WIDE: bool>(
+    b: &AttnBlock<'_>,
+    k0: usize,
+    used: usize,
+    ms: &mut [f32; 8],
+    ls: &mut [f32; 8],
+    ol: &mut [f32],
+) {
     // SAFETY: our contract, with `used` lanes.
     unsafe {
-        match used {
-            1 => tile_lanes::<1, 8>(b, k0, ms, ls, ol),
-            2 => tile_lanes::<2, 8>(b, k0, ms, ls, ol),
-            3 => tile_lanes::<3, 8>(b, k0, ms, ls, ol),
-            _ => tile_lanes::<4, 4>(b, k0, ms, ls, ol),
+        match (used, WIDE) {
+            (1, _) => tile_lanes::<1, 8>(b, k0, ms, ls, ol),
+            (2, false) => tile_lanes::<2, 4>(b, k0, ms, ls, ol),
+            (2, true) => tile_lanes::<2, 8>(b, k0, ms, ls, ol),
+            (3, false) => tile_lanes::<3, 4>(b, k0, ms, ls, ol),
+            (3, true) => tile_lanes::<3, 8>(b, k0, ms, ls, ol),
+            (_, false) => tile_lanes::<4, 2>(b, k0, ms, ls, ol),
+            (_, true) => tile_lanes::<4, 4>(b, k0, ms, ls, ol),
         }
     }
 }
 
 /// [`tile_few`] for `U` lanes, `G` groups of keys (scores) or of 8 value columns (weighted sum)
-/// at a time: each key or value element is widened once for all the lanes. Inlined into the
-/// callers above, so that it is compiled with their registers.
+/// at a time: each key or value element is widened once for all the lanes. Inlined, so that it
+/// is compiled with its caller's registers.
 ///
 /// # Safety
 /// As [`tile_few`], with `used == U`, and the caller's features.
@@ -306,14 +321,7 @@ pub(super) unsafe fn masked_lane_max(row: &mut [f32; TILE_KEYS], kt: usize, k0: 
 /// # Safety
 /// AVX2 and FMA; `kt <= TILE_KEYS`.
 #[target_feature(enable = "avx2,fma,f16c")]
-pub(super) unsafe fn softmax_lane(
-    row: &mut [f32; TILE_KEYS],
-    kt: usize,
-    k0: usize,
-    pos: i32,
-    m: &mut f32,
-    l: &mut f32,
-) -> f32 {
+unsafe fn softmax_lane(row: &mut [f32; TILE_KEYS], kt: usize, k0: usize, pos: i32, m: &mut f32, l: &mut f32) -> f32 {
     // SAFETY: AVX2 and FMA (contract).
     let (mt, alpha) = unsafe { masked_lane_max(row, kt, k0, pos, *m) };
     let t = _mm256_set1_ps(mt);
