@@ -16,7 +16,9 @@
 //!     read (`KERNELS_BENCH_ATTENTION=1` runs only this part).
 
 use mtplx_lite::backend::cpu::Isa;
-use mtplx_lite::backend::{stored_keys, stored_values, AttnSeq, Backend, CpuBackend, DType, Heads, Layout, WeightRef};
+use mtplx_lite::backend::{
+    stored_keys, stored_values, AttnSeq, Backend, CpuBackend, DType, Heads, KvBuf, Layout, WeightRef,
+};
 use std::time::Instant;
 
 const LAYERS: usize = 30;
@@ -248,7 +250,7 @@ fn step_attention(x: &[f32], stream: [f64; 2]) {
         // The cache in the format the backend reads (16-bit keys and values either way).
         let format = CpuBackend::with_isa(1, Isa::detect()).kv_format(heads.head_dim);
         let kvd = heads.kv_dim();
-        let caches: Vec<(Vec<u16>, Vec<u16>)> = (0..LAYERS)
+        let caches: Vec<(KvBuf, KvBuf)> = (0..LAYERS)
             .map(|l| (stored_keys(&layer(2 * l), kvd, format), stored_values(&layer(2 * l + 1), kvd, format)))
             .collect();
         let bytes = (2 * LAYERS * ctx * heads.kv_dim() * std::mem::size_of::<u16>()) as f64;

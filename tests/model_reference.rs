@@ -32,10 +32,10 @@ fn max_abs_diff(a: &[f32], b: &[f32]) -> f32 {
 }
 
 /// Tolerance on logits: the references are float64; we compute in float32 (measured: at most
-/// 6e-4), except where attention multiplies bf16 pairs (`Isa::bf16_attention`: queries, keys,
-/// values and weights rounded to 8 significant bits; measured: at most 8.0e-3).
+/// 6e-4), except where attention multiplies bf16 pairs or tiles (`Isa::attention_in_bf16`:
+/// queries, keys, values and weights rounded to 8 significant bits; measured: at most 8.0e-3).
 fn tol() -> f32 {
-    if Isa::detect().bf16_attention() {
+    if Isa::detect().attention_in_bf16() {
         2e-2
     } else {
         2e-3

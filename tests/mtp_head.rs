@@ -12,11 +12,11 @@ use std::path::PathBuf;
 /// and values as f16 (a relative rounding of up to 2^-11, about 5e-4 of values of order 1,
 /// where summation order alone left a few ulps): measured 8.3e-4 on the hidden states and
 /// 2.6e-3 on the logits, where the head's queries rotated one position off moved them by 0.58.
-/// Where attention multiplies bf16 pairs (`Isa::bf16_attention`: queries, keys, values and
-/// weights rounded to 8 significant bits), measured 1.2e-2 on the hidden states and 2.5e-2 on
+/// Where attention multiplies bf16 pairs or tiles (`Isa::attention_in_bf16`: queries, keys,
+/// values and weights rounded to 8 significant bits), measured 1.2e-2 on the hidden states and 2.5e-2 on
 /// the logits.
 fn tol() -> f32 {
-    if Isa::detect().bf16_attention() {
+    if Isa::detect().attention_in_bf16() {
         5e-2
     } else {
         5e-3

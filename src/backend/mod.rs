@@ -4,12 +4,14 @@
 
 pub mod cpu;
 pub mod dtype;
+pub mod kv_buf;
 pub mod kv_layout;
 
 pub use cpu::CpuBackend;
 pub use dtype::DType;
+pub use kv_buf::KvBuf;
 pub use kv_layout::{
-    grouped_keys_len, key_index, store_keys, store_values, stored_keys, stored_values, KvFormat, KEY_GROUP,
+    key_index, store_keys, store_values, stored_keys, stored_values, KvFormat, KEY_GROUP, TILE_KEY_GROUP,
 };
 
 /// A weight matrix: `rows` rows of `cols` values, each row encoded as `dtype` (`cols /

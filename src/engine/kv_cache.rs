@@ -287,8 +287,10 @@ mod tests {
     use super::*;
 
     const LAYERS: usize = 2;
-    const KV_DIM: usize = 4;
-    /// 2 layers * (k + v) * 4 values * 2 bytes (f16).
+    /// A row of one cache line (the caches hold whole lines, `backend::KvBuf`), so that the
+    /// storage counted below is exactly the positions held.
+    const KV_DIM: usize = 32;
+    /// 2 layers * (k + v) * 32 values * 2 bytes (f16).
     const BPP: usize = LAYERS * 2 * KV_DIM * 2;
 
     fn mk(cap: usize) -> KvCache {

@@ -4,7 +4,7 @@
 //! and never beyond `capacity` positions. The engine decides which caches live and for how long
 //! (`engine::kv_cache`); the model reads and appends.
 
-use crate::backend::{grouped_keys_len, store_keys, store_values, KvFormat};
+use crate::backend::{store_keys, store_values, KvBuf, KvFormat};
 
 /// Bytes of one stored key or value element (f16 or bf16).
 const BYTES_PER_VALUE: usize = 2;
@@ -17,9 +17,9 @@ pub struct KvCache {
     /// Per layer, the keys: grouped as attention reads them (`backend::KvFormat::key_at`, whole
     /// groups of 8 positions) in a cache made by [`KvCache::new`], position-major f16 rows in one
     /// made by [`KvCache::position_major`].
-    pub k: Vec<Vec<u16>>,
+    pub k: Vec<KvBuf>,
     /// Per layer, the values (`backend::KvFormat::values_len` of them).
-    pub v: Vec<Vec<u16>>,
+    pub v: Vec<KvBuf>,
     kv_dim: usize,
     len: usize,
     capacity: usize,
@@ -31,8 +31,8 @@ impl KvCache {
     /// A cache for the backend's attention, in the `format` it reads (`Backend::kv_format`).
     pub fn new(n_layers: usize, kv_dim: usize, capacity: usize, format: KvFormat) -> KvCache {
         KvCache {
-            k: vec![Vec::new(); n_layers],
-            v: vec![Vec::new(); n_layers],
+            k: vec![KvBuf::new(); n_layers],
+            v: vec![KvBuf::new(); n_layers],
             kv_dim,
             len: 0,
             capacity,
@@ -61,7 +61,7 @@ impl KvCache {
     /// Keys stored for `n` positions.
     fn keys_len(&self, n: usize) -> usize {
         if self.grouped {
-            grouped_keys_len(n, self.kv_dim)
+            self.format.keys_len(n, self.kv_dim)
         } else {
             n * self.kv_dim
         }
@@ -94,11 +94,13 @@ impl KvCache {
             self.k.iter_mut().for_each(|l| l.truncate(keys));
             let (format, kvd) = (self.format, self.kv_dim);
             for l in self.v.iter_mut() {
-                l.truncate(format.values_len(len, kvd));
-                // The forgotten half of a last pair goes back to zero, as a new pair's is: a
-                // kernel multiplies it by a weight of 0, which a stale infinity would make NaN.
-                if format.values_len(len, kvd) > len * kvd {
-                    (0..kvd).for_each(|c| l[format.value_at(len, c, kvd)] = 0);
+                let kept = format.values_len(len, kvd);
+                l.truncate(kept);
+                // The forgotten half of a last pair (the rest of a last group of 32 in tiles)
+                // goes back to zero, as a new one's is: a kernel multiplies it by a weight of 0,
+                // which a stale infinity would make NaN.
+                for p in len..kept / kvd.max(1) {
+                    (0..kvd).for_each(|c| l[format.value_at(p, c, kvd)] = 0);
                 }
             }
         }
@@ -131,12 +133,13 @@ mod tests {
 
     /// Appends across groups, a rollback into the middle of a group (and of a pair of values)
     /// and appends after it leave the keys and values the layout of the rows that remain, in
-    /// each format; the forgotten half of a pair reads zero until it is written again.
+    /// each format; a forgotten value that stays in the buffer (half of a pair, or in a group of
+    /// tiles) reads zero until it is written again.
     #[test]
     fn keys_and_values_survive_appends_and_a_rollback_inside_a_group() {
         let kvd = 4;
         let row = |p: usize, salt: f32| -> Vec<f32> { (0..kvd).map(|e| p as f32 * 10.0 + e as f32 + salt).collect() };
-        for format in [KvFormat::F16, KvFormat::Bf16Pairs] {
+        for format in [KvFormat::F16, KvFormat::Bf16Pairs, KvFormat::Bf16Tiles] {
             let mut c = KvCache::new(2, kvd, 64, format);
             let feed = |c: &mut KvCache, from: usize, n: usize, salt: f32| {
                 let rows: Vec<f32> = (from..from + n).flat_map(|p| row(p, salt)).collect();
@@ -148,8 +151,10 @@ mod tests {
             feed(&mut c, 0, 5, 0.0);
             feed(&mut c, 5, 7, 0.0);
             c.truncate(9);
-            let stale = (0..kvd).map(|e| c.v[0].get(format.value_at(9, e, kvd)).copied().unwrap_or(0));
-            assert!(stale.into_iter().all(|x| x == 0), "{format:?}: position 9's value outlived the rollback");
+            // Positions 9..12 were written before the rollback (in tiles, their group stays).
+            let stale = (9..12).flat_map(|p| (0..kvd).map(move |e| format.value_at(p, e, kvd)));
+            let stale: Vec<u16> = stale.map(|i| c.v[0].get(i).copied().unwrap_or(0)).collect();
+            assert!(stale.iter().all(|&x| x == 0), "{format:?}: a value outlived the rollback: {stale:?}");
             feed(&mut c, 9, 4, 0.5);
             let want: Vec<f32> = (0..13).flat_map(|p| row(p, if p < 9 { 0.0 } else { 0.5 })).collect();
             for l in 0..2 {

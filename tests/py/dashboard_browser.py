@@ -12,6 +12,7 @@ import json
 import sys
 import threading
 import time
+import unicodedata
 
 import requests
 from selenium import webdriver
@@ -48,6 +49,13 @@ def wait_for(what, cond):
             last = e
         time.sleep(0.1)
     raise AssertionError(f"within {WAIT} s: {what} (last seen: {last!r})")
+
+
+def visible(s):
+    """What a browser's rendered text keeps of `s`: its words, without invisible format
+    characters (a right-to-left mark, say, which the model may write and `.text` drops), spaced
+    by single spaces."""
+    return " ".join("".join(c for c in s if unicodedata.category(c) != "Cf").split())
 
 
 def text(d, css):
@@ -206,7 +214,7 @@ def scenario_chat(d, base, _artifacts):
     assert [m["role"] for m in stored] == ["user", "assistant"] * 2, stored
     assert stored[0]["content"] == "Write a long story about a cat." and stored[2]["content"] == XSS, stored
     shown = [b.text for b in d.find_elements(By.CSS_SELECTOR, "#chat-log .msg.assistant .body")]
-    assert [" ".join(m["content"].split()) for m in stored[1::2]] == [" ".join(t.split()) for t in shown], (stored, shown)
+    assert [visible(m["content"]) for m in stored[1::2]] == [visible(t) for t in shown], (stored, shown)
     assert stored[3]["request_id"] == rid, (stored[3], rid)
     perf = d.get_log("performance")
     urls = [json.loads(e["message"])["message"]["params"].get("request", {}).get("url", "") for e in perf]

@@ -19,7 +19,7 @@
 
 use super::float16::f16_to_f32;
 use super::isa::Isa;
-use crate::backend::{key_index, KvFormat, KEY_GROUP};
+use crate::backend::{key_index, KvFormat, KEY_GROUP, TILE_KEY_GROUP};
 
 /// Keys per tile: a tile's scores (`TILE_KEYS x BLOCK_LANES`, 6 KB) stay in L1 beside the
 /// block's queries and outputs (`head_dim x BLOCK_LANES` each), and tiles are long enough to
@@ -49,7 +49,8 @@ pub(super) struct AttnBlock<'a> {
     /// The values from the KV head's first column on: column `c` of value `p` at
     /// `values[format.value_at(p, c, stride)]`.
     pub values: &'a [u16],
-    /// The cache's format: f16 for the f32 kernels, bf16 pairs for the bf16 ones.
+    /// The cache's format: f16 for the f32 kernels, bf16 pairs for the bf16 ones, bf16 tiles
+    /// for the AMX one.
     pub format: KvFormat,
     pub stride: usize,
     pub hd: usize,
@@ -94,10 +95,16 @@ impl AttnBlock<'_> {
             self.n_keys
         );
         let (f, last) = (self.format, self.n_keys - 1);
-        // The last value through the head's `hd` columns (in bf16, the whole last pair).
-        let need = f.value_at(last | usize::from(f == KvFormat::Bf16Pairs), self.hd - 1, self.stride) + 1;
-        // The keys' last group, from its first position, through the head's `hd` elements.
-        let need_keys = f.key_at(last / KEY_GROUP * KEY_GROUP, self.hd, self.stride);
+        let (need_keys, need) = if f == KvFormat::Bf16Tiles {
+            // Tiles read whole groups: through the last group's last position.
+            let end = (last / TILE_KEY_GROUP + 1) * TILE_KEY_GROUP - 1;
+            (f.key_at(end, self.hd, self.stride), f.value_at(end, self.hd - 1, self.stride) + 1)
+        } else {
+            // The keys' last group, from its first position, through the head's `hd` elements;
+            // the last value through the head's columns (in bf16, the whole last pair).
+            let need = f.value_at(last | usize::from(f == KvFormat::Bf16Pairs), self.hd - 1, self.stride) + 1;
+            (f.key_at(last / KEY_GROUP * KEY_GROUP, self.hd, self.stride), need)
+        };
         assert!(
             self.keys.len() >= need_keys && self.values.len() >= need,
             "attention: the cache holds fewer than {} positions",
@@ -188,7 +195,14 @@ fn attend_block_scalar(b: &mut AttnBlock<'_>, w: usize) {
 pub(super) fn attend_blocks(isa: Isa, bs: &mut [AttnBlock<'_>], w: usize, scratch: &mut TileScratch) {
     match isa {
         #[cfg(target_arch = "x86_64")]
-        // SAFETY: a cache in bf16 pairs reaches attention only where `reads_bf16_pairs` allows it
+        // SAFETY: a cache in bf16 tiles reaches attention only where `reads` allows it (checked by
+        // the driver): `tile_kernels` detected AMX-BF16 with the OS's permission and AVX-512
+        // BF16 (F, VL, BW: the level); bounds are checked inside.
+        Isa::Avx512 if bs.first().is_some_and(|b| b.format == KvFormat::Bf16Tiles) => unsafe {
+            super::kern_amx_attn::attend_blocks(bs, w, scratch)
+        },
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: a cache in bf16 pairs reaches attention only where `reads` allows it
         // (checked by the driver): `bf16_kernels` detected AVX-512 BF16 (F, VL, BW: the level);
         // bounds are checked inside.
         Isa::Avx512 if bs.first().is_some_and(|b| b.format == KvFormat::Bf16Pairs) => unsafe {
@@ -227,21 +241,33 @@ pub(super) fn attend_blocks(isa: Isa, bs: &mut [AttnBlock<'_>], w: usize, scratc
     }
 }
 
-/// The cache format the kernel of `isa` reads for heads of `hd`: bf16 pairs where attention
-/// multiplies them (`Isa::bf16_attention`) and can ([`reads_bf16_pairs`]), else f16. Decided per
-/// head size, never per block, so that a row's bits do not depend on the rows around it.
+/// The cache format the kernel of `isa` reads for heads of `hd`: bf16 tiles where attention
+/// multiplies them (`Isa::tile_attention`) and can ([`reads`]), else bf16 pairs where it
+/// multiplies those (`Isa::bf16_attention`) and can, else f16. Decided per head size, never per
+/// block, so that a row's bits do not depend on the rows around it.
 pub fn kv_format(isa: Isa, hd: usize) -> KvFormat {
-    if isa.bf16_attention() && reads_bf16_pairs(isa, hd) {
+    if isa.tile_attention() && reads(isa, KvFormat::Bf16Tiles, hd) {
+        KvFormat::Bf16Tiles
+    } else if isa.bf16_attention() && reads(isa, KvFormat::Bf16Pairs, hd) {
         KvFormat::Bf16Pairs
     } else {
         KvFormat::F16
     }
 }
 
-/// Whether the kernels of `isa` can read a cache in bf16 pairs for heads of `hd`
-/// (`Isa::bf16_kernels`; its pairs and vectors want whole groups of 8 of the head's dimensions).
-pub fn reads_bf16_pairs(isa: Isa, hd: usize) -> bool {
-    isa.bf16_kernels() && hd.is_multiple_of(8)
+/// Heads of at most this many dimensions go through tiles (their queries and outputs stay in a
+/// worker's scratch: 16 lanes of `hd` f32s each).
+pub(super) const MAX_TILE_HD: usize = 256;
+
+/// Whether the kernels of `isa` can read a cache in `format` for heads of `hd`: f16 at every
+/// level; bf16 pairs with `Isa::bf16_kernels` (their pairs and vectors want whole groups of 8 of
+/// the head's dimensions); bf16 tiles with `Isa::tile_kernels` (a tile row takes 32 of them).
+pub fn reads(isa: Isa, format: KvFormat, hd: usize) -> bool {
+    match format {
+        KvFormat::F16 => true,
+        KvFormat::Bf16Pairs => isa.bf16_kernels() && hd.is_multiple_of(8),
+        KvFormat::Bf16Tiles => isa.tile_kernels() && hd.is_multiple_of(32) && hd <= MAX_TILE_HD,
+    }
 }
 
 /// A worker's buffers for the SIMD kernel, kept between calls: every decode step runs a few
@@ -264,4 +290,18 @@ pub(super) struct TileScratch {
     pub qb: Vec<u32>,
     pub kb: Vec<u32>,
     pub pb: Vec<u32>,
+    /// The AMX kernel's buffers (`kern_amx_attn.rs`), in whole cache lines: tile rows are 64
+    /// bytes, and a row that straddles two lines costs two loads.
+    pub lines: Vec<Line>,
+}
+
+/// A cache line of scratch.
+#[derive(Clone, Copy)]
+#[repr(C, align(64))]
+pub(super) struct Line(pub [u8; 64]);
+
+impl Default for Line {
+    fn default() -> Line {
+        Line([0; 64])
+    }
 }

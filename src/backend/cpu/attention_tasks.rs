@@ -12,12 +12,10 @@
 //!   block is halved to make tasks (which read its keys twice). The segments' partial results
 //!   are merged after the pool's job.
 
-use super::attention::{
-    attend_blocks, reads_bf16_pairs, AttnBlock, TileScratch, BLOCK_LANES, FEW_LANES, MAX_GROUP, TILE_KEYS,
-};
+use super::attention::{attend_blocks, reads, AttnBlock, TileScratch, BLOCK_LANES, FEW_LANES, MAX_GROUP, TILE_KEYS};
 use super::isa::Isa;
 use super::pool::Pool;
-use crate::backend::{grouped_keys_len, AttnSeq, Heads, KvFormat};
+use crate::backend::{AttnSeq, Heads, KvFormat};
 use std::cell::RefCell;
 
 /// Keys per segment of every lane's softmax (a multiple of `TILE_KEYS`): merging costs a
@@ -155,15 +153,10 @@ pub(crate) fn attention_batch(pool: &Pool, isa: Isa, seqs: &mut [AttnSeq<'_>], h
         assert_eq!(s.q.len(), n_q * qd, "attention: q has {} values, want {n_q} x {qd}", s.q.len());
         assert_eq!(s.out.len(), n_q * qd, "attention: out has {} values, want {n_q} x {qd}", s.out.len());
         assert!(
-            s.keys.len() >= grouped_keys_len(ctx, kvd) && s.values.len() >= s.format.values_len(ctx, kvd),
+            s.keys.len() >= s.format.keys_len(ctx, kvd) && s.values.len() >= s.format.values_len(ctx, kvd),
             "attention: the cache holds fewer than {ctx} positions"
         );
-        assert!(
-            s.format == KvFormat::F16 || reads_bf16_pairs(isa, hd),
-            "attention: a cache in {:?} at {} (heads of {hd})",
-            s.format,
-            isa.name()
-        );
+        assert!(reads(isa, s.format, hd), "attention: a cache in {:?} at {} (heads of {hd})", s.format, isa.name());
         let first_task = tasks;
         let mut rows = (BLOCK_LANES / hpu).min(n_q.max(1));
         let segs = ctx.div_ceil(SEGMENT_KEYS);

@@ -3,7 +3,7 @@
 use super::super::float16::{bf16_to_f32, f16_to_f32, f32_to_bf16, f32_to_f16};
 use super::super::test_inputs::{isas_under_test, noise};
 use super::*;
-use crate::backend::{stored_keys, stored_values};
+use crate::backend::{stored_keys, stored_values, KvBuf};
 
 /// Largest difference allowed from the f64 reference: outputs are weighted means of values in
 /// [-1, 1], off by a few f32 ulps of the weights (measured: at most 3.5e-7 up to 4,191 keys).
@@ -15,15 +15,17 @@ const MAX_ERR: f32 = 2e-6;
 /// rounded weights, so the mean moves by less than 2^-8 (measured: at most 1.4e-3, over the first keys).
 const BF16_MAX_ERR: f32 = 1.0 / 256.0;
 
-/// Each level with each cache format its kernels read for heads of `hd`: f16 everywhere, and
-/// bf16 pairs wherever the CPU can multiply them, whichever format the CPU's maker has the model
-/// use ([`kv_format`]), so that every kernel is tested on every CPU that runs it.
+/// Each level with each cache format its kernels read for heads of `hd`: f16 everywhere, bf16
+/// pairs and tiles wherever the CPU can multiply them, whichever format the model uses there
+/// ([`kv_format`]), so that every kernel is tested on every CPU that runs it.
 fn kernels_under_test(hd: usize) -> Vec<(Isa, KvFormat)> {
     isas_under_test()
         .into_iter()
         .flat_map(|isa| {
-            let bf16 = reads_bf16_pairs(isa, hd).then_some((isa, KvFormat::Bf16Pairs));
-            std::iter::once((isa, KvFormat::F16)).chain(bf16)
+            [KvFormat::F16, KvFormat::Bf16Pairs, KvFormat::Bf16Tiles]
+                .into_iter()
+                .filter(move |&f| reads(isa, f, hd))
+                .map(move |f| (isa, f))
         })
         .collect()
 }
@@ -31,7 +33,7 @@ fn kernels_under_test(hd: usize) -> Vec<(Isa, KvFormat)> {
 /// The reference's rows and its bound for a cache in `format`: the f16 cache's (the f32
 /// kernels) or the bf16 kernel's (over the bf16 cache it reads).
 fn pick<'a, T>(format: KvFormat, exact: &'a T, rounded: impl FnOnce() -> &'a T) -> (&'a T, f32) {
-    if format == KvFormat::Bf16Pairs {
+    if format != KvFormat::F16 {
         (rounded(), BF16_MAX_ERR)
     } else {
         (exact, MAX_ERR)
@@ -247,8 +249,8 @@ fn batched_attention_equals_one_call_per_sequence() {
         let alone: Vec<Vec<f32>> =
             seqs.iter().map(|(start, n, q, k, v)| run(&pool, isa, format, q, k, v, hs, *start, *n, 0.25)).collect();
         let mut outs: Vec<Vec<f32>> = seqs.iter().map(|s| vec![f32::NAN; s.1 * qd]).collect();
-        let keys: Vec<Vec<u16>> = seqs.iter().map(|s| stored_keys(&s.3, kvd, format)).collect();
-        let values: Vec<Vec<u16>> = seqs.iter().map(|s| stored_values(&s.4, kvd, format)).collect();
+        let keys: Vec<KvBuf> = seqs.iter().map(|s| stored_keys(&s.3, kvd, format)).collect();
+        let values: Vec<KvBuf> = seqs.iter().map(|s| stored_values(&s.4, kvd, format)).collect();
         let mut batch: Vec<AttnSeq<'_>> = seqs
             .iter()
             .zip(keys.iter().zip(&values))

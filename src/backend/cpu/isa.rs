@@ -3,9 +3,10 @@
 /// Environment variable that lowers the level the backend uses (`scalar`, `avx2`): to measure or
 /// test a lower level's kernels on a CPU that has a higher one.
 pub const CAP_ENV: &str = "MTPLX_ISA";
-/// Environment variable that chooses attention's products at the `Avx512` level where the CPU
-/// has AVX-512 BF16: `f32` keeps them in f32, `bf16` multiplies bf16 pairs; unset (or any other
-/// value), the CPU's maker decides ([`Isa::bf16_attention`]).
+/// Environment variable that chooses attention's products at the `Avx512` level: `f32` keeps them
+/// in f32, `bf16` multiplies bf16 pairs where the CPU has AVX-512 BF16, `amx` multiplies tiles
+/// where it has AMX-BF16; unset (or any other value), tiles where the CPU has them, else the
+/// CPU's maker decides ([`Isa::bf16_attention`]).
 pub const ATTENTION_ENV: &str = "MTPLX_ATTENTION";
 
 /// The instruction-set level the kernels run at.
@@ -84,16 +85,47 @@ impl Isa {
     /// says, else on every CPU but Intel's. On AMD Zen 4 the pairs made a prompt's attention
     /// faster; Intel Sapphire Rapids runs one `vdpbf16ps` in about 1.8 cycles at any width (16
     /// products per 0.55 ns, where 256-bit FMAs give 8 per 0.14 ns), and there a 4,096-token
-    /// prompt prefilled 1.37x faster in f32 (docs/performance.md). Read once, so that every
-    /// call of a process agrees.
+    /// prompt prefilled 1.37x faster in f32 (docs/performance.md).
     pub fn bf16_attention(self) -> bool {
-        static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
         self.bf16_kernels()
-            && *ON.get_or_init(|| match std::env::var(ATTENTION_ENV).as_deref() {
-                Ok("f32") => false,
-                Ok("bf16") => true,
+            && match attention_choice() {
+                Some("bf16") => true,
+                Some("f32" | "amx") => false,
                 _ => !made_by_intel(),
-            })
+            }
+    }
+
+    /// Whether this level's attention kernels can multiply AMX tiles: `Avx512` on a CPU with
+    /// AMX-BF16 (and AVX-512 BF16, which rounds the tiles' weights) whose kernel lets this
+    /// process use the tiles' registers (Linux asks each process to request them).
+    pub fn tile_kernels(self) -> bool {
+        #[cfg(target_arch = "x86_64")]
+        {
+            static TILES: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+            let tiles = || {
+                let edx = std::arch::x86_64::__cpuid_count(7, 0).edx;
+                // CPUID.(7, 0).EDX: bit 22 AMX-BF16, bit 24 AMX-TILE.
+                let amx = edx & (1 << 22) != 0 && edx & (1 << 24) != 0;
+                amx && is_x86_feature_detected!("avx512bf16") && super::kern_amx_attn::request_tiles()
+            };
+            self == Isa::Avx512 && *TILES.get_or_init(tiles)
+        }
+        #[cfg(not(target_arch = "x86_64"))]
+        false
+    }
+
+    /// Whether attention at this level multiplies tiles where it can ([`Isa::tile_kernels`]): on
+    /// every CPU that has them unless [`ATTENTION_ENV`] asks for `f32` or `bf16`. A tile multiply
+    /// does a 16-lane block's products for 16 keys in one instruction, where the f32 kernels take
+    /// 64 FMAs per key and lane vector (docs/performance.md, "Attention in AMX tiles").
+    pub fn tile_attention(self) -> bool {
+        self.tile_kernels() && !matches!(attention_choice(), Some("f32" | "bf16"))
+    }
+
+    /// Whether attention at this level rounds its queries, keys, values and weights to bf16
+    /// (in pairs or in tiles), which its accuracy bounds depend on.
+    pub fn attention_in_bf16(self) -> bool {
+        self.bf16_attention() || self.tile_attention()
     }
 
     pub fn name(self) -> &'static str {
@@ -112,6 +144,12 @@ impl Isa {
             _ => Isa::ALL.into_iter().find(|i| i.name() == name),
         }
     }
+}
+
+/// [`ATTENTION_ENV`]'s value, read once, so that every call of a process agrees.
+fn attention_choice() -> Option<&'static str> {
+    static CHOICE: std::sync::OnceLock<Option<String>> = std::sync::OnceLock::new();
+    CHOICE.get_or_init(|| std::env::var(ATTENTION_ENV).ok()).as_deref()
 }
 
 /// Whether the CPU's vendor string (CPUID leaf 0) says Intel.

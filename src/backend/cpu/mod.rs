@@ -6,7 +6,8 @@
 //! `quantized_activations_k` (blocks of 32 and of 256); `repack` (the row-interleaved layout);
 //! the kernels `kern_scalar`, `kern_avx2`, `kern_avx2_r8`, `kern_avx2_f32`, `kern_avx2_attn` (with
 //! `kern_avx2_attn_few` for decode rows, and `kern_avx512_attn_f32` for its products in 512 bits),
-//! `kern_avx512_attn` and `kern_avx512_attn_few` (attention in bf16 pairs) and
+//! `kern_avx512_attn` and `kern_avx512_attn_few` (attention in bf16 pairs), `kern_amx_attn`
+//! (attention in AMX tiles) and
 //! `kern_avx512` (the row-major integer ones around `tile_driver!`), `kern_avx512_r8` (the
 //! interleaved ones, two groups of rows at a time; `kern_avx2_r8`'s run around `r8_driver!`),
 //! and for Q4_K/Q6_K
@@ -34,6 +35,8 @@ pub mod type_traits;
 #[cfg(target_arch = "x86_64")]
 #[macro_use]
 mod tile_driver;
+#[cfg(target_arch = "x86_64")]
+mod kern_amx_attn;
 #[cfg(target_arch = "x86_64")]
 mod kern_avx2;
 #[cfg(target_arch = "x86_64")]

@@ -9,8 +9,12 @@ use std::io::Write;
 use std::sync::Once;
 
 /// Names the levels (comma-separated, as [`Isa::from_name`] reads them: `avx2`, `avx512vnni`,
-/// ...) that the kernel tests must run, so that a CI machine with them cannot skip them quietly.
+/// ...) that the kernel tests must run, so that a CI machine with them cannot skip them quietly;
+/// [`TILES_NAME`] among them requires the AMX attention kernel.
 pub const REQUIRE_ISA_ENV: &str = "MTPLX_REQUIRE_ISA";
+/// The name [`REQUIRE_ISA_ENV`] gives the AMX tiles (`Isa::tile_kernels`), as `/proc/cpuinfo`
+/// spells AMX-BF16 without its underscore.
+pub const TILES_NAME: &str = "amxbf16";
 
 /// The levels the kernel tests run: every level this CPU has.
 ///
@@ -21,23 +25,34 @@ pub const REQUIRE_ISA_ENV: &str = "MTPLX_REQUIRE_ISA";
 /// When [`REQUIRE_ISA_ENV`] names a level this CPU lacks, or a name that is no level.
 pub fn isas_under_test() -> Vec<Isa> {
     let available = Isa::available();
+    let tiles = available.iter().any(|i| i.tile_kernels());
     let required = std::env::var(REQUIRE_ISA_ENV).unwrap_or_default();
     static PRINT: Once = Once::new();
     PRINT.call_once(|| {
-        let names: Vec<&str> = available.iter().map(|i| i.name()).collect();
+        let mut names: Vec<&str> = available.iter().map(|i| i.name()).collect();
+        names.extend(tiles.then_some(TILES_NAME));
         let line = format!("kernel tests: SIMD levels run: {} ({REQUIRE_ISA_ENV}={required:?})\n", names.join(", "));
         let _ = std::io::stderr().lock().write_all(line.as_bytes());
     });
-    if let Err(e) = check_required(&required, &available) {
+    if let Err(e) = check_required(&required, &available, tiles) {
         panic!("{e}");
     }
     available
 }
 
-/// `Ok` when every level named in `required` (comma-separated; empty: none) is in `available`.
-fn check_required(required: &str, available: &[Isa]) -> Result<(), String> {
+/// `Ok` when every level named in `required` (comma-separated; empty: none) is in `available`,
+/// and the tiles run (`tiles`) if it names them.
+fn check_required(required: &str, available: &[Isa], tiles: bool) -> Result<(), String> {
     let ran: Vec<&str> = available.iter().map(|i| i.name()).collect();
     for name in required.split(',').map(str::trim).filter(|n| !n.is_empty()) {
+        if name == TILES_NAME {
+            if !tiles {
+                return Err(format!(
+                    "{REQUIRE_ISA_ENV} requires {name}, but this CPU lacks AMX-BF16 or the OS did not grant its tiles"
+                ));
+            }
+            continue;
+        }
         let known: Vec<&str> = Isa::ALL.iter().map(|i| i.name()).collect();
         let isa = Isa::from_name(name).ok_or_else(|| {
             format!(
@@ -98,17 +113,20 @@ mod tests {
     #[test]
     fn a_required_level_the_cpu_lacks_fails_and_one_it_has_passes() {
         let no_avx512 = [Isa::Scalar, Isa::Avx2];
-        let err = check_required("avx512vnni", &no_avx512).unwrap_err();
+        let err = check_required("avx512vnni", &no_avx512, false).unwrap_err();
         assert!(err.contains("requires avx512vnni") && err.contains("ran only scalar, avx2"), "{err}");
-        assert!(check_required("avx2, avx512", &no_avx512).is_err());
-        assert_eq!(check_required("avx2,scalar", &no_avx512), Ok(()));
-        assert_eq!(check_required("", &no_avx512), Ok(()));
-        assert_eq!(check_required("avx512vnni", &Isa::ALL), Ok(()));
+        assert!(check_required("avx2, avx512", &no_avx512, false).is_err());
+        assert_eq!(check_required("avx2,scalar", &no_avx512, false), Ok(()));
+        assert_eq!(check_required("", &no_avx512, false), Ok(()));
+        assert_eq!(check_required("avx512vnni", &Isa::ALL, false), Ok(()));
+        let err = check_required("avx512vnni,amxbf16", &Isa::ALL, false).unwrap_err();
+        assert!(err.contains("requires amxbf16"), "{err}");
+        assert_eq!(check_required("avx512vnni,amxbf16", &Isa::ALL, true), Ok(()));
     }
 
     #[test]
     fn a_misspelt_level_fails_instead_of_passing() {
-        let err = check_required("avx512_vnni", &Isa::ALL).unwrap_err();
+        let err = check_required("avx512_vnni", &Isa::ALL, false).unwrap_err();
         assert!(err.contains("no SIMD level"), "{err}");
     }
 
