@@ -64,7 +64,8 @@ pub(super) struct AttnBlock<'a> {
     pub s: &'a mut [f32],
     /// Out: `hd` rows of `w`, each lane's weighted sum of values, not yet divided by its sum.
     pub ot: &'a mut [f32],
-    /// Out: `w` lanes' largest score (`f32::MIN` for a lane that sees none of the keys).
+    /// Out: `w` lanes' reference for their weights: the largest score (the AMX kernel's may
+    /// stay up to its `LAZY_MAX` below it), `f32::MIN` for a lane that sees none of the keys.
     pub m: &'a mut [f32],
     /// Out: `w` lanes' sum of `e^(score - m)` (0 for a lane that sees none of the keys).
     pub l: &'a mut [f32],

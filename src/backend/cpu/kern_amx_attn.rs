@@ -37,6 +37,10 @@ const ROW_BYTES: usize = 64;
 const DIMS_PER_TILE: usize = 32;
 /// Columns of the output per tile of values (16 rows).
 const COLS_PER_TILE: usize = 16;
+/// How far a lane's largest score may rise above the reference its weights are taken against
+/// before the reference moves (and its outputs so far are rescaled): weights up to `e^8` (about
+/// 3,000) lose nothing in f32 sums or in bf16, and most steps then leave the outputs in place.
+const LAZY_MAX: f32 = 8.0;
 
 /// Asks Linux for this process's use of the tile registers (`arch_prctl(ARCH_REQ_XCOMP_PERM,
 /// XFEATURE_XTILEDATA)`; their 8 KB of state are saved on a context switch only for processes
@@ -111,11 +115,11 @@ macro_rules! mul {
     };
 }
 
-/// One tile of weighted sums: `tmm{C} = ` the values' tile at `v` (in `tmm{A}`) times the weights'
-/// in tmm6, stored at `out` (16 rows of 16 lanes).
+/// One tile of outputs: the 16 rows (columns of the head) of 16 lanes at `out` plus the values'
+/// tile at `v` (in `tmm{A}`) times the weights' in tmm6, in `tmm{C}` and back.
 macro_rules! weighted {
     ($a:literal, $c:literal, $v:expr, $out:expr) => {{
-        mul!(zero $c);
+        load!($c, $out, ROW_BYTES);
         load!($a, $v, ROW_BYTES);
         mul!($c, $a, 6);
         store!($c, $out, ROW_BYTES);
@@ -131,30 +135,22 @@ struct Bufs {
     s: *mut f32,
     /// A step's weights as the weighted sum's right-hand tile: 16 rows of 16 lanes' pairs of keys.
     p: *mut u32,
-    /// A step's weighted sums: `hd` rows of 16 lanes.
-    pv: *mut f32,
     /// The lanes' outputs so far: `hd` rows of 16 lanes.
     o: *mut f32,
 }
 
 impl Bufs {
     fn carve(lines: &mut Vec<Line>, hd: usize) -> Bufs {
-        let sizes = [hd / 2, STEP_KEYS, STEP_KEYS / 2, hd, hd].map(|rows| rows * ROW_BYTES);
+        let sizes = [hd / 2, STEP_KEYS, STEP_KEYS / 2, hd].map(|rows| rows * ROW_BYTES);
         lines.resize(lines.len().max(sizes.iter().sum::<usize>() / ROW_BYTES), Line::default());
         let base = lines.as_mut_ptr() as *mut u8;
-        let mut at = [0; 5];
-        for i in 1..5 {
+        let mut at = [0; 4];
+        for i in 1..4 {
             at[i] = at[i - 1] + sizes[i - 1];
         }
         // SAFETY: the regions lie end to end inside the lines just sized for them.
         let region = |i: usize| unsafe { base.add(at[i]) };
-        Bufs {
-            q: region(0) as *mut u32,
-            s: region(1) as *mut f32,
-            p: region(2) as *mut u32,
-            pv: region(3) as *mut f32,
-            o: region(4) as *mut f32,
-        }
+        Bufs { q: region(0) as *mut u32, s: region(1) as *mut f32, p: region(2) as *mut u32, o: region(3) as *mut f32 }
     }
 }
 
@@ -237,7 +233,8 @@ unsafe fn lane_tile(b: &mut AttnBlock<'_>, w: usize, c0: usize, bufs: &Bufs) {
             _mm512_storeu_si512(bufs.q.add(i * TILE_LANES) as *mut _, pair(rne(lo), rne(hi)));
         }
         let pos = _mm512_mask_loadu_epi32(_mm512_set1_epi32(i32::MAX), lanes, b.lane_pos.as_ptr().add(c0));
-        let (mut m, mut l) = (_mm512_set1_ps(f32::NEG_INFINITY), _mm512_setzero_ps());
+        // `m` is each lane's reference for its weights (`f32::MIN` until it sees a key).
+        let (mut m, mut l) = (_mm512_set1_ps(f32::MIN), _mm512_setzero_ps());
         std::ptr::write_bytes(bufs.o, 0, hd * TILE_LANES);
         let qtile = |t: usize| bufs.q.add(t * TILE_LANES * TILE_LANES);
         if qtiles <= 2 {
@@ -272,16 +269,28 @@ unsafe fn lane_tile(b: &mut AttnBlock<'_>, w: usize, c0: usize, bufs: &Bufs) {
             }
             store!(4, bufs.s, ROW_BYTES);
             store!(5, bufs.s.add(16 * TILE_LANES), ROW_BYTES);
-            let alpha = softmax(bufs.s, bufs.p, k0, kt, b.min_pos, pos, &mut m, &mut l);
-            // The weighted sum: the values' tile of 16 columns times the weights' tile.
+            // The next step's keys and values, hinted through the softmax's loops: a tile load's
+            // 16 rows missing the cache stalled the walk (a decode step at 4,000 positions).
+            let next = (k0 + STEP_KEYS < b.n_keys).then(|| Next {
+                keys: keys.wrapping_add(f.key_at(k0 + STEP_KEYS, 0, stride)),
+                stride,
+                values: values.wrapping_add(f.value_at(k0 + STEP_KEYS, 0, stride)),
+                hd,
+            });
+            if let Some(alpha) = softmax(bufs.s, bufs.p, k0, kt, b.min_pos, pos, &mut m, &mut l, next) {
+                for c in 0..hd {
+                    let o = bufs.o.add(c * TILE_LANES);
+                    _mm512_storeu_ps(o, _mm512_mul_ps(_mm512_loadu_ps(o), alpha));
+                }
+            }
+            // The weighted sum: the values' tile of 16 columns times the weights' tile, added to
+            // the outputs' tile.
             load!(6, bufs.p, ROW_BYTES);
             for i in 0..hd / COLS_PER_TILE {
-                let (v, out) = (
-                    values.add(f.value_at(k0, i * COLS_PER_TILE, stride)),
-                    bufs.pv.add(i * COLS_PER_TILE * TILE_LANES),
-                );
-                // Two tiles of values and three of sums in turn, so that a load or a sum's
-                // reset need not wait for the product before it.
+                let (v, out) =
+                    (values.add(f.value_at(k0, i * COLS_PER_TILE, stride)), bufs.o.add(i * COLS_PER_TILE * TILE_LANES));
+                // Two tiles of values and three of outputs in turn, so that a load need not wait
+                // for the product before it.
                 match i % 6 {
                     0 => weighted!(2, 4, v, out),
                     1 => weighted!(3, 5, v, out),
@@ -290,10 +299,6 @@ unsafe fn lane_tile(b: &mut AttnBlock<'_>, w: usize, c0: usize, bufs: &Bufs) {
                     4 => weighted!(2, 5, v, out),
                     _ => weighted!(3, 7, v, out),
                 }
-            }
-            for c in 0..hd {
-                let (o, pv) = (bufs.o.add(c * TILE_LANES), bufs.pv.add(c * TILE_LANES));
-                _mm512_storeu_ps(o, _mm512_fmadd_ps(_mm512_loadu_ps(o), alpha, _mm512_loadu_ps(pv)));
             }
         }
         _mm512_mask_storeu_ps(b.m.as_mut_ptr().add(c0), lanes, m);
@@ -308,10 +313,42 @@ unsafe fn lane_tile(b: &mut AttnBlock<'_>, w: usize, c0: usize, bufs: &Bufs) {
     }
 }
 
+/// Where the next step's keys and values start (the head's first element), for hints.
+struct Next {
+    keys: *const u16,
+    stride: usize,
+    values: *const u16,
+    hd: usize,
+}
+
+impl Next {
+    /// Hints key `j`'s lines.
+    #[inline(always)]
+    fn key(&self, j: usize) {
+        for line in 0..self.hd / 32 {
+            let at = self.keys.wrapping_add(j * self.stride + 32 * line);
+            // SAFETY: a hint never faults, wherever it points.
+            unsafe { _mm_prefetch::<_MM_HINT_T0>(at as *const i8) };
+        }
+    }
+
+    /// Hints the value rows of the `i`th of 16 slices of the head's columns (a line each).
+    #[inline(always)]
+    fn columns(&self, i: usize) {
+        let per = self.hd / 16;
+        for c in i * per..(i + 1) * per {
+            // SAFETY: as in `key`.
+            unsafe { _mm_prefetch::<_MM_HINT_T0>(self.values.wrapping_add(32 * c) as *const i8) };
+        }
+    }
+}
+
 /// One step of the online softmax for 16 lanes at positions `pos`: the scores at `s` (32 rows,
 /// keys `k0..`, of which the first `kt` are read and those up to each lane's position visible;
 /// those up to `min_pos` visible to all) become weights rounded to bf16, in pairs of keys at
-/// `p`; the lanes' maxes `m` and sums `l` move on. Returns the factors for the outputs so far.
+/// `p` (`e^(score - m)`, against each lane's reference `m`); the references and the sums `l`
+/// move on. Returns the factors for the outputs so far if a reference moved (`LAZY_MAX`); `next`
+/// gives the lines to hint.
 ///
 /// # Safety
 /// The kernel's features; `s` holds 32 rows of 16 f32s, `p` 16 rows of 16 u32s.
@@ -327,11 +364,15 @@ unsafe fn softmax(
     pos: __m512i,
     m: &mut __m512,
     l: &mut __m512,
-) -> __m512 {
+    next: Option<Next>,
+) -> Option<__m512> {
     let inf = _mm512_set1_ps(f32::NEG_INFINITY);
-    let mut mt = *m;
+    let mut mt = inf;
     let mut x = [inf; STEP_KEYS];
     for (j, x) in x.iter_mut().enumerate().take(kt) {
+        if let Some(n) = &next {
+            n.key(j);
+        }
         // SAFETY: row `j < 32` (contract).
         let row = unsafe { _mm512_loadu_ps(s.add(j * TILE_LANES)) };
         // The causal mask: lanes at positions before key `k0 + j` do not see it.
@@ -340,11 +381,21 @@ unsafe fn softmax(
         *x = _mm512_mask_mov_ps(row, hidden, inf);
         mt = _mm512_max_ps(mt, *x);
     }
-    // Not below f32::MIN: a lane that sees none of the step's keys gets weights of 0.
-    let mt = _mm512_max_ps(mt, _mm512_set1_ps(f32::MIN));
-    let alpha = exp512(_mm512_sub_ps(*m, mt));
+    // A lane's reference moves up to its largest score only when that is more than `LAZY_MAX`
+    // above it (its first key, or a jump): otherwise its outputs so far keep their scale.
+    let up = _mm512_cmplt_ps_mask(_mm512_add_ps(*m, _mm512_set1_ps(LAZY_MAX)), mt);
+    let alpha = (up != 0).then(|| {
+        let new = _mm512_mask_mov_ps(*m, up, mt);
+        let alpha = exp512(_mm512_sub_ps(*m, new));
+        *m = new;
+        alpha
+    });
+    let mt = *m;
     let mut sum = _mm512_setzero_ps();
     for i in 0..STEP_KEYS / 2 {
+        if let Some(n) = &next {
+            n.columns(i);
+        }
         let lo = rne(exp512(_mm512_sub_ps(x[2 * i], mt)));
         let hi = rne(exp512(_mm512_sub_ps(x[2 * i + 1], mt)));
         // The rounded weights: what the tile multiplies, so what the lanes sum.
@@ -352,7 +403,9 @@ unsafe fn softmax(
         // SAFETY: row `i < 16` (contract).
         unsafe { _mm512_storeu_si512(p.add(i * TILE_LANES) as *mut _, pair(lo, hi)) };
     }
-    *l = _mm512_fmadd_ps(*l, alpha, sum);
-    *m = mt;
+    *l = match alpha {
+        Some(a) => _mm512_fmadd_ps(*l, a, sum),
+        None => _mm512_add_ps(*l, sum),
+    };
     alpha
 }
