@@ -9,7 +9,7 @@ use crate::backend::{stored_keys, stored_values, KvBuf};
 /// [-1, 1], off by a few f32 ulps of the weights (measured: at most 3.5e-7 up to 4,191 keys).
 const MAX_ERR: f32 = 2e-6;
 
-/// Largest difference allowed from the f64 reference for the bf16 kernel, given the queries,
+/// Largest difference allowed from the f64 reference for the bf16 and tile kernels, given the queries,
 /// keys and values it multiplies (rounded to bf16): each weight is rounded to bf16 (a relative
 /// error up to 2^-9) before the weighted mean of values in [-1, 1], whose normaliser sums the
 /// rounded weights, so the mean moves by less than 2^-8 (measured: at most 1.4e-3, over the first keys).
@@ -184,6 +184,32 @@ fn gqa_attention_matches_the_reference_at_odd_head_sizes_and_groups() {
     }
 }
 
+/// Queries ten times the other tests' give scores spread by about 10, so a lane's largest score
+/// keeps rising well past its first keys, by more than the AMX kernel's `LAZY_MAX` at times
+/// (it then rescales the outputs it has so far: with that rescaling left out, this test fails).
+/// Scores up to about 40 carry f32 rounding of about 40 x 2^-24 per term, which moves the f32
+/// kernels' weights by more than [`MAX_ERR`] allows (measured 2.9e-6): they get 1e-5 here.
+#[test]
+fn attention_follows_scores_that_rise_far_above_the_earlier_ones() {
+    let hs = Heads { n_heads: 6, n_kv_heads: 2, head_dim: 64 };
+    for (n_q, start) in [(1, 300), (7, 300), (70, 0)] {
+        let ctx = start + n_q;
+        let q: Vec<f32> = noise(n_q * hs.q_dim(), 5).iter().map(|v| v * 30.0).collect();
+        let (k, v) = (noise(ctx * hs.kv_dim(), 6), noise(ctx * hs.kv_dim(), 7));
+        let rows: Vec<usize> = (0..n_q).collect();
+        let want = reference(&q, &k, &v, hs, start, &rows, 0.125, false);
+        let want_bf16 = std::cell::OnceCell::new();
+        let pool = Pool::new(2);
+        for (isa, format) in kernels_under_test(hs.head_dim) {
+            let (want, bound) =
+                pick(format, &want, || want_bf16.get_or_init(|| reference(&q, &k, &v, hs, start, &rows, 0.125, true)));
+            let bound = if format == KvFormat::F16 { 1e-5 } else { bound };
+            let err = max_err(&run(&pool, isa, format, &q, &k, &v, hs, start, n_q, 0.125), want);
+            assert!(err <= bound, "{} {format:?} {n_q} rows from {start}: off by {err}", isa.name());
+        }
+    }
+}
+
 #[test]
 fn a_rows_output_does_not_depend_on_the_rows_around_it() {
     // What a reused prefix relies on: the last prompt row alone (after a cached prefix) gives
@@ -303,22 +329,24 @@ fn an_f16_cache_is_read_at_every_level() {
     }
 }
 
+/// One row's attention over 5 positions cached in `format`, at the scalar level.
+fn attend_at_scalar(format: KvFormat) {
+    let hs = Heads { n_heads: 3, n_kv_heads: 1, head_dim: 64 };
+    let (k, v) = (noise(5 * hs.kv_dim(), 1), noise(5 * hs.kv_dim(), 2));
+    let (keys, values) = (stored_keys(&k, hs.kv_dim(), format), stored_values(&v, hs.kv_dim(), format));
+    let (q, mut out) = (noise(hs.q_dim(), 3), vec![0f32; hs.q_dim()]);
+    let seq = AttnSeq { q: &q, keys: &keys, values: &values, format, start_pos: 4, n_q: 1, out: &mut out };
+    attention(&Pool::new(1), Isa::Scalar, seq, hs, 0.125);
+}
+
 #[test]
 #[should_panic(expected = "attention: a cache in Bf16Pairs at scalar")]
 fn a_bf16_cache_is_refused_where_no_kernel_reads_it() {
-    let hs = Heads { n_heads: 3, n_kv_heads: 1, head_dim: 64 };
-    let (k, v) = (noise(5 * hs.kv_dim(), 1), noise(5 * hs.kv_dim(), 2));
-    let (keys, values) =
-        (stored_keys(&k, hs.kv_dim(), KvFormat::Bf16Pairs), stored_values(&v, hs.kv_dim(), KvFormat::Bf16Pairs));
-    let (q, mut out) = (noise(hs.q_dim(), 3), vec![0f32; hs.q_dim()]);
-    let seq = AttnSeq {
-        q: &q,
-        keys: &keys,
-        values: &values,
-        format: KvFormat::Bf16Pairs,
-        start_pos: 4,
-        n_q: 1,
-        out: &mut out,
-    };
-    attention(&Pool::new(1), Isa::Scalar, seq, hs, 0.125);
+    attend_at_scalar(KvFormat::Bf16Pairs);
+}
+
+#[test]
+#[should_panic(expected = "attention: a cache in Bf16Tiles at scalar")]
+fn a_tiles_cache_is_refused_where_no_kernel_reads_it() {
+    attend_at_scalar(KvFormat::Bf16Tiles);
 }
