@@ -28,6 +28,9 @@ pub(super) const TILE_KEYS: usize = 64;
 /// Query lanes per block: three AVX2 vectors, the most whose accumulators fit the 16 registers
 /// beside their operands. The demo model's group of 3 heads makes it 8 rows of 3 heads.
 pub(super) const BLOCK_LANES: usize = 24;
+/// Query lanes per block over a cache in bf16 tiles: the 16 columns of one tile (a block of 24
+/// takes two, the second half empty). The demo model's group of 3 heads makes it 5 rows.
+pub(super) const TILE_BLOCK_LANES: usize = 16;
 /// Blocks one kernel call takes at most: they take each tile of keys and values in turn while
 /// it is in the core's cache, so that it is read from the shared cache once per call rather
 /// than once per block.

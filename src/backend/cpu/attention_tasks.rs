@@ -12,7 +12,9 @@
 //!   block is halved to make tasks (which read its keys twice). The segments' partial results
 //!   are merged after the pool's job.
 
-use super::attention::{attend_blocks, reads, AttnBlock, TileScratch, BLOCK_LANES, FEW_LANES, MAX_GROUP, TILE_KEYS};
+use super::attention::{
+    attend_blocks, reads, AttnBlock, TileScratch, BLOCK_LANES, FEW_LANES, MAX_GROUP, TILE_BLOCK_LANES, TILE_KEYS,
+};
 use super::isa::Isa;
 use super::pool::Pool;
 use crate::backend::{AttnSeq, Heads, KvFormat};
@@ -158,7 +160,8 @@ pub(crate) fn attention_batch(pool: &Pool, isa: Isa, seqs: &mut [AttnSeq<'_>], h
         );
         assert!(reads(isa, s.format, hd), "attention: a cache in {:?} at {} (heads of {hd})", s.format, isa.name());
         let first_task = tasks;
-        let mut rows = (BLOCK_LANES / hpu).min(n_q.max(1));
+        let block = if s.format == KvFormat::Bf16Tiles { TILE_BLOCK_LANES } else { BLOCK_LANES };
+        let mut rows = (block / hpu).clamp(1, n_q.max(1));
         let segs = ctx.div_ceil(SEGMENT_KEYS);
         let plan = if n_q <= SPLIT_MAX_ROWS && segs >= 2 && n_q.div_ceil(rows) <= MAX_GROUP {
             if hpu <= FEW_LANES && n_q * hpu <= 8 && n_q * units <= MAX_GROUP {

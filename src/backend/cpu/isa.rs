@@ -116,8 +116,9 @@ impl Isa {
 
     /// Whether attention at this level multiplies tiles where it can ([`Isa::tile_kernels`]): on
     /// every CPU that has them unless [`ATTENTION_ENV`] asks for `f32` or `bf16`. A tile multiply
-    /// does a 16-lane block's products for 16 keys in one instruction, where the f32 kernels take
-    /// 64 FMAs per key and lane vector (docs/performance.md, "Attention in AMX tiles").
+    /// does 16 lanes' scores of 16 keys over 32 of the head's dimensions in one instruction,
+    /// where the f32 kernels take an FMA per key and dimension for 16 lanes (docs/performance.md,
+    /// "Attention in AMX tiles").
     pub fn tile_attention(self) -> bool {
         self.tile_kernels() && !matches!(attention_choice(), Some("f32" | "bf16"))
     }

@@ -10,8 +10,8 @@
 //! - softmax: the 32 keys' scores become weights rounded to bf16 (each lane sums the rounded
 //!   weights, so they sum exactly to its normaliser), stored as pairs of keys;
 //! - weighted sum: 16 of the head's columns over the 32 keys (a row of the cache's group of 32
-//!   positions) times the weights' pairs, one multiply per 16 columns, added to the lane's
-//!   output after the softmax's correction.
+//!   positions) times the weights' pairs, one multiply per 16 columns, added to the outputs'
+//!   tile (rescaled first only when a lane's reference for its weights moves: `LAZY_MAX`).
 //!
 //! Each output element of a tile multiply depends on its own row and column alone, and every
 //! path (prefill, decode, verification) runs this kernel over the same steps of 32 keys, so a
