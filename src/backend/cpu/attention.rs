@@ -19,7 +19,7 @@
 
 use super::float16::f16_to_f32;
 use super::isa::Isa;
-use crate::backend::{key_index, KvFormat, KEY_GROUP, TILE_KEY_GROUP};
+use crate::backend::{key_index, KvBuf, KvFormat, KEY_GROUP, TILE_KEY_GROUP};
 
 /// Keys per tile: a tile's scores (`TILE_KEYS x BLOCK_LANES`, 6 KB) stay in L1 beside the
 /// block's queries and outputs (`head_dim x BLOCK_LANES` each), and tiles are long enough to
@@ -294,18 +294,7 @@ pub(super) struct TileScratch {
     pub qb: Vec<u32>,
     pub kb: Vec<u32>,
     pub pb: Vec<u32>,
-    /// The AMX kernel's buffers (`kern_amx_attn.rs`), in whole cache lines: tile rows are 64
-    /// bytes, and a row that straddles two lines costs two loads.
-    pub lines: Vec<Line>,
-}
-
-/// A cache line of scratch.
-#[derive(Clone, Copy)]
-#[repr(C, align(64))]
-pub(super) struct Line(pub [u8; 64]);
-
-impl Default for Line {
-    fn default() -> Line {
-        Line([0; 64])
-    }
+    /// The AMX kernel's buffers (`kern_amx_attn.rs`), aligned as the cache is: tile rows are 64
+    /// bytes, and a row that straddles two cache lines loads far slower.
+    pub amx: KvBuf,
 }

@@ -21,9 +21,9 @@
 //! Every function here requires AVX-512 F/VL/BW and BF16 and AMX-BF16 with the tile registers
 //! granted to the process (`Isa::tile_kernels`, which calls [`request_tiles`]).
 
-use super::attention::{AttnBlock, Line, TileScratch, MAX_GROUP, MAX_TILE_HD};
+use super::attention::{AttnBlock, TileScratch, MAX_GROUP, MAX_TILE_HD};
 use super::kern_avx512_attn_f32::exp512;
-use crate::backend::KvFormat;
+use crate::backend::{KvBuf, KvFormat};
 use std::arch::asm;
 use std::arch::x86_64::*;
 
@@ -126,7 +126,7 @@ macro_rules! weighted {
     }};
 }
 
-/// The kernel's buffers, carved out of the worker's scratch lines.
+/// The kernel's buffers, carved out of the worker's aligned scratch (regions of whole lines).
 struct Bufs {
     /// The lanes' queries as the scores' right-hand tiles: `hd / 32` tiles of 16 pair rows, each
     /// 16 lanes' pairs of dimensions `(2i, 2i + 1)`.
@@ -140,15 +140,19 @@ struct Bufs {
 }
 
 impl Bufs {
-    fn carve(lines: &mut Vec<Line>, hd: usize) -> Bufs {
+    fn carve(buf: &mut KvBuf, hd: usize) -> Bufs {
         let sizes = [hd / 2, STEP_KEYS, STEP_KEYS / 2, hd].map(|rows| rows * ROW_BYTES);
-        lines.resize(lines.len().max(sizes.iter().sum::<usize>() / ROW_BYTES), Line::default());
-        let base = lines.as_mut_ptr() as *mut u8;
+        // In u16s, as the buffer counts them.
+        let need = sizes.iter().sum::<usize>() / 2;
+        if buf.len() < need {
+            buf.resize(need);
+        }
+        let base = buf.as_mut_ptr() as *mut u8;
         let mut at = [0; 4];
         for i in 1..4 {
             at[i] = at[i - 1] + sizes[i - 1];
         }
-        // SAFETY: the regions lie end to end inside the lines just sized for them.
+        // SAFETY: the regions lie end to end inside the buffer just sized for them.
         let region = |i: usize| unsafe { base.add(at[i]) };
         Bufs { q: region(0) as *mut u32, s: region(1) as *mut f32, p: region(2) as *mut u32, o: region(3) as *mut f32 }
     }
@@ -171,7 +175,7 @@ pub unsafe fn attend_blocks(bs: &mut [AttnBlock<'_>], w: usize, scratch: &mut Ti
         hd.is_multiple_of(DIMS_PER_TILE) && hd <= MAX_TILE_HD,
         "attention: tiles take heads of a multiple of 32 dimensions up to {MAX_TILE_HD}, not {hd}"
     );
-    let bufs = Bufs::carve(&mut scratch.lines, hd);
+    let bufs = Bufs::carve(&mut scratch.amx, hd);
     let config = TileConfig::full();
     // SAFETY: the tiles are this process's (contract); a valid palette-1 configuration.
     unsafe { asm!("ldtilecfg [{}]", in(reg) config.0.as_ptr(), options(nostack, readonly)) };
