@@ -89,7 +89,7 @@ impl KvCache {
     /// Forgets every position from `len` on (speculative rollback, prefix reuse).
     pub fn truncate(&mut self, len: usize) {
         if len < self.len {
-            self.len = len;
+            let was = std::mem::replace(&mut self.len, len);
             let keys = self.keys_len(len);
             self.k.iter_mut().for_each(|l| l.truncate(keys));
             let (format, kvd) = (self.format, self.kv_dim);
@@ -98,8 +98,9 @@ impl KvCache {
                 l.truncate(kept);
                 // The forgotten half of a last pair (the rest of a last group of 32 in tiles)
                 // goes back to zero, as a new one's is: a kernel multiplies it by a weight of 0,
-                // which a stale infinity would make NaN.
-                for p in len..kept / kvd.max(1) {
+                // which a stale infinity would make NaN. Only positions that were written: past
+                // them the buffer is zero already (a rollback every verify step pays for this).
+                for p in len..(kept / kvd.max(1)).min(was) {
                     (0..kvd).for_each(|c| l[format.value_at(p, c, kvd)] = 0);
                 }
             }
