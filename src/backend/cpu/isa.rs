@@ -154,7 +154,7 @@ fn attention_choice() -> Option<&'static str> {
 }
 
 /// Whether the CPU's vendor string (CPUID leaf 0) says Intel.
-pub(super) fn made_by_intel() -> bool {
+fn made_by_intel() -> bool {
     #[cfg(target_arch = "x86_64")]
     {
         let r = std::arch::x86_64::__cpuid(0);

@@ -20,34 +20,16 @@ use std::arch::x86_64::*;
 /// Activation rows per pass over a group's weights (the drivers' tile).
 const TILE: usize = 4;
 /// How far ahead of the super-block being read a pass prefetches the weights, in bytes: at 2+
-/// rows the dots take long enough that the hardware prefetcher falls behind (on AMD Zen 4, 4,096
-/// was the best of 2,048-8,192 in `bench --rows`; docs/performance.md). At 1 row AMD Zen 4's
-/// prefetcher keeps up alone, but Intel Sapphire Rapids' does not: there the hints make a 1-row
-/// pass 1.4-1.7x faster, and on Zen 4 they cost nothing measurable.
-const PREFETCH_AHEAD: usize = 4096;
-/// The distance on Intel CPUs: on Sapphire Rapids 8,192 bytes made 1-row and 4-sequence passes
-/// 4-12 % faster than 4,096 (2,048 was 10-20 % slower, 24,576 4-10 %; docs/performance.md).
-const PREFETCH_AHEAD_INTEL: usize = 8192;
-
-/// Most activation rows of a pass that takes [`PREFETCH_AHEAD_INTEL`]: a prompt's passes (up to
-/// 64 rows, their int8 activations up to 96 KiB) were 7-9 % slower with it (pp512), the hints
-/// evicting the activations, which such a pass reads again for every group of weights.
-const FEW_ROWS: usize = 8;
-
-/// The prefetch distance for a pass over `rows` activation rows on this CPU.
-pub(super) fn prefetch_distance(rows: usize) -> usize {
-    static INTEL: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    if rows <= FEW_ROWS && *INTEL.get_or_init(super::isa::made_by_intel) {
-        PREFETCH_AHEAD_INTEL
-    } else {
-        PREFETCH_AHEAD
-    }
-}
+/// rows the dots take long enough that the hardware prefetcher falls behind (4,096 was the best
+/// of 2,048-8,192 in `bench --rows`; docs/performance.md). At 1 row AMD Zen 4's prefetcher keeps
+/// up alone, but Intel Sapphire Rapids' does not: there the hints make a 1-row pass 1.4-1.7x
+/// faster, and on Zen 4 they cost nothing measurable.
+pub(super) const PREFETCH_AHEAD: usize = 4096;
 
 r8_driver!("avx2,fma,f16c", 4, [4 3 2]);
 
 /// Dots of one group (`nb` super-blocks at `grp`) with activation rows `i0..i0 + NR`, written
-/// to `res[j]`, one weight row per entry; the weights hinted `ahead` bytes on.
+/// to `res[j]`, one weight row per entry.
 ///
 /// # Safety
 /// The CPU supports AVX2, FMA and F16C; `grp` points at `nb` readable super-blocks of `B`;
@@ -60,7 +42,6 @@ unsafe fn tile<B: IntBlock, const NR: usize>(
     x: &QuantRows,
     i0: usize,
     res: &mut [[f32; ROWS]; TILE],
-    ahead: usize,
 ) {
     let gb = group_block_bytes::<B>();
     let ones = _mm256_set1_epi16(1);
@@ -80,7 +61,7 @@ unsafe fn tile<B: IntBlock, const NR: usize>(
         }
         // SAFETY: super-block `b < nb` is readable (our contract).
         let sb = unsafe { grp.add(b * gb) };
-        prefetch_ahead(sb, gb, ahead);
+        prefetch_ahead(sb, gb);
         // SAFETY: a super-block starts with the eight rows' f16 `d` (and, for Q4_1, `m`).
         let d = _mm256_cvtph_ps(unsafe { _mm_loadu_si128(sb as *const __m128i) });
         let qs = ROWS * B::QS_AT;
@@ -166,12 +147,12 @@ pub(super) unsafe fn fold_block<B: IntBlock, const NR: usize>(
     }
 }
 
-/// Hints the cache lines of the `len` bytes `distance` bytes after `at` ([`prefetch_distance`]):
-/// a hint never faults, so they may lie past the weights.
+/// Hints the cache lines of the `len` bytes [`PREFETCH_AHEAD`] bytes after `at`: a hint never
+/// faults, so they may lie past the weights.
 #[target_feature(enable = "avx2,fma,f16c")]
 #[inline]
-pub(super) fn prefetch_ahead(at: *const u8, len: usize, distance: usize) {
-    let ahead = at.wrapping_add(distance) as *const i8;
+pub(super) fn prefetch_ahead(at: *const u8, len: usize) {
+    let ahead = at.wrapping_add(PREFETCH_AHEAD) as *const i8;
     for line in (0..len).step_by(64) {
         _mm_prefetch::<_MM_HINT_T0>(ahead.wrapping_add(line));
     }

@@ -18,7 +18,7 @@
 
 use super::block::{IntBlock, Offset, Weights};
 use super::block_q::{BlockQ4_0, BlockQ4_1, BlockQ8_0};
-use super::kern_avx2_r8::{bcast4, fold_block, prefetch_ahead, prefetch_distance};
+use super::kern_avx2_r8::{bcast4, fold_block, prefetch_ahead, PREFETCH_AHEAD};
 use super::kernel_io::{OutRows, QKind};
 use super::quantized_activations::QuantRows;
 use super::repack::{group_block_bytes, ROWS};
@@ -64,7 +64,10 @@ unsafe fn drive<B: IntBlock>(w: &[u8], rows: Range<usize>, x: &QuantRows, acts: 
     let group_bytes = nb * group_block_bytes::<B>();
     debug_assert!(rows.start.is_multiple_of(ROWS) && rows.end.is_multiple_of(ROWS));
     let (mut g, end) = (rows.start / ROWS, rows.end / ROWS);
-    let ahead = prefetch_distance(acts.len());
+    // A pass of one tile of rows (decode, verification) reads each weight once; a prompt's
+    // passes read a pair's weights again for every tile of rows, and the hints below, tried on
+    // them, made pp512 2-4 % slower.
+    let few = acts.len() <= TILE;
     while g < end {
         let span = if g + 2 <= end { 2 } else { 1 };
         let grp = w[g * group_bytes..(g + span) * group_bytes].as_ptr();
@@ -77,26 +80,26 @@ unsafe fn drive<B: IntBlock>(w: &[u8], rows: Range<usize>, x: &QuantRows, acts: 
             unsafe {
                 if span == 2 {
                     match n {
-                        8 => tile_pair::<B, 8>(grp, group_bytes, nb, x, i, &mut res, ahead),
-                        7 => tile_pair::<B, 7>(grp, group_bytes, nb, x, i, &mut res, ahead),
-                        6 => tile_pair::<B, 6>(grp, group_bytes, nb, x, i, &mut res, ahead),
-                        5 => tile_pair::<B, 5>(grp, group_bytes, nb, x, i, &mut res, ahead),
-                        4 => tile_pair::<B, 4>(grp, group_bytes, nb, x, i, &mut res, ahead),
-                        3 => tile_pair::<B, 3>(grp, group_bytes, nb, x, i, &mut res, ahead),
-                        2 => tile_pair::<B, 2>(grp, group_bytes, nb, x, i, &mut res, ahead),
-                        _ => tile_pair::<B, 1>(grp, group_bytes, nb, x, i, &mut res, ahead),
+                        8 => tile_pair::<B, 8>(grp, group_bytes, nb, x, i, few, &mut res),
+                        7 => tile_pair::<B, 7>(grp, group_bytes, nb, x, i, few, &mut res),
+                        6 => tile_pair::<B, 6>(grp, group_bytes, nb, x, i, few, &mut res),
+                        5 => tile_pair::<B, 5>(grp, group_bytes, nb, x, i, few, &mut res),
+                        4 => tile_pair::<B, 4>(grp, group_bytes, nb, x, i, few, &mut res),
+                        3 => tile_pair::<B, 3>(grp, group_bytes, nb, x, i, few, &mut res),
+                        2 => tile_pair::<B, 2>(grp, group_bytes, nb, x, i, few, &mut res),
+                        _ => tile_pair::<B, 1>(grp, group_bytes, nb, x, i, few, &mut res),
                     }
                 } else {
                     let mut one = [[0f32; ROWS]; TILE];
                     match n {
-                        8 => tile::<B, 8>(grp, nb, x, i, &mut one, ahead),
-                        7 => tile::<B, 7>(grp, nb, x, i, &mut one, ahead),
-                        6 => tile::<B, 6>(grp, nb, x, i, &mut one, ahead),
-                        5 => tile::<B, 5>(grp, nb, x, i, &mut one, ahead),
-                        4 => tile::<B, 4>(grp, nb, x, i, &mut one, ahead),
-                        3 => tile::<B, 3>(grp, nb, x, i, &mut one, ahead),
-                        2 => tile::<B, 2>(grp, nb, x, i, &mut one, ahead),
-                        _ => tile::<B, 1>(grp, nb, x, i, &mut one, ahead),
+                        8 => tile::<B, 8>(grp, nb, x, i, &mut one),
+                        7 => tile::<B, 7>(grp, nb, x, i, &mut one),
+                        6 => tile::<B, 6>(grp, nb, x, i, &mut one),
+                        5 => tile::<B, 5>(grp, nb, x, i, &mut one),
+                        4 => tile::<B, 4>(grp, nb, x, i, &mut one),
+                        3 => tile::<B, 3>(grp, nb, x, i, &mut one),
+                        2 => tile::<B, 2>(grp, nb, x, i, &mut one),
+                        _ => tile::<B, 1>(grp, nb, x, i, &mut one),
                     }
                     for (r, o) in res.iter_mut().zip(one) {
                         r[..ROWS].copy_from_slice(&o);
@@ -117,7 +120,7 @@ unsafe fn drive<B: IntBlock>(w: &[u8], rows: Range<usize>, x: &QuantRows, acts: 
 
 /// Dots of two neighbouring groups (`nb` super-blocks at `grp`, the second group
 /// `group_bytes` after the first) with activation rows `i0..i0 + NR`, written to `res[j]`: the
-/// first group's eight rows, then the second's; the weights hinted `ahead` bytes on.
+/// first group's eight rows, then the second's; `few` when the pass has no other rows.
 ///
 /// # Safety
 /// The CPU supports the features enabled here; `grp` points at two groups of `nb` readable
@@ -131,8 +134,8 @@ unsafe fn tile_pair<B: IntBlock, const NR: usize>(
     nb: usize,
     x: &QuantRows,
     i0: usize,
+    few: bool,
     res: &mut [[f32; 2 * ROWS]; TILE],
-    ahead: usize,
 ) {
     let gb = group_block_bytes::<B>();
     let nib = _mm512_set1_epi8(0x0f);
@@ -147,8 +150,11 @@ unsafe fn tile_pair<B: IntBlock, const NR: usize>(
         }
         // SAFETY: super-block `b < nb` of both groups is readable (our contract).
         let (s0, s1) = unsafe { (grp.add(b * gb), grp.add(group_bytes + b * gb)) };
-        prefetch_ahead(s0, gb, ahead);
-        prefetch_ahead(s1, gb, ahead);
+        // In passes of few rows, each group's stream of hints goes on in the next pair's same
+        // group, skipping the partner group, which the other stream is reading already.
+        let skip = if few && b * gb + PREFETCH_AHEAD >= group_bytes { group_bytes } else { 0 };
+        prefetch_ahead(s0.wrapping_add(skip), gb);
+        prefetch_ahead(s1.wrapping_add(skip), gb);
         // SAFETY: a super-block starts with the eight rows' f16 `d` (and, for Q4_1, `m`).
         let d = _mm512_cvtph_ps(unsafe { join16(s0, s1, 0) });
         let qs = ROWS * B::QS_AT;
@@ -249,7 +255,7 @@ unsafe fn bcast4z(x: *const i8, o: usize) -> __m512i {
 }
 
 /// Dots of one group (`nb` super-blocks at `grp`) with activation rows `i0..i0 + NR`, written
-/// to `res[j]`, one weight row per entry; the weights hinted `ahead` bytes on.
+/// to `res[j]`, one weight row per entry.
 ///
 /// # Safety
 /// The CPU supports the features enabled here; `grp` points at `nb` readable super-blocks of
@@ -262,7 +268,6 @@ unsafe fn tile<B: IntBlock, const NR: usize>(
     x: &QuantRows,
     i0: usize,
     res: &mut [[f32; ROWS]; TILE],
-    ahead: usize,
 ) {
     let gb = group_block_bytes::<B>();
     let nib = _mm256_set1_epi8(0x0f);
@@ -277,7 +282,7 @@ unsafe fn tile<B: IntBlock, const NR: usize>(
         }
         // SAFETY: super-block `b < nb` is readable (our contract).
         let sb = unsafe { grp.add(b * gb) };
-        prefetch_ahead(sb, gb, ahead);
+        prefetch_ahead(sb, gb);
         // SAFETY: a super-block starts with the eight rows' f16 `d`.
         let d = _mm256_cvtph_ps(unsafe { _mm_loadu_si128(sb as *const __m128i) });
         let qs = ROWS * B::QS_AT;

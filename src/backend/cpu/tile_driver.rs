@@ -137,7 +137,6 @@ macro_rules! r8_driver {
             let nb = x.cols() / B::LEN;
             let group_bytes = nb * group_block_bytes::<B>();
             debug_assert!(rows.start.is_multiple_of(ROWS) && rows.end.is_multiple_of(ROWS));
-            let ahead = $crate::backend::cpu::kern_avx2_r8::prefetch_distance(acts.len());
             for g in rows.start / ROWS..rows.end / ROWS {
                 let grp = &w[g * group_bytes..(g + 1) * group_bytes];
                 let mut i = acts.start;
@@ -148,8 +147,8 @@ macro_rules! r8_driver {
                     // and rows `i..i + n` are rows of `x` (within `acts`).
                     unsafe {
                         match n {
-                            $($n => tile::<B, $n>(grp.as_ptr(), nb, x, i, &mut res, ahead),)+
-                            _ => tile::<B, 1>(grp.as_ptr(), nb, x, i, &mut res, ahead),
+                            $($n => tile::<B, $n>(grp.as_ptr(), nb, x, i, &mut res),)+
+                            _ => tile::<B, 1>(grp.as_ptr(), nb, x, i, &mut res),
                         }
                     }
                     for (j, vals) in res.iter().enumerate().take(n) {
