@@ -150,9 +150,9 @@ unsafe fn tile_pair<B: IntBlock, const NR: usize>(
         }
         // SAFETY: super-block `b < nb` of both groups is readable (our contract).
         let (s0, s1) = unsafe { (grp.add(b * gb), grp.add(group_bytes + b * gb)) };
-        // In passes of few rows, each group's stream of hints goes on in the next pair's same
-        // group, skipping the partner group, which the other stream is reading already.
-        let skip = if few && b * gb + PREFETCH_AHEAD >= group_bytes { group_bytes } else { 0 };
+        // In passes of few rows, each group's stream of hints goes on in the next pairs' same
+        // group, skipping every partner group on the way (the other stream reads those).
+        let skip = if few { (b * gb + PREFETCH_AHEAD) / group_bytes * group_bytes } else { 0 };
         prefetch_ahead(s0.wrapping_add(skip), gb);
         prefetch_ahead(s1.wrapping_add(skip), gb);
         // SAFETY: a super-block starts with the eight rows' f16 `d` (and, for Q4_1, `m`).
