@@ -13,7 +13,9 @@
 //!     and their interleaved layout against the row-major one at the AVX2 level, in the same
 //!     run (`KERNELS_BENCH_KQUANT=1` runs only this part);
 //! (e) decode attention of one row over a whole step's caches (30 layers) against the STREAM-like
-//!     read (`KERNELS_BENCH_ATTENTION=1` runs only this part).
+//!     read (`KERNELS_BENCH_ATTENTION=1` runs only this part);
+//! (f) decode attention of a batched step, one sequence against four, with the caches out of the
+//!     cores' own caches as in a forward pass (`KERNELS_BENCH_BATCH_ATTENTION=1`, only this part).
 
 use mtplx_lite::backend::cpu::Isa;
 use mtplx_lite::backend::{
@@ -275,7 +277,69 @@ fn step_attention(x: &[f32], stream: [f64; 2]) {
     }
 }
 
+/// Decode attention of a batched step: 1 sequence of 1 row, 1 of 4 rows (verification) and 4
+/// sequences of 1 row (continuous batching), each over its own 30 layers' caches, as a forward
+/// pass runs it: before each layer's call the threads read a layer's worth of weights (3.2 MB,
+/// untimed), which leaves the caches in the shared cache or memory, not in the cores' own.
+fn batch_attention(x: &[f32], evict: &[u64]) {
+    let heads = Heads { n_heads: 9, n_kv_heads: 3, head_dim: 64 };
+    let (kvd, qd) = (heads.kv_dim(), heads.q_dim());
+    let format = CpuBackend::with_isa(1, Isa::detect()).kv_format(heads.head_dim);
+    println!("\n== decode attention of a batched step (30 layers), {}, 2 threads ==", Isa::detect().name());
+    let be = CpuBackend::with_isa(2, Isa::detect());
+    let layer_bytes = evict.len() / LAYERS;
+    for ctx in [16, 100, 200, 512] {
+        let cache = |seed: usize| -> Vec<(KvBuf, KvBuf)> {
+            let v = |s: usize| -> Vec<f32> {
+                (0..(ctx + 4) * kvd).map(|i| (((i + s) * 31 % 97) as f32 - 48.0) / 97.0).collect()
+            };
+            (0..LAYERS)
+                .map(|l| (stored_keys(&v(seed + 2 * l), kvd, format), stored_values(&v(seed + 2 * l + 1), kvd, format)))
+                .collect()
+        };
+        let seqs: Vec<Vec<(KvBuf, KvBuf)>> = (0..4).map(|s| cache(1000 * s)).collect();
+        print!("  ctx {ctx:>4}:");
+        for (label, n_seqs, rows) in [("1 seq x 1", 1, 1), ("1 seq x 4", 1, 4), ("4 seqs x 1", 4, 1)] {
+            let q = &x[..rows * qd];
+            let mut outs = vec![vec![0f32; rows * qd]; n_seqs];
+            let mut secs = f64::INFINITY;
+            for _ in 0..20 {
+                let mut t = 0.0;
+                for l in 0..LAYERS {
+                    let chunk = &evict[l * layer_bytes..][..layer_bytes];
+                    std::hint::black_box(chunk.iter().step_by(8).fold(0u64, |a, &b| a.wrapping_add(b)));
+                    let start = Instant::now();
+                    let mut batch: Vec<AttnSeq<'_>> = outs
+                        .iter_mut()
+                        .zip(&seqs)
+                        .map(|(o, c)| AttnSeq {
+                            q,
+                            keys: &c[l].0,
+                            values: &c[l].1,
+                            format,
+                            start_pos: ctx,
+                            n_q: rows,
+                            out: o,
+                        })
+                        .collect();
+                    be.attention_batch(&mut batch, heads, 0.125);
+                    t += start.elapsed().as_secs_f64();
+                }
+                secs = secs.min(t);
+            }
+            let bytes = (2 * LAYERS * n_seqs * (ctx + rows) * kvd * 2) as f64;
+            print!("  {label}: {:>5.3} ms ({:>4.1} GB/s)", secs * 1e3, bytes / secs / 1e9);
+        }
+        println!();
+    }
+}
+
 fn main() {
+    if std::env::var("KERNELS_BENCH_BATCH_ATTENTION").is_ok() {
+        let buf: Vec<u64> = (0..96_000_000 / 8).map(|i| i as u64).collect();
+        let x: Vec<f32> = (0..4 * 576).map(|i| ((i * 7919 % 2003) as f32 / 1001.5) - 1.0).collect();
+        return batch_attention(&x, &buf);
+    }
     if let Ok(spec) = std::env::var("KERNELS_BENCH_COMPUTE") {
         return compute_only(&spec);
     }
@@ -434,6 +498,9 @@ fn main() {
     }
 
     step_attention(&x, [s1, s2]);
+    let evict: Vec<u64> = (0..96_000_000 / 8).map(|i| i as u64).collect();
+    batch_attention(&x, &evict);
+    drop(evict);
 
     println!("\n== instruction sets, decode pass, 2 threads ==");
     for &isa in &levels {

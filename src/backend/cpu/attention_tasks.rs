@@ -6,6 +6,9 @@
 //! segments on every path, so a row's result does not depend on how its call was split:
 //! - many rows (a prefill chunk): a task takes a group of row blocks of one KV head over every
 //!   key they see, segment after segment, merging as it goes;
+//! - one row block (a decode row) in a batch of at least two sequences per thread: a task per
+//!   sequence over all its KV heads (one call of the kernel, blocks head after head), which
+//!   reads whole cache rows, in one setup;
 //! - a few rows over a long context (decode steps, verification, a paced prompt chunk): a task
 //!   per segment (and set of KV heads), so that both threads share even one row's keys, a task
 //!   reads whole cache rows (every KV head's part of them) rather than a third of each, and no
@@ -35,6 +38,10 @@ const ATTN_CHUNKS_PER_THREAD: usize = 16;
 /// tasks than this per thread: enough for costliest-first claiming to even out a causal
 /// triangle.
 const MIN_GROUP_TASKS_PER_THREAD: usize = 4;
+/// A batch of at least this many sequences per thread gives a sequence of one row block one
+/// task over all its KV heads: a task per KV head read a third of each cache row (a head's
+/// pair of lines in six), and a decode step of 4 sequences took 1.2-1.3x as long in attention.
+const WHOLE_ROWS_SEQS_PER_THREAD: usize = 2;
 /// A sequence's blocks get fewer rows when they would number fewer than this per thread (a
 /// few-row call within one segment would otherwise leave threads idle).
 const MIN_BLOCKS_PER_THREAD: usize = 2;
@@ -76,8 +83,8 @@ pub(crate) fn attention(pool: &Pool, isa: Isa, seq: AttnSeq<'_>, heads: Heads, s
 /// How a sequence's attention splits into tasks.
 #[derive(Clone, Copy)]
 enum Plan {
-    /// Tasks of (a group of `group` row blocks, unit), over all their keys.
-    Whole { group: usize },
+    /// Tasks of (a group of `group` row blocks, a set of `units` units), over all their keys.
+    Whole { group: usize, units: usize },
     /// Tasks of (segment, a set of `units` units) over all row blocks; partial results at
     /// `partials` in the partials buffer.
     Split { units: usize, partials: usize },
@@ -150,6 +157,7 @@ pub(crate) fn attention_batch(pool: &Pool, isa: Isa, seqs: &mut [AttnSeq<'_>], h
     let min_tasks = MIN_GROUP_TASKS_PER_THREAD * pool.threads();
     let (mut tasks, mut macs, mut partials) = (0, 0, 0);
     let mut parts = Vec::with_capacity(seqs.len());
+    let n_seqs = seqs.len();
     for s in seqs.iter_mut() {
         let (n_q, ctx) = (s.n_q, s.start_pos + s.n_q);
         assert_eq!(s.q.len(), n_q * qd, "attention: q has {} values, want {n_q} x {qd}", s.q.len());
@@ -185,8 +193,12 @@ pub(crate) fn attention_batch(pool: &Pool, isa: Isa, seqs: &mut [AttnSeq<'_>], h
             while group > 1 && units * blocks.div_ceil(group) < min_tasks {
                 group /= 2;
             }
-            tasks += blocks.div_ceil(group) * units;
-            Plan::Whole { group }
+            // One row block in a batch of enough sequences to share out (a decode step's): a
+            // task over every KV head, which reads the sequence's cache rows whole.
+            let whole_rows = blocks == 1 && n_seqs >= WHOLE_ROWS_SEQS_PER_THREAD * pool.threads();
+            let per = if whole_rows { units.min(MAX_GROUP) } else { 1 };
+            tasks += blocks.div_ceil(group) * units.div_ceil(per);
+            Plan::Whole { group, units: per }
         };
         parts.push(Part {
             q: s.q,
@@ -211,7 +223,7 @@ pub(crate) fn attention_batch(pool: &Pool, isa: Isa, seqs: &mut [AttnSeq<'_>], h
             let part = &parts[parts.partition_point(|p| p.first_task <= t) - 1];
             let t = t - part.first_task;
             match part.plan {
-                Plan::Whole { group } => whole_task(isa, part, heads, scale, group, t),
+                Plan::Whole { group, units } => whole_task(isa, part, heads, scale, group, units, t),
                 Plan::Split { units, partials } => split_task(isa, part, heads, scale, units, pp, partials, t),
             }
         };
@@ -312,17 +324,22 @@ fn segment(
     active
 }
 
-/// Task `t` of a sequence planned whole: one (group of row blocks, unit) over every key its
+/// Task `t` of a sequence planned whole: one (group of row blocks, set of `per` units) over every key its
 /// blocks see, segment after segment, the last rows' groups (which see the most keys) first,
 /// so that the cheap ones fill in at the end.
-fn whole_task(isa: Isa, part: &Part<'_>, heads: Heads, scale: f32, group: usize, t: usize) {
+#[allow(clippy::too_many_arguments)]
+fn whole_task(isa: Isa, part: &Part<'_>, heads: Heads, scale: f32, group: usize, per: usize, t: usize) {
     let (qd, hd) = (heads.q_dim(), heads.head_dim);
     let units = units(heads);
+    let sets = units.div_ceil(per);
     let blocks = part.n_q.div_ceil(part.rows);
-    let first = (blocks.div_ceil(group) - 1 - t / units) * group;
-    let which: Vec<(usize, usize)> = (first..blocks.min(first + group)).map(|i| (t % units, i)).collect();
+    let first = (blocks.div_ceil(group) - 1 - t / sets) * group;
+    let set = t % sets;
+    let which: Vec<(usize, usize)> = (set * per..units.min((set + 1) * per))
+        .flat_map(|u| (first..blocks.min(first + group)).map(move |i| (u, i)))
+        .collect();
     // Keys seen by the group's last row.
-    let last = lanes(part, heads, t % units, first + which.len() - 1);
+    let last = lanes(part, heads, set * per, blocks.min(first + group) - 1);
     let n_keys = part.start_pos + last.r0 + last.nr;
     SCRATCH.with_borrow_mut(|sc| {
         let w = setup(part, heads, scale, &which, sc);
