@@ -66,7 +66,14 @@ impl Prometheus {
         s.set_read_timeout(Some(Duration::from_secs(10))).ok()?;
         use std::io::Write;
         write!(s, "GET {path} HTTP/1.1\r\nHost: prom\r\nConnection: close\r\n\r\n").ok()?;
-        let resp = common::read_response(&mut std::io::BufReader::new(s), false);
+        // The whole answer first (the request asked to close): a Prometheus still starting may
+        // accept and then reset the connection, which is a retry here, not a failure.
+        let mut raw = Vec::new();
+        std::io::Read::read_to_end(&mut s, &mut raw).ok()?;
+        if !raw.starts_with(b"HTTP/1.1 ") {
+            return None;
+        }
+        let resp = common::read_response(&mut raw.as_slice(), false);
         (resp.status == 200).then(|| resp.json())
     }
 }
