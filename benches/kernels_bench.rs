@@ -299,7 +299,9 @@ fn batch_attention(x: &[f32], evict: &[u64]) {
         };
         let seqs: Vec<Vec<(KvBuf, KvBuf)>> = (0..4).map(|s| cache(1000 * s)).collect();
         print!("  ctx {ctx:>4}:");
-        for (label, n_seqs, rows) in [("1 seq x 1", 1, 1), ("1 seq x 4", 1, 4), ("4 seqs x 1", 4, 1)] {
+        for (label, n_seqs, rows) in
+            [("1 seq x 1", 1, 1), ("1 seq x 4", 1, 4), ("2 seqs x 1", 2, 1), ("3 seqs x 1", 3, 1), ("4 seqs x 1", 4, 1)]
+        {
             let q = &x[..rows * qd];
             let mut outs = vec![vec![0f32; rows * qd]; n_seqs];
             let mut secs = f64::INFINITY;

@@ -6,8 +6,8 @@
 //! segments on every path, so a row's result does not depend on how its call was split:
 //! - many rows (a prefill chunk): a task takes a group of row blocks of one KV head over every
 //!   key they see, segment after segment, merging as it goes;
-//! - one row block (a decode row) in a batch of at least two sequences per thread: a task per
-//!   sequence over all its KV heads (one call of the kernel, blocks head after head), which
+//! - one row block (a decode row) of the sequences that fill whole rounds of the threads: a task
+//!   per sequence over all its KV heads (one call of the kernel, blocks head after head), which
 //!   reads whole cache rows, in one setup;
 //! - a few rows over a long context (decode steps, verification, a paced prompt chunk): a task
 //!   per segment (and set of KV heads), so that both threads share even one row's keys, a task
@@ -30,18 +30,17 @@ pub(super) const SEGMENT_KEYS: usize = 256;
 /// Most query rows of a sequence whose keys are split by segment across tasks: the partial
 /// results take `head_dim + 2` floats per row, head and segment.
 const SPLIT_MAX_ROWS: usize = 16;
-/// Below this many multiply-adds attention runs on the calling thread alone.
-const ATTN_PARALLEL_MIN_MACS: usize = 64 * 1024;
+/// Below this many multiply-adds attention runs on the calling thread alone. Low: a decode
+/// step's attention over a short context waits on its cold cache lines rather than on
+/// arithmetic, and two threads wait on twice as many at once (3 sequences at 16 positions took
+/// 0.21 against 0.35 ms a step with 64 Ki as the bound).
+const ATTN_PARALLEL_MIN_MACS: usize = 4 * 1024;
 /// Chunks of tasks per thread (tasks are ordered costliest first, and claiming balances them).
 const ATTN_CHUNKS_PER_THREAD: usize = 16;
 /// Groups of row blocks (and sets of KV heads) get smaller only while they would make fewer
 /// tasks than this per thread: enough for costliest-first claiming to even out a causal
 /// triangle.
 const MIN_GROUP_TASKS_PER_THREAD: usize = 4;
-/// A batch of at least this many sequences per thread gives a sequence of one row block one
-/// task over all its KV heads: a task per KV head read a third of each cache row (a head's
-/// pair of lines in six), and a decode step of 4 sequences took 1.2-1.3x as long in attention.
-const WHOLE_ROWS_SEQS_PER_THREAD: usize = 2;
 /// A sequence's blocks get fewer rows when they would number fewer than this per thread (a
 /// few-row call within one segment would otherwise leave threads idle).
 const MIN_BLOCKS_PER_THREAD: usize = 2;
@@ -158,7 +157,12 @@ pub(crate) fn attention_batch(pool: &Pool, isa: Isa, seqs: &mut [AttnSeq<'_>], h
     let (mut tasks, mut macs, mut partials) = (0, 0, 0);
     let mut parts = Vec::with_capacity(seqs.len());
     let n_seqs = seqs.len();
-    for s in seqs.iter_mut() {
+    // Sequences of one row block that fill whole rounds of the threads (a decode step's) get a
+    // task each over all their KV heads, which reads their cache rows whole: a task per KV head
+    // read a head's pair of lines in every six, and 4 sequences took 1.2-1.3x as long. The
+    // rest (the third of three on two threads) get a task per KV head, to even out the rounds.
+    let whole_rows_seqs = n_seqs / pool.threads() * pool.threads();
+    for (i, s) in seqs.iter_mut().enumerate() {
         let (n_q, ctx) = (s.n_q, s.start_pos + s.n_q);
         assert_eq!(s.q.len(), n_q * qd, "attention: q has {} values, want {n_q} x {qd}", s.q.len());
         assert_eq!(s.out.len(), n_q * qd, "attention: out has {} values, want {n_q} x {qd}", s.out.len());
@@ -193,10 +197,7 @@ pub(crate) fn attention_batch(pool: &Pool, isa: Isa, seqs: &mut [AttnSeq<'_>], h
             while group > 1 && units * blocks.div_ceil(group) < min_tasks {
                 group /= 2;
             }
-            // One row block in a batch of enough sequences to share out (a decode step's): a
-            // task over every KV head, which reads the sequence's cache rows whole.
-            let whole_rows = blocks == 1 && n_seqs >= WHOLE_ROWS_SEQS_PER_THREAD * pool.threads();
-            let per = if whole_rows { units.min(MAX_GROUP) } else { 1 };
+            let per = if blocks == 1 && i < whole_rows_seqs { units.min(MAX_GROUP) } else { 1 };
             tasks += blocks.div_ceil(group) * units.div_ceil(per);
             Plan::Whole { group, units: per }
         };
