@@ -159,8 +159,9 @@ pub(crate) fn attention_batch(pool: &Pool, isa: Isa, seqs: &mut [AttnSeq<'_>], h
     let n_seqs = seqs.len();
     // Sequences of one row block that fill whole rounds of the threads (a decode step's) get a
     // task each over all their KV heads, which reads their cache rows whole: a task per KV head
-    // read a head's pair of lines in every six, and 4 sequences took 1.2-1.3x as long. The
-    // rest (the third of three on two threads) get a task per KV head, to even out the rounds.
+    // read a head's pair of lines in every six, and 4 sequences took 1.1-1.2x as long (100 and
+    // 200 positions, docs/performance.md). The rest (the third of three on two threads) get a
+    // task per KV head, to even out the rounds.
     let whole_rows_seqs = n_seqs / pool.threads() * pool.threads();
     for (i, s) in seqs.iter_mut().enumerate() {
         let (n_q, ctx) = (s.n_q, s.start_pos + s.n_q);
@@ -325,9 +326,9 @@ fn segment(
     active
 }
 
-/// Task `t` of a sequence planned whole: one (group of row blocks, set of `per` units) over every key its
-/// blocks see, segment after segment, the last rows' groups (which see the most keys) first,
-/// so that the cheap ones fill in at the end.
+/// Task `t` of a sequence planned whole: one (group of row blocks, set of `per` units) over
+/// every key its blocks see, segment after segment, the last rows' groups (which see the most
+/// keys) first, so that the cheap ones fill in at the end.
 #[allow(clippy::too_many_arguments)]
 fn whole_task(isa: Isa, part: &Part<'_>, heads: Heads, scale: f32, group: usize, per: usize, t: usize) {
     let (qd, hd) = (heads.q_dim(), heads.head_dim);
