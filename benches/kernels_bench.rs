@@ -14,12 +14,12 @@
 //!     run (`KERNELS_BENCH_KQUANT=1` runs only this part);
 //! (e) decode attention of one row over a whole step's caches (30 layers) against the STREAM-like
 //!     read (`KERNELS_BENCH_ATTENTION=1` runs only this part);
-//! (f) decode attention of a batched step, one sequence against four, with the caches out of the
-//!     cores' own caches as in a forward pass (`KERNELS_BENCH_BATCH_ATTENTION=1`, only this part).
+//! (f) decode attention of a batched step, 1 to 4 sequences, with the caches out of the cores' own
+//!     caches as in a forward pass (`KERNELS_BENCH_BATCH_ATTENTION=1` runs only this part).
 
 use mtplx_lite::backend::cpu::Isa;
 use mtplx_lite::backend::{
-    stored_keys, stored_values, AttnSeq, Backend, CpuBackend, DType, Heads, KvBuf, Layout, WeightRef,
+    stored_keys, stored_values, AttnSeq, Backend, CpuBackend, DType, Heads, KvBuf, KvFormat, Layout, WeightRef,
 };
 use std::time::Instant;
 
@@ -238,6 +238,16 @@ fn kquant_vs_float() {
     }
 }
 
+/// Every layer's keys and values of `positions` positions of `kvd`, in `format`; `seed` makes
+/// one sequence's differ from another's.
+fn layer_caches(positions: usize, kvd: usize, format: KvFormat, seed: usize) -> Vec<(KvBuf, KvBuf)> {
+    let rows =
+        |s: usize| -> Vec<f32> { (0..positions * kvd).map(|i| (((i + s) * 31 % 97) as f32 - 48.0) / 97.0).collect() };
+    (0..LAYERS)
+        .map(|l| (stored_keys(&rows(seed + 2 * l), kvd, format), stored_values(&rows(seed + 2 * l + 1), kvd, format)))
+        .collect()
+}
+
 /// Decode attention of one row over 30 layers' caches (separate keys and values), against the
 /// STREAM-like read bandwidth `stream` (1 and 2 threads, bytes per second).
 fn step_attention(x: &[f32], stream: [f64; 2]) {
@@ -246,15 +256,9 @@ fn step_attention(x: &[f32], stream: [f64; 2]) {
     // long contexts: what attention costs there is a question of memory, as the weights' is.
     println!("\n== decode attention of a whole step (30 layers' caches), {} ==", Isa::detect().name());
     for ctx in [512, 2048, 4096] {
-        let layer = |seed: usize| -> Vec<f32> {
-            (0..ctx * heads.kv_dim()).map(|i| (((i + seed) * 31 % 97) as f32 - 48.0) / 97.0).collect()
-        };
         // The cache in the format the backend reads (16-bit keys and values either way).
         let format = CpuBackend::with_isa(1, Isa::detect()).kv_format(heads.head_dim);
-        let kvd = heads.kv_dim();
-        let caches: Vec<(KvBuf, KvBuf)> = (0..LAYERS)
-            .map(|l| (stored_keys(&layer(2 * l), kvd, format), stored_values(&layer(2 * l + 1), kvd, format)))
-            .collect();
+        let caches = layer_caches(ctx, heads.kv_dim(), format, 0);
         let bytes = (2 * LAYERS * ctx * heads.kv_dim() * std::mem::size_of::<u16>()) as f64;
         let q = &x[..heads.q_dim()];
         let mut o = vec![0f32; heads.q_dim()];
@@ -277,7 +281,7 @@ fn step_attention(x: &[f32], stream: [f64; 2]) {
     }
 }
 
-/// Decode attention of a batched step: 1 sequence of 1 row, 1 of 4 rows (verification) and 4
+/// Decode attention of a batched step: 1 sequence of 1 row, 1 of 4 rows (verification) and 2 to 4
 /// sequences of 1 row (continuous batching), each over its own 30 layers' caches, as a forward
 /// pass runs it: before each layer's call the threads read a layer's worth of weights (3.2 MB,
 /// untimed), which leaves the caches in the shared cache or memory, not in the cores' own.
@@ -289,15 +293,8 @@ fn batch_attention(x: &[f32], evict: &[u64]) {
     let be = CpuBackend::with_isa(2, Isa::detect());
     let layer_bytes = evict.len() / LAYERS;
     for ctx in [16, 100, 200, 512] {
-        let cache = |seed: usize| -> Vec<(KvBuf, KvBuf)> {
-            let v = |s: usize| -> Vec<f32> {
-                (0..(ctx + 4) * kvd).map(|i| (((i + s) * 31 % 97) as f32 - 48.0) / 97.0).collect()
-            };
-            (0..LAYERS)
-                .map(|l| (stored_keys(&v(seed + 2 * l), kvd, format), stored_values(&v(seed + 2 * l + 1), kvd, format)))
-                .collect()
-        };
-        let seqs: Vec<Vec<(KvBuf, KvBuf)>> = (0..4).map(|s| cache(1000 * s)).collect();
+        // Room for the 4 rows of the verification shape.
+        let seqs: Vec<Vec<(KvBuf, KvBuf)>> = (0..4).map(|s| layer_caches(ctx + 4, kvd, format, 1000 * s)).collect();
         print!("  ctx {ctx:>4}:");
         for (label, n_seqs, rows) in
             [("1 seq x 1", 1, 1), ("1 seq x 4", 1, 4), ("2 seqs x 1", 2, 1), ("3 seqs x 1", 3, 1), ("4 seqs x 1", 4, 1)]

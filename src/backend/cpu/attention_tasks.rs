@@ -156,13 +156,12 @@ pub(crate) fn attention_batch(pool: &Pool, isa: Isa, seqs: &mut [AttnSeq<'_>], h
     let min_tasks = MIN_GROUP_TASKS_PER_THREAD * pool.threads();
     let (mut tasks, mut macs, mut partials) = (0, 0, 0);
     let mut parts = Vec::with_capacity(seqs.len());
-    let n_seqs = seqs.len();
     // Sequences of one row block that fill whole rounds of the threads (a decode step's) get a
     // task each over all their KV heads, which reads their cache rows whole: a task per KV head
     // read a head's pair of lines in every six, and 4 sequences took 1.1-1.2x as long (100 and
     // 200 positions, docs/performance.md). The rest (the third of three on two threads) get a
     // task per KV head, to even out the rounds.
-    let whole_rows_seqs = n_seqs / pool.threads() * pool.threads();
+    let whole_rows_seqs = seqs.len() / pool.threads() * pool.threads();
     for (i, s) in seqs.iter_mut().enumerate() {
         let (n_q, ctx) = (s.n_q, s.start_pos + s.n_q);
         assert_eq!(s.q.len(), n_q * qd, "attention: q has {} values, want {n_q} x {qd}", s.q.len());
