@@ -8,7 +8,7 @@ mod cli;
 use cli::{Cli, Command, Settings};
 
 fn main() {
-    let cli: Cli = argh::from_env();
+    let cli: Cli = cli::from_env();
     if cli.version {
         println!("mtplx-lite {}", env!("CARGO_PKG_VERSION"));
         return;

@@ -159,9 +159,18 @@ fn a_busy_port_is_reported_before_the_model_loads() {
 
 #[test]
 fn version_and_host_names() {
-    let out = bin().arg("--version").output().unwrap();
-    assert!(out.status.success());
-    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), format!("mtplx-lite {}", env!("CARGO_PKG_VERSION")));
+    for flag in ["--version", "-V"] {
+        let out = bin().arg(flag).output().unwrap();
+        assert!(out.status.success(), "{flag}: {}", String::from_utf8_lossy(&out.stderr));
+        let want = format!("mtplx-lite {}", env!("CARGO_PKG_VERSION"));
+        assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), want, "{flag}");
+    }
+    // `-h` is `--help`, as users type it, also after a subcommand.
+    for args in [&["--help"][..], &["-h"], &["bench", "-h"]] {
+        let out = bin().args(args).output().unwrap();
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(out.status.success() && text.contains("Usage: mtplx-lite"), "{args:?}: {text}");
+    }
     let mut args = model_args();
     args.extend(["--listen".to_string(), "localhost:0".to_string()]);
     let mut child =

@@ -137,24 +137,29 @@ fn rate_limit_answers_429_and_counts() {
     // Behind a trusted proxy, each X-Forwarded-For client has its own bucket; the scrape below
     // comes from the proxy itself (127.0.0.1), a client of its own.
     let s = start(&["--rate-limit-per-minute", "3", "--trusted-proxy", "127.0.0.1/32"]);
-    let as_client = |ip: &str| request(s.addr, "GET", "/v1/models", &[("X-Forwarded-For", ip)], b"");
+    // A malformed completion is refused (400) after the limiter counted it: it is a generation
+    // route, and refusing costs nothing of the model.
+    let as_client = |ip: &str| request(s.addr, "POST", "/v1/completions", &[("X-Forwarded-For", ip)], b"{}");
     let statuses: Vec<u16> = (0..5).map(|_| as_client("198.51.100.7").status).collect();
-    assert_eq!(statuses, [200, 200, 200, 429, 429]);
+    assert_eq!(statuses, [400, 400, 400, 429, 429]);
     let limited = as_client("198.51.100.7");
     assert_eq!(limited.status, 429);
     assert_eq!(limited.json()["error"]["type"], "rate_limit_error");
     let retry: u64 = limited.header("retry-after").unwrap().parse().unwrap();
     assert!((1..=20).contains(&retry), "{retry}");
-    assert_eq!(as_client("198.51.100.8").status, 200, "another client has its own bucket");
-    // Probes and scrapes from a limited client are never limited, and never use up its budget.
+    assert_eq!(as_client("198.51.100.8").status, 400, "another client has its own bucket");
+    // Probes, scrapes and listings from a limited client are never limited, and never use up
+    // its budget.
     for _ in 0..5 {
-        assert_eq!(request(s.addr, "GET", "/health", &[("X-Forwarded-For", "198.51.100.7")], b"").status, 200);
-        assert_eq!(request(s.addr, "GET", "/metrics", &[("X-Forwarded-For", "198.51.100.7")], b"").status, 200);
+        for path in ["/health", "/metrics", "/v1/models"] {
+            assert_eq!(request(s.addr, "GET", path, &[("X-Forwarded-For", "198.51.100.7")], b"").status, 200, "{path}");
+        }
     }
     let text = get(s.addr, "/metrics").text();
-    assert_eq!(sample(&text, r#"requests_per_ip_total{route="/v1/models"}"#), Some(7.0), "{text}");
-    assert_eq!(sample(&text, r#"rejected_requests_total{route="/v1/models"}"#), Some(3.0), "{text}");
-    assert_eq!(sample(&text, r#"http_requests_total{method="GET",route="/v1/models",status="429"}"#), Some(3.0));
+    assert_eq!(sample(&text, r#"requests_per_ip_total{route="/v1/completions"}"#), Some(7.0), "{text}");
+    assert_eq!(sample(&text, r#"rejected_requests_total{route="/v1/completions"}"#), Some(3.0), "{text}");
+    assert_eq!(sample(&text, r#"http_requests_total{method="POST",route="/v1/completions",status="429"}"#), Some(3.0));
+    assert_eq!(sample(&text, r#"requests_per_ip_total{route="/v1/models"}"#).unwrap_or(0.0), 0.0, "{text}");
     assert_eq!(sample(&text, r#"requests_per_ip_total{route="/health"}"#).unwrap_or(0.0), 0.0, "{text}");
     assert_eq!(sample(&text, r#"http_requests_total{method="GET",route="/health",status="200"}"#), Some(5.0));
 }
@@ -306,9 +311,9 @@ fn the_json_envelope_carries_the_server_state_of_real_traffic() {
         assert_eq!(get(s.addr, "/health").status, 200);
     }
     let statuses: Vec<u16> = (0..4)
-        .map(|_| request(s.addr, "GET", "/v1/models", &[("X-Forwarded-For", "198.51.100.7")], b"").status)
+        .map(|_| request(s.addr, "POST", "/v1/completions", &[("X-Forwarded-For", "198.51.100.7")], b"{}").status)
         .collect();
-    assert_eq!(statuses, [200, 200, 200, 429]);
+    assert_eq!(statuses, [400, 400, 400, 429]);
     let body = json!({"messages": [{"role": "user", "content": "Say hi."}], "max_tokens": 4});
     assert_eq!(common::post_json(s.addr, "/v1/chat/completions", &body).status, 200);
 
@@ -349,12 +354,12 @@ fn the_json_envelope_carries_the_server_state_of_real_traffic() {
             .map(|c| c["count"].as_u64().unwrap())
     };
     assert_eq!(count("GET", "/health", 200), Some(2), "{srv}");
-    assert_eq!(count("GET", "/v1/models", 200), Some(3), "{srv}");
-    assert_eq!(count("GET", "/v1/models", 429), Some(1), "{srv}");
+    assert_eq!(count("POST", "/v1/completions", 400), Some(3), "{srv}");
+    assert_eq!(count("POST", "/v1/completions", 429), Some(1), "{srv}");
     assert_eq!(count("POST", "/v1/chat/completions", 200), Some(2), "{srv}");
     assert_eq!(count("GET", "/metrics", 200), None, "/metrics does not count itself: {srv}");
     assert_eq!(srv["rate_limited_total"], 1, "{srv}");
-    assert_eq!(srv["rate_limited"], json!([{"route": "/v1/models", "count": 1}]));
+    assert_eq!(srv["rate_limited"], json!([{"route": "/v1/completions", "count": 1}]));
     // `limit=0`: no history, but the newest record and the quantiles are there.
     assert_eq!(done["history"], json!([]));
     assert!(done["latest"]["request_id"].is_string(), "{}", done["latest"]);
@@ -375,4 +380,68 @@ fn the_json_envelope_carries_the_server_state_of_real_traffic() {
     let snap: Value = get(s.addr, "/v1/mtplx/metrics?limit=1").json();
     assert_eq!(snap["server"]["rate_limited_total"], 1);
     assert_eq!(snap["history"].as_array().unwrap().len(), 1);
+}
+
+/// The rate limiter counts what costs model time and refused keys, nothing else: the issue's
+/// sequence (two 401s and a 200 on `/v1/models`) leaves the first chat completion its turn.
+#[test]
+fn listings_never_use_up_the_budget_and_refused_keys_do() {
+    let model = common::demo_model();
+    let args = ["--model", model.to_str().unwrap(), "--threads", "1", "--rate-limit-per-minute", "5"];
+    let s = Server::start_with_env(&args, &[("MTPLX_API_KEY", "k")]);
+    let auth = [("Authorization", "Bearer k"), ("Content-Type", "application/json")];
+    for _ in 0..2 {
+        assert_eq!(request(s.addr, "GET", "/v1/models", &[], b"").status, 401);
+    }
+    for _ in 0..3 {
+        assert_eq!(request(s.addr, "GET", "/v1/models", &auth, b"").status, 200);
+    }
+    let chat = br#"{"messages": [{"role": "user", "content": "hi"}], "max_tokens": 2}"#;
+    assert_eq!(request(s.addr, "POST", "/v1/chat/completions", &auth, chat).status, 200);
+    for _ in 0..2 {
+        assert_eq!(request(s.addr, "POST", "/v1/completions", &auth, b"{}").status, 400);
+    }
+    let guess = request(s.addr, "GET", "/v1/models", &[("Authorization", "Bearer guess")], b"");
+    assert_eq!(guess.status, 429, "5 counted: a further refused key is throttled: {}", guess.text());
+    assert_eq!(request(s.addr, "GET", "/v1/models", &auth, b"").status, 200, "listings are never limited");
+}
+
+/// A full connection table does not fail the liveness probe: `/health` and the metrics scrapes
+/// are answered on connections held in reserve; other routes get the 503 of a full table.
+#[test]
+fn a_full_connection_table_still_answers_the_probes() {
+    let s = start(&["--max-connections", "8"]);
+    let held: Vec<std::net::TcpStream> = (0..8).map(|_| s.connect()).collect();
+    for path in ["/health", "/metrics", "/v1/mtplx/metrics"] {
+        assert_eq!(get(s.addr, path).status, 200, "{path} with the table full");
+    }
+    let refused = get(s.addr, "/v1/models");
+    assert_eq!((refused.status, refused.json()["error"]["code"].as_str()), (503, Some("too_many_connections")));
+    drop(held);
+}
+
+/// Uptime counts from the server's own start, on `/health` and in the JSON snapshot (which the
+/// dashboard shows) alike: not from the start of the process it replaced, as under `cargo run`,
+/// which builds first and then `exec`s the server in its own process.
+#[test]
+fn uptime_counts_from_the_servers_own_start() {
+    const BEFORE: &str = "3";
+    let model = common::demo_model();
+    let mut cmd = std::process::Command::new("sh");
+    cmd.args(["-c", &format!("sleep {BEFORE}; exec \"$0\" \"$@\""), env!("CARGO_BIN_EXE_mtplx-lite")]).args([
+        "--listen",
+        "127.0.0.1:0",
+        "--model",
+        model.to_str().unwrap(),
+        "--threads",
+        "1",
+    ]);
+    let s = Server::start_command(cmd);
+    let started = std::time::Instant::now();
+    let health = get(s.addr, "/health").json()["uptime_s"].as_f64().unwrap();
+    let snapshot = get(s.addr, "/v1/mtplx/metrics").json()["server"]["uptime_s"].as_f64().unwrap();
+    let bound = 1.0 + started.elapsed().as_secs_f64();
+    for (what, uptime) in [("/health", health), ("the snapshot", snapshot)] {
+        assert!(uptime < bound, "{what}: {uptime} s up, {BEFORE} s of it before the server started");
+    }
 }

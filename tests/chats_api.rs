@@ -79,7 +79,7 @@ fn every_route_and_every_refusal() {
             400,
             "invalid_value",
         ),
-        ("POST", "/v1/chats".into(), Some(json!({"tools": []})), 400, "unsupported_parameter"),
+        ("POST", "/v1/chats".into(), Some(json!({"tools": [{"type": "function"}]})), 400, "unsupported_parameter"),
         ("GET", "/v1/chats?page_size=101".into(), None, 400, "invalid_value"),
         ("PUT", "/v1/chats".into(), None, 405, "method_not_allowed"),
     ];
@@ -230,11 +230,22 @@ fn the_api_key_and_the_rate_limiter_guard_the_chat_routes() {
     let auth = [("Authorization", "Bearer sekrit")];
     let ok = request(s.addr, "POST", "/v1/chats", &auth, b"{}");
     assert_eq!(ok.status, 200, "{}", ok.text());
-    assert_eq!(request(s.addr, "GET", "/v1/chats", &auth, b"").status, 200);
-    let limited = request(s.addr, "GET", "/v1/chats", &auth, b"");
+    let id = ok.json()["chat_id"].as_str().unwrap().to_string();
+    // Creating, listing and reading chats cost no model time: never counted.
+    for _ in 0..4 {
+        assert_eq!(request(s.addr, "GET", "/v1/chats", &auth, b"").status, 200);
+        assert_eq!(request(s.addr, "GET", &format!("/v1/chats/{id}/messages"), &auth, b"").status, 200);
+    }
+    // The refused key used one of 3; a turn uses one; a second refused key the last one.
+    let turn_path = format!("/v1/chats/{id}/messages");
+    let body = br#"{"content": "Hi.", "max_tokens": 2}"#;
+    assert_eq!(request(s.addr, "POST", &turn_path, &auth, body).status, 200);
+    assert_eq!(request(s.addr, "GET", "/v1/models", &[], b"").status, 401);
+    let limited = request(s.addr, "POST", &turn_path, &auth, body);
     assert_eq!((limited.status, limited.json()["error"]["code"].as_str()), (429, Some("rate_limit_exceeded")));
     let m = get(s.addr, "/metrics").text();
-    assert!(m.contains("rejected_requests_total{route=\"/v1/chats\"} 1"), "{m}");
+    assert!(m.contains("rejected_requests_total{route=\"/v1/chats/{chat_id}/messages\"} 1"), "{m}");
+    assert!(m.contains("requests_per_ip_total{route=\"/v1/chats\"} 1"), "the refused key only: {m}");
 }
 
 #[test]
@@ -321,4 +332,44 @@ fn a_turn_refused_before_generation_leaves_the_chat_as_it_was() {
         let rid = &a["request_id"];
         assert!(env["history"].as_array().unwrap().iter().any(|r| &r["request_id"] == rid), "no record for {a}");
     }
+}
+
+/// A whole (not streamed) turn whose client leaves is cancelled at the next step: its answer is
+/// stored as `interrupted` and the chat takes the next turn at once, not a 409 until an answer
+/// nobody waits for is done.
+#[test]
+fn a_whole_turn_whose_client_leaves_is_cancelled_and_frees_the_chat() {
+    use std::io::Write as _;
+    let dir = TempDir::new("chats-leave");
+    let s = start(&dir.join("chats.db"), &[]);
+    // Greedy: this essay runs to 1,500 tokens, far past the moment its client leaves.
+    let id = create(s.addr, &json!({"title": "left", "temperature": 0}));
+    let body = json!({"content": "Write a very long essay about the history of Rome.", "max_tokens": 1500}).to_string();
+    let mut c = s.connect();
+    let path = format!("/v1/chats/{id}/messages");
+    write!(
+        c,
+        "POST {path} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+        body.len()
+    )
+    .unwrap();
+    let deadline = Instant::now() + POLL_DEADLINE;
+    while metric(&get(s.addr, "/metrics").text(), "llm_requests_running") != Some(1.0) {
+        assert!(Instant::now() < deadline, "the turn never ran");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    std::thread::sleep(Duration::from_millis(200));
+    drop(c);
+    let answer = loop {
+        let all = messages(s.addr, &id);
+        if all.len() == 2 {
+            break all[1].clone();
+        }
+        assert!(Instant::now() < deadline, "the interrupted answer was never stored: {all:?}");
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    assert_eq!(answer["finish_reason"], "interrupted", "{answer}");
+    assert!(answer["completion_tokens"].as_i64().unwrap() < 1500, "{answer}");
+    let t = turn(s.addr, &id, "Thanks.", 2);
+    assert_eq!(t["assistant_message"]["role"], "assistant");
 }

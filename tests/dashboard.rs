@@ -209,3 +209,32 @@ fn browser_stream_reconnects_after_a_restart_on_the_same_port() {
         String::from_utf8_lossy(&out.stderr)
     );
 }
+
+/// The screenshot command of `docs/dashboard.md`, as printed (the server's address and the
+/// file's path swapped in; `--no-sandbox` added when the test runs as root, as the doc says):
+/// it writes a PNG, and the page it captures has run its first poll (the same command with
+/// `--dump-dom` instead shows the uptime card filled, where without the wait it shows `–`).
+#[test]
+fn the_documented_screenshot_waits_for_the_first_poll() {
+    let s = common::Server::start(&["--model", common::demo_model().to_str().unwrap(), "--threads", "1"]);
+    let png = artifacts().join("documented-screenshot.png");
+    let _ = std::fs::remove_file(&png);
+    let mut cmd = common::docs::example("dashboard.md", "dashboard-screenshot")
+        .replace("127.0.0.1:8100", &s.addr.to_string())
+        .replace("--screenshot=dashboard.png", &format!("--screenshot={}", png.display()));
+    let root = common::output_within(std::process::Command::new("id").arg("-u"), BROWSER_DEADLINE, "id -u");
+    if String::from_utf8_lossy(&root.stdout).trim() == "0" {
+        cmd = cmd.replacen("chromium ", "chromium --no-sandbox ", 1);
+    }
+    let run = |cmd: &str| {
+        let out = common::output_within(std::process::Command::new("bash").args(["-c", cmd]), BROWSER_DEADLINE, cmd);
+        assert!(out.status.success(), "{cmd}: {}", String::from_utf8_lossy(&out.stderr));
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    run(&cmd);
+    let bytes = std::fs::read(&png).expect("the command wrote its screenshot");
+    assert!(bytes.starts_with(b"\x89PNG") && bytes.len() > 10_000, "{} bytes", bytes.len());
+    let dom = run(&cmd.replace(&format!("--screenshot={}", png.display()), "--dump-dom"));
+    let uptime = dom.split("id=\"s-uptime\">").nth(1).and_then(|r| r.split('<').next()).expect("the uptime card");
+    assert!(uptime.contains('s') && uptime != "–", "the page was captured before its first poll: {uptime:?}");
+}

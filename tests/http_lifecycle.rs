@@ -108,11 +108,22 @@ fn connections_over_the_cap_get_503() {
         c.send(b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n");
         assert_eq!(c.response().status, 200);
     }
-    let raw = server.roundtrip(b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n");
+    let raw = server.roundtrip(b"GET /stream HTTP/1.1\r\nHost: x\r\n\r\n");
     assert_eq!(status_of(&raw), 503, "{raw}");
     assert!(raw.contains("Retry-After: 1\r\n") && raw.contains("Connection: close\r\n"));
     assert_eq!(error_body(&raw)["error"]["code"], "too_many_connections");
-    assert_eq!(server.rejected(), vec![(String::new(), String::new(), 503)]);
+    assert_eq!(server.rejected(), vec![("GET".to_owned(), "/stream".to_owned(), 503)]);
+    // The liveness probe is still answered, on a connection of the reserve, which then closes.
+    let raw = server.roundtrip(b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n");
+    assert_eq!(status_of(&raw), 200, "{raw}");
+    assert!(raw.contains("Connection: close\r\n"), "{raw}");
+    // With the reserve full too (connections that send nothing), even a probe gets 503, unread.
+    let idle: Vec<TcpStream> =
+        (0..mtplx_lite::http::server::PROBE_RESERVE_CONNECTIONS).map(|_| server.connect()).collect();
+    let raw = server.roundtrip(b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n");
+    assert_eq!(status_of(&raw), 503, "{raw}");
+    assert_eq!(server.rejected().last(), Some(&(String::new(), String::new(), 503)));
+    drop(idle);
     // Once one closes, a new connection is served again.
     held.pop();
     let mut served = false;

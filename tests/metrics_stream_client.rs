@@ -1,5 +1,5 @@
-//! The MTPLX stream reader example (Python `requests`, verbatim but for the address; see
-//! `tests/py/README.md`) against the SSE framing of the record stream, over a real socket. The
+//! The MTPLX stream reader example (Python `requests`, as `docs/metrics.md` prints it but for the
+//! address) against the SSE framing of the record stream, over a real socket. The
 //! socket side here is a minimal HTTP/1.1 writer (the product server lives in `http/`); what is
 //! under test is the framing produced by `Subscription::pump` and the records of
 //! `Metrics::record_generation`.
@@ -15,10 +15,6 @@ use std::time::{Duration, Instant};
 use mtplx_lite::metrics::{
     negotiate_stream, BuildInfo, FinishStatus, GenerationClock, GenerationOutcome, Metrics, SpecStats,
 };
-
-/// The MTPLX stream reader example, the same file the end-to-end test runs
-/// (tests/openai_client.rs).
-const MTPLX_STREAM_CLIENT: &str = include_str!("py/mtplx_metrics_stream.py");
 
 /// Longest wait for each step of the exchange (the client subscribing, the stream ending).
 const STEP_DEADLINE: Duration = Duration::from_secs(30);
@@ -84,7 +80,8 @@ fn mtplx_stream_reader_example_prints_real_values() {
     let listener = TcpListener::bind("127.0.0.1:0").unwrap();
     let addr = listener.local_addr().unwrap();
     let server = serve_one(listener, metrics.clone());
-    let script = MTPLX_STREAM_CLIENT.replace("http://localhost:8100", &format!("http://{addr}"));
+    let script =
+        common::docs::example("metrics.md", "mtplx-stream").replace("http://localhost:8100", &format!("http://{addr}"));
     let child = common::python()
         .arg("-c")
         .arg(script)

@@ -307,3 +307,63 @@ fn every_generation_leaves_a_record_matching_its_usage() {
     assert_eq!(r.status, 400);
     assert_eq!(get(s.addr, "/v1/mtplx/metrics").json()["history"].as_array().unwrap().len(), 3);
 }
+
+/// Sends a request whose answer is gathered whole (no `stream`) on a raw socket, waits until the
+/// decode thread runs it, then leaves; returns once the server is idle again.
+fn leave_while_gathered(s: &Server, path: &str, body: &Value) {
+    use std::io::Write as _;
+    let body = body.to_string();
+    let mut c = s.connect();
+    write!(
+        c,
+        "POST {path} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+        body.len()
+    )
+    .unwrap();
+    let deadline = Instant::now() + POLL_DEADLINE;
+    while metric(&get(s.addr, "/metrics").text(), "llm_requests_running") != Some(1.0) {
+        assert!(Instant::now() < deadline, "the request never ran");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    std::thread::sleep(Duration::from_millis(200));
+    drop(c);
+    wait_idle(s.addr);
+}
+
+/// A client that leaves before its whole answer is ready cancels the generation at the next step,
+/// as a stream's client does: its record says `interrupted`, short of `max_tokens`.
+#[test]
+fn disconnect_while_a_whole_answer_is_gathered_cancels_it() {
+    let s = start(&[]);
+    const MAX: u64 = 1500;
+    let body = json!({"messages": [{"role": "user", "content": "Write a very long essay about the history of Rome."}], "max_tokens": MAX, "ignore_eos": true});
+    leave_while_gathered(&s, "/v1/chat/completions", &body);
+    let rec = get(s.addr, "/v1/mtplx/metrics").json()["latest"].clone();
+    assert_eq!(rec["status"], "interrupted", "{rec}");
+    assert!(rec["completion_tokens"].as_u64().unwrap() < MAX, "{rec}");
+}
+
+/// The KV budget is what the buffers take: a sequence whose positions end inside a group of
+/// keys (4 past a multiple of 32) leaves the cache gauges at its positions, not half as many
+/// again (a reservation of whole positions let the last group's keys reallocate and double).
+#[test]
+fn the_kv_cache_holds_what_its_positions_need() {
+    let s = start(&["--kv-cache-bytes", "100000000"]);
+    let prompt = "The history of Rome is long. ".repeat(40);
+    let probe = post_json(s.addr, "/v1/completions", &json!({"prompt": prompt, "max_tokens": 1}));
+    let p = probe.json()["usage"]["prompt_tokens"].as_u64().unwrap();
+    let max_tokens = 64 - (p % 32) + 4;
+    let r = post_json(
+        s.addr,
+        "/v1/completions",
+        &json!({"prompt": prompt, "max_tokens": max_tokens, "ignore_eos": true, "temperature": 0}),
+    );
+    assert_eq!(r.json()["usage"]["completion_tokens"].as_u64(), Some(max_tokens), "{}", r.text());
+    let positions = p + max_tokens;
+    let text = get(s.addr, "/metrics").text();
+    let used = metric(&text, "mtplx_kv_cache_used_tokens").unwrap() as u64;
+    let (used_bytes, cap_bytes) =
+        (metric(&text, "mtplx_kv_cache_used_bytes").unwrap(), metric(&text, "mtplx_kv_cache_capacity_bytes").unwrap());
+    assert!(used <= positions + 32 && used + 32 >= positions, "{used} tokens held for {positions} positions");
+    assert!(used_bytes <= cap_bytes, "{used_bytes} > {cap_bytes}");
+}

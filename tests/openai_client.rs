@@ -1,12 +1,12 @@
 //! The official `openai` Python package (and the MTPLX client examples, the two `requests`
 //! snippets of the MTPLX metrics guide, unchanged) against the real binary over real sockets.
-//! The Python lives in `tests/py/` (see its README); each check script asserts what it sees and
-//! exits non-zero on the first mismatch. `docs/api.md` shows the same example files and curl
-//! commands, and `docs_examples_*` checks the doc against them.
+//! The check scripts live in `tests/py/` (see its README); each asserts what it sees and exits
+//! non-zero on the first mismatch. The examples of `docs/api.md` and `docs/metrics.md` are run
+//! as the Markdown prints them (`common::docs`), with only the server's address swapped in.
 
 mod common;
 
-use common::{demo_model, get, output_within, post_json, python, Server, Watched, CHILD_DEADLINE};
+use common::{demo_model, docs, get, output_within, post_json, python, Server, Watched, CHILD_DEADLINE};
 use serde_json::json;
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
@@ -22,10 +22,6 @@ const DOC_ADDR: &str = "127.0.0.1:8100";
 
 fn py(name: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/py").join(name)
-}
-
-fn read(path: &Path) -> String {
-    std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
 }
 
 fn start(extra: &[&str]) -> Server {
@@ -54,6 +50,12 @@ fn run_check(server: &Server, script: &str, env: &[(&str, &str)]) -> String {
     );
     assert!(out.status.success(), "{}", explain(script, &out, server));
     String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// The doc's MTPLX client example `name` (in `docs/metrics.md`) with only its `BASE_URL = ...`
+/// line changed.
+fn mtplx_example(name: &str, base_url: &str) -> String {
+    with_base_url(&docs::example("metrics.md", name), base_url)
 }
 
 /// An MTPLX client example with only its `BASE_URL = ...` line changed.
@@ -120,7 +122,7 @@ fn openai_package_context_overflow() {
 #[test]
 fn mtplx_stream_reader_example_prints_live_records() {
     let s = start(&[]);
-    let code = with_base_url(&read(&py("mtplx_metrics_stream.py")), &format!("http://{}", s.addr));
+    let code = mtplx_example("mtplx-stream", &format!("http://{}", s.addr));
     let mut child = python()
         .args(["-c", &code])
         .env("PYTHONUNBUFFERED", "1") // its prints reach us as they happen, not at exit
@@ -131,7 +133,7 @@ fn mtplx_stream_reader_example_prints_live_records() {
         .expect("start the test venv's python");
     let stdout = child.stdout.take().unwrap();
     // Killed when the test ends, however it ends; its stderr is kept for the failure messages.
-    let _child = Watched::new(child, "mtplx_metrics_stream.py");
+    let _child = Watched::new(child, "the stream reader example");
     let (tx, rx) = mpsc::channel();
     std::thread::spawn(move || {
         for line in BufReader::new(stdout).lines().map_while(Result::ok) {
@@ -193,9 +195,9 @@ fn mtplx_snapshot_example_prints_the_latest_record() {
         assert_eq!(r.status, 200, "{}", r.text());
         r.json()["mtplx_stats"]["tok_s"].as_f64().unwrap()
     });
-    let code = with_base_url(&read(&py("mtplx_metrics_snapshot.py")), &format!("http://{}/v1/mtplx", s.addr));
-    let out = output_within(python().args(["-c", &code]), CHILD_DEADLINE, "mtplx_metrics_snapshot.py");
-    assert!(out.status.success(), "{}", explain("mtplx_metrics_snapshot.py", &out, &s));
+    let code = mtplx_example("mtplx-snapshot", &format!("http://{}/v1/mtplx", s.addr));
+    let out = output_within(python().args(["-c", &code]), CHILD_DEADLINE, "the snapshot snippet");
+    assert!(out.status.success(), "{}", explain("the snapshot snippet", &out, &s));
     let second = background.join().unwrap();
     let text = String::from_utf8_lossy(&out.stdout).into_owned();
     let mut lines = text.lines();
@@ -205,20 +207,22 @@ fn mtplx_snapshot_example_prints_the_latest_record() {
     assert_eq!(lines.next(), Some("Accept rate: 0.0%"), "{text}");
 }
 
-/// Seed 000's snapshot snippet with `BASE_URL` the server's root, so that it reads plain
-/// `/metrics` exactly as written: under `--metrics-format json` that is the JSON snapshot, and
-/// the snippet prints the latest record; under the default (Prometheus text) the same snippet
-/// fails in `.json()`, which is why the other test points it at `/v1/mtplx`.
+/// The snapshot snippet as the doc prints it, `BASE_URL` the server's root, against a server
+/// started with the flags of the start line printed beside it (`--metrics-format json`): it reads
+/// plain `/metrics` as JSON and prints the latest record. Under the default (Prometheus text)
+/// the same snippet fails in `.json()`, which is why the doc prints that start line.
 #[test]
-fn mtplx_snapshot_example_reads_plain_metrics_under_metrics_format_json() {
+fn mtplx_snapshot_example_runs_as_printed_beside_its_start_line() {
     let snippet = |s: &Server| {
-        let code = with_base_url(&read(&py("mtplx_metrics_snapshot.py")), &format!("http://{}", s.addr));
-        output_within(python().args(["-c", &code]), CHILD_DEADLINE, "mtplx_metrics_snapshot.py")
+        let code = mtplx_example("mtplx-snapshot", &format!("http://{}", s.addr));
+        output_within(python().args(["-c", &code]), CHILD_DEADLINE, "the snapshot snippet")
     };
-    let json = start(&["--metrics-format", "json"]);
+    let flags = docs::server_flags(&docs::example("metrics.md", "mtplx-snapshot-server"));
+    assert_eq!(flags, ["--metrics-format", "json"], "the start line printed beside the snippet");
+    let json = start(&flags.iter().map(String::as_str).collect::<Vec<_>>());
     let tok = chat(&json, 6)["mtplx_stats"]["tok_s"].as_f64().unwrap();
     let out = snippet(&json);
-    assert!(out.status.success(), "{}", explain("mtplx_metrics_snapshot.py", &out, &json));
+    assert!(out.status.success(), "{}", explain("the snapshot snippet", &out, &json));
     let text = String::from_utf8_lossy(&out.stdout).into_owned();
     let mut lines = text.lines();
     let printed: f64 =
@@ -233,48 +237,21 @@ fn mtplx_snapshot_example_reads_plain_metrics_under_metrics_format_json() {
     assert!(!out.status.success() && err.contains("JSONDecodeError"), "{}", explain("snippet", &out, &prometheus));
 }
 
-/// The fenced blocks of `docs/api.md` whose info string is `lang`.
-fn doc_blocks(lang: &str) -> Vec<String> {
-    let doc = read(&Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/api.md"));
-    let mut blocks = Vec::new();
-    let mut cur: Option<String> = None;
-    for line in doc.lines() {
-        match (&mut cur, line.trim_start().strip_prefix("```")) {
-            (None, Some(info)) if info.trim() == lang => cur = Some(String::new()),
-            (Some(b), Some("")) => {
-                blocks.push(std::mem::take(b));
-                cur = None;
-            }
-            (Some(b), _) => {
-                b.push_str(line);
-                b.push('\n');
-            }
-            _ => {}
-        }
-    }
-    blocks
-}
-
-/// The doc's Python examples are the files in `tests/py/`, verbatim, and they run.
+/// Every Python block of the docs is an example the tests run; the `openai` package's examples
+/// of `docs/api.md` run as printed against the server and print their answers.
 #[test]
-fn docs_examples_python_are_the_tested_files_and_run() {
-    let blocks = doc_blocks("python");
+fn docs_examples_python_run_as_printed() {
+    let named = |doc: &str| -> Vec<String> {
+        docs::blocks(doc, "python")
+            .into_iter()
+            .map(|(name, b)| name.unwrap_or_else(|| panic!("docs/{doc} has a Python block no test runs:\n{b}")))
+            .collect()
+    };
+    assert_eq!(named("api.md"), ["chat", "stream", "completion"]);
+    assert_eq!(named("metrics.md"), ["mtplx-snapshot", "mtplx-stream"]);
     let s = start(&[]);
-    for name in [
-        "example_chat.py",
-        "example_stream.py",
-        "example_completion.py",
-        "mtplx_metrics_snapshot.py",
-        "mtplx_metrics_stream.py",
-    ] {
-        let code = read(&py(name));
-        assert!(
-            blocks.iter().any(|b| b.trim_end() == code.trim_end()),
-            "docs/api.md does not show tests/py/{name} verbatim"
-        );
-    }
-    for name in ["example_chat.py", "example_stream.py", "example_completion.py"] {
-        let code = read(&py(name));
+    for name in ["chat", "stream", "completion"] {
+        let code = docs::example("api.md", name);
         assert!(code.contains(DOC_ADDR), "{name} uses the doc's address");
         let code = code.replace(DOC_ADDR, &s.addr.to_string());
         let out = output_within(python().args(["-c", &code]), CHILD_DEADLINE, name);
@@ -306,8 +283,11 @@ fn expected_status(block: &str) -> Option<u16> {
 #[test]
 fn docs_examples_curl_run() {
     let s = start(&[]);
-    let blocks: Vec<String> =
-        doc_blocks("bash").into_iter().filter(|b| b.contains("curl") && !b.contains("/stream")).collect();
+    let blocks: Vec<String> = docs::blocks("api.md", "bash")
+        .into_iter()
+        .map(|(_, b)| b)
+        .filter(|b| b.contains("curl") && !b.contains("/stream"))
+        .collect();
     assert!(blocks.len() >= 5, "docs/api.md has curl examples for the routes");
     for b in blocks {
         assert!(b.contains(DOC_ADDR), "{b}");
@@ -334,5 +314,20 @@ fn docs_examples_curl_run() {
             !first.is_empty()
         };
         assert!(ok && !first.is_empty(), "{b}\nprinted:\n{text}");
+    }
+}
+
+/// The answer `docs/api.md` prints for its first curl example is what the server answers to it
+/// (greedy decoding, so the same text every run): its text, `finish_reason`, `usage` and model.
+#[test]
+fn docs_first_answer_is_what_the_server_answers() {
+    let s = start(&[]);
+    let cmd = docs::example("api.md", "say-hello").replace(DOC_ADDR, &s.addr.to_string());
+    let out = output_within(Command::new("bash").args(["-o", "pipefail", "-c", &cmd]), CHILD_DEADLINE, &cmd);
+    assert!(out.status.success(), "{}", explain(&cmd, &out, &s));
+    let got: serde_json::Value = serde_json::from_slice(&out.stdout).expect("the curl example prints JSON");
+    let doc: serde_json::Value = serde_json::from_str(&docs::example("api.md", "say-hello-answer")).unwrap();
+    for field in ["/model", "/choices/0/message", "/choices/0/finish_reason", "/usage", "/mtplx_stats/status"] {
+        assert_eq!(got.pointer(field), doc.pointer(field), "{field}: the server answers\n{got}");
     }
 }

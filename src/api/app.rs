@@ -14,7 +14,6 @@ use crate::metrics::{Metrics, RouteId};
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
-use std::time::Instant;
 
 pub struct App {
     cfg: ApiConfig,
@@ -22,7 +21,6 @@ pub struct App {
     metrics: Arc<Metrics>,
     limiter: Option<RateLimiter>,
     cors: Cors,
-    started: Instant,
     llm: Option<Arc<Llm>>,
     chats: Option<Arc<Chats>>,
 }
@@ -32,7 +30,7 @@ impl App {
         let router = ROUTES.iter().fold(Router::new(), |r, &(m, t, route)| r.add(m, t, (route, metrics.route_id(t))));
         let limiter = cfg.rate_limit_per_minute.map(RateLimiter::new);
         let cors = Cors::new(cfg.cors_origins.clone());
-        App { cfg, router, metrics, limiter, cors, started: Instant::now(), llm, chats: None }
+        App { cfg, router, metrics, limiter, cors, llm, chats: None }
     }
 
     /// Serves the persisted-chat routes from `chats` (without it they answer 503).
@@ -85,7 +83,7 @@ impl App {
             return (rid, e.into_response());
         }
         let resp = match route {
-            Route::Health => Ok(health::health(self.started, self.model_id())),
+            Route::Health => Ok(health::health(self.metrics.uptime_s(), self.model_id())),
             Route::Dashboard => Ok(dashboard::page(&req)),
             Route::DashboardAsset => dashboard::asset(&req, model_param.as_deref().unwrap_or_default()),
             Route::Metrics => {
@@ -155,9 +153,10 @@ impl App {
         }
     }
 
-    /// The checks before a handler: the rate limit and the API key on the API routes, the
-    /// metrics token on the metrics routes. `/health` passes freely, so that probes and scrapes
-    /// never use up a client's budget.
+    /// The checks before a handler: the API key on the API routes and the metrics token on the
+    /// metrics routes; the rate limit on what can cost model time (the generation routes and
+    /// chat turns) and on every refused API key, so that guessing keys is throttled per client
+    /// too. Probes, scrapes, listings and chat reads never use up a client's budget.
     fn admit(&self, req: &Request, route: Route, rid: RouteId) -> Option<ApiError> {
         if route.is_metrics() {
             return check_bearer(req, self.cfg.metrics_token.as_deref(), Guard::MetricsToken);
@@ -165,24 +164,32 @@ impl App {
         if !route.is_api() {
             return None;
         }
-        if let Some(limiter) = &self.limiter {
-            self.metrics.record_rate_limit_seen(rid);
-            let ip = client_ip(req.peer, req.header("x-forwarded-for"), &self.cfg.trusted_proxies);
-            if let Err(l) = limiter.check(ip) {
-                self.metrics.record_rate_limited(rid);
-                let msg = format!(
-                    "rate limit of {} requests per minute exceeded for {ip}; retry in {} s",
-                    self.cfg.rate_limit_per_minute.unwrap_or(0),
-                    l.retry_after_secs
-                );
-                return Some(
-                    ApiError::new(429, "rate_limit_error", msg)
-                        .code("rate_limit_exceeded")
-                        .header("Retry-After", l.retry_after_secs.to_string()),
-                );
+        let refused = check_bearer(req, self.cfg.api_key.as_deref(), Guard::ApiKey);
+        if route.is_generation() || refused.is_some() {
+            if let Some(limited) = self.rate_limit(req, rid) {
+                return Some(limited);
             }
         }
-        check_bearer(req, self.cfg.api_key.as_deref(), Guard::ApiKey)
+        refused
+    }
+
+    /// Counts the request against its client's bucket; the 429 when the bucket is empty.
+    fn rate_limit(&self, req: &Request, rid: RouteId) -> Option<ApiError> {
+        let limiter = self.limiter.as_ref()?;
+        self.metrics.record_rate_limit_seen(rid);
+        let ip = client_ip(req.peer, req.header("x-forwarded-for"), &self.cfg.trusted_proxies);
+        let l = limiter.check(ip).err()?;
+        self.metrics.record_rate_limited(rid);
+        let msg = format!(
+            "rate limit of {} requests per minute exceeded for {ip}; retry in {} s",
+            self.cfg.rate_limit_per_minute.unwrap_or(0),
+            l.retry_after_secs
+        );
+        Some(
+            ApiError::new(429, "rate_limit_error", msg)
+                .code("rate_limit_exceeded")
+                .header("Retry-After", l.retry_after_secs.to_string()),
+        )
     }
 }
 
@@ -222,5 +229,11 @@ impl Handler for App {
         let method = method_label(r.method);
         let rid = if r.path.is_empty() { RouteId::OTHER } else { self.metrics.route_label(r.path) };
         self.metrics.record_http(method, rid, r.status);
+    }
+
+    /// The liveness probe and the metrics scrapes; not the metrics stream, which would hold a
+    /// reserve connection for as long as it is read.
+    fn is_probe(&self, method: &str, path: &str) -> bool {
+        matches!(method, "GET" | "HEAD") && matches!(path, "/health" | "/metrics" | "/v1/mtplx/metrics")
     }
 }

@@ -252,7 +252,7 @@ mod tests {
         assert_eq!(parse_create(b"", 100).unwrap().defaults.len(), 0);
         let e = parse_create(br#"{"temperature":9}"#, 100).unwrap_err();
         assert_eq!((e.status, e.param.as_deref()), (400, Some("temperature")));
-        let e = parse_create(br#"{"tools":[]}"#, 100).unwrap_err();
+        let e = parse_create(br#"{"tools":[{"type":"function"}]}"#, 100).unwrap_err();
         assert_eq!(e.code, Some("unsupported_parameter"));
         let e = parse_create(br#"{"system":"0123456789"}"#, 5).unwrap_err();
         assert_eq!((e.status, e.param.as_deref()), (413, Some("system")));

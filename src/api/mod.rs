@@ -26,6 +26,7 @@ pub mod openai;
 pub mod openai_request;
 pub mod prepare;
 pub mod record;
+pub mod refused_fields;
 pub mod router;
 pub mod state;
 pub mod stop;

@@ -2,6 +2,7 @@
 //! `param` and, for numbers, the allowed range in the message.
 
 use super::error::ApiError;
+use super::refused_fields::refuse_unsupported;
 use crate::engine::draft::MAX_DRAFT_DEPTH;
 use crate::engine::{DraftMode, DraftRequest, SamplingParams};
 use serde_json::{Map, Value};
@@ -20,27 +21,6 @@ pub struct ChatMessage {
     pub role: String,
     pub content: String,
 }
-
-/// Fields whose effect a client relies on and that this server does not have: refused with a
-/// 400 naming the field rather than silently ignored. (Fields that only inform, such as `user`,
-/// `metadata` or `store`, are accepted; unknown fields are ignored.)
-pub const REFUSED_FIELDS: &[(&str, &str)] = &[
-    ("tools", "tool calling is not supported"),
-    ("tool_choice", "tool calling is not supported"),
-    ("parallel_tool_calls", "tool calling is not supported"),
-    ("functions", "function calling is not supported"),
-    ("function_call", "function calling is not supported"),
-    ("response_format", "structured output (response_format) is not supported"),
-    ("logit_bias", "logit_bias is not supported"),
-    ("audio", "audio output is not supported"),
-    ("modalities", "only text output is supported"),
-    ("prediction", "predicted outputs are not supported"),
-    ("reasoning_effort", "reasoning_effort is not supported by this model"),
-    ("web_search_options", "web search is not supported"),
-    ("echo", "echo is not supported"),
-    ("suffix", "suffix (insertion) is not supported"),
-    ("best_of", "best_of is not supported"),
-];
 
 /// Sampling and length settings shared by both generation routes.
 #[derive(Debug, Clone, PartialEq)]
@@ -190,22 +170,13 @@ fn stop(m: &Map<String, Value>) -> Result<Vec<String>, ApiError> {
     Ok(list)
 }
 
-fn refuse_unsupported(m: &Map<String, Value>) -> Result<(), ApiError> {
-    match REFUSED_FIELDS.iter().find(|(f, _)| field(m, f).is_some()) {
-        Some((f, why)) => Err(ApiError::invalid(
-            f,
-            format!("'{f}' is not supported by this server ({why}); remove it from the request"),
-        )
-        .code("unsupported_parameter")),
-        None => Ok(()),
-    }
-}
-
 fn gen_params(m: &Map<String, Value>, max_tokens_fields: &[&str]) -> Result<GenParams, ApiError> {
     refuse_unsupported(m)?;
-    if let Some(n) = integer(m, "n", 0, u64::MAX)? {
-        if n != 1 {
-            return Err(ApiError::invalid("n", format!("only n=1 is supported (one choice per request), got n={n}")));
+    match field(m, "n") {
+        None => {}
+        Some(Value::Number(n)) if n.as_u64() == Some(1) => {}
+        Some(n) => {
+            return Err(ApiError::invalid("n", format!("only n: 1 is supported (one choice per request), got n: {n}")))
         }
     }
     let mut max_tokens = None;
@@ -416,7 +387,9 @@ mod tests {
         let cases = [
             (r#"{"messages":[{"role":"user","content":"hi"}],"temperature":3}"#, "temperature", "between 0 and 2"),
             (r#"{"messages":[{"role":"user","content":"hi"}],"temperature":"hot"}"#, "temperature", "not a string"),
-            (r#"{"messages":[{"role":"user","content":"hi"}],"n":2}"#, "n", "only n=1"),
+            (r#"{"messages":[{"role":"user","content":"hi"}],"n":2}"#, "n", "only n: 1 is supported"),
+            (r#"{"messages":[{"role":"user","content":"hi"}],"n":-1}"#, "n", "only n: 1 is supported"),
+            (r#"{"messages":[{"role":"user","content":"hi"}],"n":"2"}"#, "n", "only n: 1 is supported"),
             (r#"{"messages":[{"role":"user","content":"hi"}],"max_tokens":0}"#, "max_tokens", "between 1 and"),
             (
                 r#"{"messages":[{"role":"user","content":"hi"}],"top_logprobs":21,"logprobs":true}"#,
@@ -449,8 +422,8 @@ mod tests {
     #[test]
     fn fields_without_effect_here_are_refused_by_name() {
         for (f, v) in [
-            ("tools", "[]"),
-            ("tool_choice", "\"auto\""),
+            ("tools", "[{\"type\":\"function\",\"function\":{\"name\":\"f\"}}]"),
+            ("tool_choice", "\"required\""),
             ("response_format", "{\"type\":\"json_object\"}"),
             ("logit_bias", "{\"50256\":-100}"),
         ] {

@@ -39,10 +39,16 @@ impl Route {
         matches!(self, Route::Dashboard | Route::DashboardAsset)
     }
 
-    /// The routes that the API key and the rate limiter guard (`/v1/...` but the metrics
-    /// snapshot and stream, which the metrics token guards). Probes and scrapes stay outside.
+    /// The routes that the API key guards (`/v1/...` but the metrics snapshot and stream, which
+    /// the metrics token guards). Probes and scrapes stay outside.
     pub fn is_api(self) -> bool {
         matches!(self, Route::Models | Route::Model | Route::ChatCompletions | Route::Completions) || self.is_chats()
+    }
+
+    /// The routes that can cost model time, which the rate limiter counts: completions and
+    /// chat turns (a refused API key counts on every API route, see `App::admit`).
+    pub fn is_generation(self) -> bool {
+        matches!(self, Route::ChatCompletions | Route::Completions | Route::ChatMessagesPost)
     }
 
     /// The persisted-chat routes (`/v1/chats...`).

@@ -52,14 +52,19 @@ impl KvBuf {
         self.len = n;
     }
 
+    /// Elements that storage for `n` elements holds: whole lines.
+    pub fn storage_for(n: usize) -> usize {
+        n.div_ceil(PER_LINE) * PER_LINE
+    }
+
     /// Elements it can hold without reallocating.
     pub fn capacity(&self) -> usize {
         self.lines.capacity() * PER_LINE
     }
 
-    /// Room for at least `additional` more elements, and no more than their lines.
-    pub fn reserve_exact(&mut self, additional: usize) {
-        let lines = (self.len + additional).div_ceil(PER_LINE);
+    /// Room for `n` elements in all, and no more than their lines (nothing if it has room).
+    pub fn reserve_total(&mut self, n: usize) {
+        let lines = n.div_ceil(PER_LINE);
         self.lines.reserve_exact(lines.saturating_sub(self.lines.len()));
     }
 
@@ -116,8 +121,8 @@ mod tests {
         assert_eq!(b[39], 40);
         b.resize(70);
         assert!(b[40..].iter().all(|&x| x == 0), "{:?}", &b[40..]);
-        b.reserve_exact(10_000);
-        assert!(b.capacity() >= 10_070);
+        b.reserve_total(10_070);
+        assert_eq!(b.capacity(), KvBuf::storage_for(10_070));
         b.shrink_to(0);
         assert_eq!(b.len(), 70);
     }

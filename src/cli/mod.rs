@@ -20,6 +20,26 @@ use std::net::{SocketAddr, ToSocketAddrs};
 use std::path::PathBuf;
 use std::time::Duration;
 
+/// The command line as `argh::from_env` reads it, but with `-h` taken for `--help`, as users type
+/// it (argh knows only `--help` and `help`); `-V` is the version switch's own short name.
+pub fn from_env() -> Cli {
+    let args: Vec<String> = std::env::args().collect();
+    let cmd = args.first().map(std::path::Path::new).and_then(|p| p.file_name()).and_then(|n| n.to_str());
+    let cmd = cmd.unwrap_or("mtplx-lite");
+    let rest: Vec<&str> = args.iter().skip(1).map(|a| if a == "-h" { "--help" } else { a.as_str() }).collect();
+    match Cli::from_args(&[cmd], &rest) {
+        Ok(cli) => cli,
+        Err(argh::EarlyExit { output, status: Ok(()) }) => {
+            println!("{output}");
+            std::process::exit(0)
+        }
+        Err(argh::EarlyExit { output, status: Err(()) }) => {
+            eprintln!("{output}\nRun {cmd} --help for more information.");
+            std::process::exit(1)
+        }
+    }
+}
+
 /// Shortest `--stream-keep-alive`: below it the comments would cost more than the stream.
 const MIN_STREAM_KEEP_ALIVE: Duration = Duration::from_millis(10);
 
@@ -29,7 +49,7 @@ const MIN_STREAM_KEEP_ALIVE: Duration = Duration::from_millis(10);
 #[derive(FromArgs)]
 pub struct Cli {
     /// print the version and exit
-    #[argh(switch)]
+    #[argh(switch, short = 'V')]
     pub version: bool,
     /// address to listen on, HOST:PORT; host names are resolved (default 127.0.0.1:8100; port 0
     /// picks a free port, printed at start)
@@ -88,8 +108,9 @@ pub struct Cli {
     /// per-request metrics records kept for /v1/mtplx/metrics and stream replay (default 256)
     #[argh(option, default = "256")]
     pub metrics_history: usize,
-    /// requests per minute allowed per client IP on the /v1 generation routes; over it gets 429
-    /// (default: no limit; /health and the metrics routes are never limited)
+    /// requests per minute allowed per client IP on what costs model time (completions, chat
+    /// turns) and per refused API key; over it gets 429 (default: no limit; probes, metrics,
+    /// listings and chat reads are never limited)
     #[argh(option)]
     pub rate_limit_per_minute: Option<u32>,
     /// CIDR of a reverse proxy whose X-Forwarded-For is believed (repeatable)

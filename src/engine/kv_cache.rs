@@ -8,7 +8,7 @@
 //! allocated lazily, in chunks, as positions are written. A job that does not fit waits.
 
 use super::job::KvSnapshot;
-use crate::model::KvCache;
+use crate::model::{KvCache, KvFootprint};
 
 /// Cache storage grows by this many positions at a time: few reallocations, little slack.
 pub const ALLOC_CHUNK_POSITIONS: usize = 256;
@@ -72,17 +72,17 @@ struct Slot {
 pub struct KvCacheManager {
     ctx: usize,
     budget: usize,
-    bytes_per_position: usize,
+    footprint: KvFootprint,
     slots: Vec<Slot>,
     next_id: u64,
     clock: u64,
 }
 
 impl KvCacheManager {
-    /// `bytes_per_position` is what one position costs across layers, keys and values
-    /// (`KvCache::bytes_per_position`).
-    pub fn new(ctx: usize, budget_bytes: usize, bytes_per_position: usize) -> KvCacheManager {
-        KvCacheManager { ctx, budget: budget_bytes, bytes_per_position, slots: Vec::new(), next_id: 0, clock: 0 }
+    /// `footprint` is what the caches' storage costs (`KvCache::footprint`), so that what is
+    /// counted against `budget_bytes` is what the buffers really take.
+    pub fn new(ctx: usize, budget_bytes: usize, footprint: KvFootprint) -> KvCacheManager {
+        KvCacheManager { ctx, budget: budget_bytes, footprint, slots: Vec::new(), next_id: 0, clock: 0 }
     }
 
     pub fn ctx(&self) -> usize {
@@ -92,7 +92,7 @@ impl KvCacheManager {
     /// What a slot counts against the budget.
     fn charge(&self, s: &Slot) -> usize {
         match s.reserved {
-            Some(p) => (p * self.bytes_per_position).max(s.cache.bytes()),
+            Some(p) => self.footprint.bytes(p).max(s.cache.bytes()),
             None => s.cache.bytes(),
         }
     }
@@ -118,7 +118,7 @@ impl KvCacheManager {
             return Err(AdmitError::PromptTooLong { prompt: p, ctx: self.ctx });
         }
         let positions = (p + max_new.max(1)).min(self.ctx);
-        let need = positions * self.bytes_per_position;
+        let need = self.footprint.bytes(positions);
         if need > self.budget {
             return Err(AdmitError::OverBudget { needed: need, budget: self.budget });
         }
@@ -161,10 +161,7 @@ impl KvCacheManager {
                 let s = self.slots.iter_mut().find(|s| s.id == id).expect("reused slot is present");
                 s.tokens.truncate(common);
                 s.cache.truncate(common);
-                let kv_dim = s.cache.kv_dim();
-                for l in s.cache.k.iter_mut().chain(s.cache.v.iter_mut()) {
-                    l.shrink_to(positions * kv_dim);
-                }
+                s.cache.shrink_to(positions);
                 s.reserved = Some(positions);
                 s.prompt = p;
                 (id, common)
@@ -209,16 +206,13 @@ impl KvCacheManager {
         let s = self.slot_mut(id);
         let target = s.cache.len() + n;
         let reserved = s.reserved.unwrap_or(target).max(target);
-        let kv_dim = s.cache.kv_dim();
-        let have = s.cache.k.first().map_or(usize::MAX, |l| l.capacity() / kv_dim.max(1));
+        let have = s.cache.room();
         if have >= target {
             return;
         }
         let want = target.max(s.prompt).max(have + have / 2);
         let cap = want.div_ceil(ALLOC_CHUNK_POSITIONS).saturating_mul(ALLOC_CHUNK_POSITIONS).min(reserved);
-        for l in s.cache.k.iter_mut().chain(s.cache.v.iter_mut()) {
-            l.reserve_exact(cap * kv_dim - l.len());
-        }
+        s.cache.reserve(cap);
     }
 
     /// The caches of `ids`, in that order, for one batched forward pass.
@@ -263,6 +257,20 @@ impl KvCacheManager {
         }
     }
 
+    /// Gives back what idle caches hold beyond their positions (room reserved for answers that
+    /// ended early); true if any did. Shrinking copies a cache, so the decode thread calls this
+    /// only when nothing runs.
+    pub fn trim_idle(&mut self) -> bool {
+        let mut trimmed = false;
+        for s in self.slots.iter_mut().filter(|s| s.reserved.is_none()) {
+            if s.cache.room() > s.cache.len() {
+                s.cache.shrink_to(s.cache.len());
+                trimmed = true;
+            }
+        }
+        trimmed
+    }
+
     pub fn snapshot(&self) -> KvSnapshot {
         let active = self.slots.iter().filter(|s| s.reserved.is_some()).count();
         KvSnapshot {
@@ -272,7 +280,7 @@ impl KvCacheManager {
             bytes: self.slots.iter().map(|s| s.cache.bytes()).sum(),
             reserved_bytes: self.slots.iter().filter(|s| s.reserved.is_some()).map(|s| self.charge(s)).sum(),
             budget_bytes: self.budget,
-            bytes_per_position: self.bytes_per_position,
+            bytes_per_position: self.footprint.bytes_per_position(),
         }
     }
 
@@ -283,159 +291,5 @@ impl KvCacheManager {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    const LAYERS: usize = 2;
-    /// A row of one cache line (the caches hold whole lines, `backend::KvBuf`), so that the
-    /// storage counted below is exactly the positions held.
-    const KV_DIM: usize = 32;
-    /// 2 layers * (k + v) * 32 values * 2 bytes (f16).
-    const BPP: usize = LAYERS * 2 * KV_DIM * 2;
-
-    fn mk(cap: usize) -> KvCache {
-        KvCache::position_major(LAYERS, KV_DIM, cap)
-    }
-
-    /// What a model does to a cache in a forward pass, then what the scheduler records.
-    fn feed(m: &mut KvCacheManager, id: SeqId, tokens: &[u32]) {
-        m.prepare(id, tokens.len());
-        let c = &mut m.caches_mut(&[id])[0];
-        let start = c.len();
-        let rows: Vec<f32> = tokens
-            .iter()
-            .enumerate()
-            .flat_map(|(i, &t)| std::iter::repeat_n((t as f32) * 1000.0 + (start + i) as f32, KV_DIM))
-            .collect();
-        for l in 0..LAYERS {
-            c.append(l, &rows, &rows);
-        }
-        c.advance(tokens.len());
-        m.record(id, tokens);
-    }
-
-    fn admit(m: &mut KvCacheManager, prompt: &[u32], max_new: usize) -> Admission {
-        m.admit(prompt, max_new, &mk).unwrap().expect("room")
-    }
-
-    #[test]
-    fn next_turn_reuses_the_common_prefix_and_leaves_the_last_token() {
-        let mut m = KvCacheManager::new(64, 64 * BPP * 4, BPP);
-        let a = admit(&mut m, &[1, 2, 3, 4], 8);
-        assert_eq!(a.cached_tokens, 0);
-        feed(&mut m, a.id, &[1, 2, 3, 4]);
-        feed(&mut m, a.id, &[9]); // a generated token, fed back
-        m.finish(a.id, true);
-        // The next turn extends the whole history: all of it is cached.
-        let b = admit(&mut m, &[1, 2, 3, 4, 9, 7, 7], 8);
-        assert_eq!((b.id, b.cached_tokens), (a.id, 5));
-        assert_eq!(m.tokens(b.id), &[1, 2, 3, 4, 9]);
-        m.finish(b.id, true);
-        // A diverging prompt reuses up to the divergence; the cache is truncated there.
-        let c = admit(&mut m, &[1, 2, 8], 8);
-        assert_eq!(c.cached_tokens, 2);
-        assert_eq!(m.caches_mut(&[c.id])[0].len(), 2);
-        m.finish(c.id, true);
-        // The very same prompt again: the last token is still prefilled.
-        let d = admit(&mut m, &[1, 2], 8);
-        assert_eq!(d.cached_tokens, 1);
-        // Nothing in common: a fresh cache, and the idle one is left alone.
-        m.finish(d.id, true);
-        let e = admit(&mut m, &[5, 5, 5], 8);
-        assert_eq!(e.cached_tokens, 0);
-        assert_ne!(e.id, d.id);
-        assert_eq!(m.snapshot().sequences, 2);
-    }
-
-    #[test]
-    fn cancelled_sequences_free_their_cache() {
-        let mut m = KvCacheManager::new(64, 64 * BPP * 4, BPP);
-        let a = admit(&mut m, &[1, 2, 3], 4);
-        feed(&mut m, a.id, &[1, 2, 3]);
-        assert!(m.snapshot().bytes > 0);
-        m.finish(a.id, false);
-        assert_eq!(
-            m.snapshot(),
-            KvSnapshot { budget_bytes: 64 * BPP * 4, bytes_per_position: BPP, ..Default::default() }
-        );
-    }
-
-    #[test]
-    fn storage_grows_in_chunks_within_the_reservation() {
-        let mut m = KvCacheManager::new(4096, 4096 * BPP, BPP);
-        let a = admit(&mut m, &[1; 10], 290);
-        feed(&mut m, a.id, &[1; 10]);
-        assert_eq!(m.snapshot().bytes, ALLOC_CHUNK_POSITIONS * BPP);
-        for _ in 0..260 {
-            feed(&mut m, a.id, &[2]);
-        }
-        // 270 positions: grown once more, but capped at the 300 reserved.
-        assert_eq!(m.snapshot().bytes, 300 * BPP);
-        assert_eq!(m.snapshot().reserved_bytes, 300 * BPP);
-    }
-
-    #[test]
-    fn admission_waits_for_room_and_evicts_idle_caches_lru_first() {
-        // Room for exactly two worst cases of 16 positions.
-        let mut m = KvCacheManager::new(64, 32 * BPP, BPP);
-        let a = admit(&mut m, &[1, 1, 1, 1], 12);
-        let b = admit(&mut m, &[2, 2, 2, 2], 12);
-        assert_eq!(m.admit(&[3, 3, 3, 3], 12, &mk), Ok(None), "both active: must wait");
-        feed(&mut m, a.id, &[1, 1, 1, 1]);
-        feed(&mut m, b.id, &[2, 2, 2, 2]);
-        m.finish(a.id, true); // a is now the least recently used idle cache
-        m.finish(b.id, true);
-        assert_eq!(m.snapshot().idle, 2);
-        let c = admit(&mut m, &[3, 3, 3, 3], 12);
-        assert_eq!(c.cached_tokens, 0);
-        let s = m.snapshot();
-        assert_eq!((s.active, s.idle), (1, 1));
-        assert!(m.charged_bytes() <= 32 * BPP);
-        // b's prefix survived, a's was evicted.
-        m.finish(c.id, false);
-        assert_eq!(admit(&mut m, &[2, 2, 9], 4).cached_tokens, 2);
-        assert_eq!(admit(&mut m, &[1, 1, 9], 4).cached_tokens, 0);
-    }
-
-    #[test]
-    fn impossible_prompts_are_refused_with_the_bound() {
-        let mut m = KvCacheManager::new(8, 16 * BPP, BPP);
-        assert_eq!(m.admit(&[], 4, &mk), Err(AdmitError::EmptyPrompt));
-        assert_eq!(m.admit(&[1; 8], 4, &mk), Err(AdmitError::PromptTooLong { prompt: 8, ctx: 8 }));
-        let mut small = KvCacheManager::new(64, 10 * BPP, BPP);
-        let e = small.admit(&[1; 5], 20, &mk).unwrap_err();
-        assert_eq!(e, AdmitError::OverBudget { needed: 25 * BPP, budget: 10 * BPP });
-        assert!(e.to_string().contains(&(10 * BPP).to_string()));
-        // max_tokens beyond the context is capped by it, so this fits.
-        assert!(m.admit(&[1; 4], 1000, &mk).unwrap().is_some());
-    }
-
-    /// Storage a sequence holds, in positions (keys of layer 0).
-    fn held(m: &mut KvCacheManager, id: SeqId) -> usize {
-        m.caches_mut(&[id])[0].k[0].capacity() / KV_DIM
-    }
-
-    #[test]
-    fn a_prompt_is_allocated_at_once_and_growth_after_it_is_geometric() {
-        let mut m = KvCacheManager::new(8192, 8192 * BPP, BPP);
-        let prompt = vec![3u32; 1000];
-        let a = admit(&mut m, &prompt, 5000);
-        // The first chunk of a paced prompt already holds the whole prompt, in chunks.
-        feed(&mut m, a.id, &prompt[..16]);
-        assert_eq!(held(&mut m, a.id), 1024);
-        for chunk in prompt[16..].chunks(100) {
-            feed(&mut m, a.id, chunk);
-        }
-        assert_eq!(held(&mut m, a.id), 1024, "no growth while the prompt is fed");
-        // Generation past it: by half of what is held, rounded up to chunks.
-        feed(&mut m, a.id, &[4; 25]);
-        assert_eq!(held(&mut m, a.id), 1536);
-        feed(&mut m, a.id, &[5; 1000]);
-        assert_eq!(held(&mut m, a.id), 2304);
-        feed(&mut m, a.id, &[5; 2000]);
-        assert_eq!(held(&mut m, a.id), 4096);
-        // Never past the reservation (prompt plus max_tokens).
-        feed(&mut m, a.id, &[5; 1975]);
-        assert_eq!(held(&mut m, a.id), 6000);
-    }
-}
+#[path = "kv_cache_tests.rs"]
+mod tests;

@@ -76,10 +76,10 @@ impl EngineConfig {
         kv_cache_bytes: Option<usize>,
     ) -> EngineConfig {
         let ctx = ctx.unwrap_or(model.info().context_length).max(1);
-        let per_position = model.new_cache(0).bytes_per_position().max(1);
-        let kv_cache_bytes = kv_cache_bytes.unwrap_or_else(|| DEFAULT_KV_CACHE_BYTES.max(ctx * per_position));
+        let footprint = model.new_cache(0).footprint();
+        let kv_cache_bytes = kv_cache_bytes.unwrap_or_else(|| DEFAULT_KV_CACHE_BYTES.max(footprint.bytes(ctx)));
         // A sequence can never grow past what the whole budget holds, so that is its context.
-        let ctx = ctx.min(kv_cache_bytes / per_position).max(1);
+        let ctx = ctx.min(footprint.positions_within(kv_cache_bytes)).max(1);
         EngineConfig {
             queue_depth,
             ctx,
@@ -143,8 +143,7 @@ impl Engine {
         let (jobs, jobs_rx) = crossbeam_channel::bounded(cfg.queue_depth.max(1));
         let (stop, stop_rx) = crossbeam_channel::bounded(1);
         let shared = Arc::new(Shared::default());
-        let per_position = model.new_cache(0).bytes_per_position();
-        let caches = KvCacheManager::new(cfg.ctx, cfg.kv_cache_bytes, per_position);
+        let caches = KvCacheManager::new(cfg.ctx, cfg.kv_cache_bytes, model.new_cache(0).footprint());
         let sched = Scheduler::new(
             model,
             decoder,

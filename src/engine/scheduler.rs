@@ -103,6 +103,10 @@ impl Scheduler {
             return false;
         }
         if self.active.is_empty() && self.held.is_none() {
+            // Idle: the moment to give back idle caches' unused room, which no stream waits on.
+            if self.jobs.is_empty() && self.caches.trim_idle() {
+                self.publish();
+            }
             crossbeam_channel::select! {
                 recv(self.jobs) -> j => match j {
                     Ok(j) => self.held = Some(j),

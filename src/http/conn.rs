@@ -45,6 +45,9 @@ pub struct ConnCtx<'a> {
     pub cfg: &'a HttpConfig,
     pub shutdown: &'a Shutdown,
     pub peer: SocketAddr,
+    /// One of the connections held in reserve while the table is full: it answers one probe
+    /// ([`Handler::is_probe`]) and closes, and refuses anything else with 503.
+    pub reserve: bool,
 }
 
 enum ReadOutcome {
@@ -192,8 +195,14 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Conn<'_, '_, S> {
     /// One request and its response. `Err` ends the connection, saying how.
     async fn exchange(&mut self, first: bool) -> Result<(), ConnEnd> {
         let head = self.read_head(first).await?;
+        if self.ctx.reserve && !self.ctx.handler.is_probe(&head.method, &head.path) {
+            let err = HttpError::TooManyConnections { limit: self.ctx.cfg.max_connections };
+            self.reject(&err, &head.method, &head.path, head.method == "HEAD");
+            return Err(ConnEnd::Linger);
+        }
         let body = self.read_body(&head).await?;
-        let asked = Asked { version: head.version, keep_alive: head.keep_alive, head_only: head.method == "HEAD" };
+        let keep_alive = head.keep_alive && !self.ctx.reserve;
+        let asked = Asked { version: head.version, keep_alive, head_only: head.method == "HEAD" };
         let resp = self.call_handler(head, body, asked.head_only).await?;
         self.turn.answered();
         self.write_response(resp, asked).await
@@ -324,9 +333,26 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Conn<'_, '_, S> {
             peer: self.ctx.peer,
         };
         let handler = self.ctx.handler;
-        match AssertUnwindSafe(async move { handler.handle(req).await }).catch_unwind().await {
-            Ok(resp) => Ok(resp),
-            Err(_) => {
+        let call = async { Some(AssertUnwindSafe(async move { handler.handle(req).await }).catch_unwind().await) };
+        // The socket is watched while the handler runs, as a stream's writer watches it: a
+        // client that leaves while a whole answer is gathered drops the handler's future, which
+        // cancels its generation at the next step instead of decoding for nobody.
+        let (io, input) = (&mut *self.io, &mut self.input);
+        let watch = async {
+            loop {
+                // Bytes of a pipelined next request are kept, within the head bound.
+                if input.filled().len() > MAX_HEAD_BYTES {
+                    future::pending::<()>().await;
+                }
+                if let Ok(0) | Err(_) = input.read_from(io).await {
+                    return None;
+                }
+            }
+        };
+        match call.or(watch).await {
+            None => Err(ConnEnd::Closed),
+            Some(Ok(resp)) => Ok(resp),
+            Some(Err(_)) => {
                 let (method, path) = (std::mem::take(&mut self.method), std::mem::take(&mut self.path));
                 self.reject(&HttpError::HandlerPanicked, &method, &path, head_only);
                 Err(ConnEnd::Linger)

@@ -65,18 +65,86 @@ impl Handler for Test {
     fn on_rejected(&self, r: &Rejected<'_>) {
         self.rejected.lock().unwrap().push((r.path.to_owned(), r.status, r.error.code()));
     }
+
+    fn is_probe(&self, _: &str, path: &str) -> bool {
+        path == "/health"
+    }
 }
 
 /// Serves `input` on one connection; what was written, and what the handler heard of.
 fn serve(style: Style, input: &[u8]) -> (String, Vec<(String, u16, &'static str)>) {
+    serve_on(style, input, false)
+}
+
+/// [`serve`] on a connection of the reserve (`reserve`) or an ordinary one.
+fn serve_on(style: Style, input: &[u8], reserve: bool) -> (String, Vec<(String, u16, &'static str)>) {
     let handler = Test { style, rejected: Mutex::new(Vec::new()) };
     let cfg = HttpConfig { max_body_bytes: 4, ..HttpConfig::default() };
     let shutdown = Shutdown::new();
-    let ctx = ConnCtx { handler: &handler, cfg: &cfg, shutdown: &shutdown, peer: "127.0.0.1:9".parse().unwrap() };
+    let ctx =
+        ConnCtx { handler: &handler, cfg: &cfg, shutdown: &shutdown, peer: "127.0.0.1:9".parse().unwrap(), reserve };
     let mut io = Mem { input: input.to_vec(), output: Vec::new() };
     smol::block_on(serve_connection(&mut io, &ctx));
     let rejected = handler.rejected.into_inner().unwrap();
     (String::from_utf8(io.output).unwrap(), rejected)
+}
+
+/// A connection of the reserve answers one probe and closes; anything else gets the 503 of a
+/// full connection table, unread.
+#[test]
+fn a_reserve_connection_answers_one_probe_only() {
+    let (out, rejected) = serve_on(
+        Style::Default,
+        b"GET /health HTTP/1.1\r\nHost: a\r\n\r\nGET /health HTTP/1.1\r\nHost: a\r\n\r\n",
+        true,
+    );
+    assert!(out.starts_with("HTTP/1.1 200 OK\r\n") && out.contains("\r\nConnection: close\r\n"), "{out}");
+    assert_eq!(out.matches("HTTP/1.1").count(), 1, "one probe, then closed: {out}");
+    assert!(rejected.is_empty(), "{rejected:?}");
+    let (out, rejected) = serve_on(Style::Default, b"POST /v1/completions HTTP/1.1\r\nHost: a\r\n\r\n", true);
+    assert!(out.starts_with("HTTP/1.1 503 Service Unavailable\r\n"), "{out}");
+    assert_eq!(rejected, [("/v1/completions".to_owned(), 503, "too_many_connections")]);
+}
+
+/// Answers nothing, ever; records when its future is dropped.
+struct Stalls(std::sync::Arc<std::sync::atomic::AtomicBool>);
+
+struct DropFlag(std::sync::Arc<std::sync::atomic::AtomicBool>);
+
+impl Drop for DropFlag {
+    fn drop(&mut self) {
+        self.0.store(true, std::sync::atomic::Ordering::SeqCst);
+    }
+}
+
+impl Handler for Stalls {
+    fn handle(&self, _: Request) -> Pin<Box<dyn Future<Output = Response> + Send + '_>> {
+        let flag = DropFlag(self.0.clone());
+        Box::pin(async move {
+            let _flag = flag;
+            future::pending::<Response>().await
+        })
+    }
+}
+
+/// A client that leaves while the handler works drops the handler's future (which cancels a
+/// whole answer's generation) and ends the connection, unanswered.
+#[test]
+fn a_client_that_leaves_drops_the_handler_under_way() {
+    let dropped = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let handler = Stalls(dropped.clone());
+    let (cfg, shutdown) = (HttpConfig::default(), Shutdown::new());
+    let ctx = ConnCtx {
+        handler: &handler,
+        cfg: &cfg,
+        shutdown: &shutdown,
+        peer: "127.0.0.1:9".parse().unwrap(),
+        reserve: false,
+    };
+    let mut io = Mem { input: b"GET /slow HTTP/1.1\r\nHost: a\r\n\r\n".to_vec(), output: Vec::new() };
+    assert_eq!(smol::block_on(serve_connection(&mut io, &ctx)), ConnEnd::Closed);
+    assert!(dropped.load(std::sync::atomic::Ordering::SeqCst), "the handler's future was dropped");
+    assert!(io.output.is_empty(), "{:?}", String::from_utf8_lossy(&io.output));
 }
 
 #[test]

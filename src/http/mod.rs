@@ -191,6 +191,12 @@ pub trait Handler: Send + Sync + 'static {
     /// Called for every request the server answers itself (4xx/5xx from limits, parse errors,
     /// timeouts, and 500 after a handler panic), so that it can be counted.
     fn on_rejected(&self, _rejected: &Rejected<'_>) {}
+
+    /// Whether a request is a short probe (liveness, a metrics scrape) that the connections
+    /// held in reserve may serve while the connection table is full. None by default.
+    fn is_probe(&self, _method: &str, _path: &str) -> bool {
+        false
+    }
 }
 
 /// A refusal's reason as plain text: the default [`Handler::rejection`].

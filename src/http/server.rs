@@ -28,6 +28,10 @@ const ACCEPT_ERROR_BACKOFF: Duration = Duration::from_millis(50);
 const SHUTDOWN_POLL: Duration = Duration::from_millis(10);
 /// After the grace period, how long streams get to write their terminating chunk.
 const FORCED_CLOSE_WAIT: Duration = Duration::from_secs(1);
+/// Connections beyond `--max-connections` that may still answer one probe each (`/health`, a
+/// metrics scrape), so that a full table does not fail the liveness probe and get a healthy
+/// server restarted; anything else on them gets the same 503 as past the cap.
+pub const PROBE_RESERVE_CONNECTIONS: usize = 16;
 
 /// Decrements the open-connection count when a connection task ends, however it ends.
 struct OpenGuard(Arc<AtomicUsize>);
@@ -74,6 +78,7 @@ async fn accept_loop(
     shutdown: Shutdown,
 ) -> std::io::Result<()> {
     let open = Arc::new(AtomicUsize::new(0));
+    let reserve_open = Arc::new(AtomicUsize::new(0));
     loop {
         let accepted = async { Some(listener.accept().await) }
             .or(async {
@@ -93,15 +98,18 @@ async fn accept_loop(
         // Responses go out in one write each; Nagle would only delay them.
         let _ = stream.get_ref().set_nodelay(true);
         let (handler, cfg, shutdown) = (handler.clone(), cfg.clone(), shutdown.clone());
-        if open.load(Ordering::SeqCst) >= cfg.max_connections {
+        let reserve = open.load(Ordering::SeqCst) >= cfg.max_connections;
+        if reserve && reserve_open.load(Ordering::SeqCst) >= PROBE_RESERVE_CONNECTIONS {
             ex.spawn(async move { refuse(stream, peer, &*handler, &cfg).await }).detach();
             continue;
         }
-        open.fetch_add(1, Ordering::SeqCst);
-        let guard = OpenGuard(open.clone());
+        // A reserve connection counts among the open ones too, so shutdown waits for it.
+        let counters = if reserve { vec![open.clone(), reserve_open.clone()] } else { vec![open.clone()] };
+        counters.iter().for_each(|c| _ = c.fetch_add(1, Ordering::SeqCst));
+        let guards: Vec<OpenGuard> = counters.into_iter().map(OpenGuard).collect();
         ex.spawn(async move {
-            let _guard = guard;
-            run_connection(stream, peer, &*handler, &cfg, &shutdown).await;
+            let _guards = guards;
+            run_connection(stream, peer, &*handler, &cfg, &shutdown, reserve).await;
         })
         .detach();
     }
@@ -126,8 +134,9 @@ async fn run_connection(
     handler: &dyn Handler,
     cfg: &HttpConfig,
     shutdown: &Shutdown,
+    reserve: bool,
 ) {
-    let ctx = ConnCtx { handler, cfg, shutdown, peer };
+    let ctx = ConnCtx { handler, cfg, shutdown, peer, reserve };
     let end = serve_connection(&mut stream, &ctx).await;
     close(stream, end).await;
 }

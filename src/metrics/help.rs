@@ -12,7 +12,7 @@ pub const QUESTION: &str = "Length of each accepted user message, in characters.
 pub const ANSWER: &str = "Length of each persisted (completed) assistant message, in characters.";
 pub const REJECTED: &str = "Requests rejected by rate limiting: every 429 the limiter raised.";
 pub const PER_IP: &str =
-    "Requests seen by the rate limiter, labelled by route (not by client IP, to keep cardinality bounded).";
+    "Requests the rate limiter counted (generation routes, chat turns, refused API keys), labelled by route (not by client IP, to keep cardinality bounded).";
 pub const START: &str = "Start time of the process since unix epoch in seconds.";
 pub const RSS: &str = "Resident memory size in bytes.";
 pub const CPU: &str = "Total user and system CPU time spent in seconds.";

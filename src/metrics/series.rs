@@ -4,6 +4,7 @@
 //! documents; a change here is a change there.
 
 use std::sync::{Arc, RwLock};
+use std::time::Instant;
 
 use super::histogram::{Histogram, HistogramSpec};
 use super::registry::{method_index, Counter, Gauge, HttpCounter, PositionCounter, RouteCounter};
@@ -87,6 +88,9 @@ pub struct Metrics {
     pub requests_per_ip_total: RouteCounter,
 
     pub(crate) start_time_seconds: f64,
+    /// When the server made its metrics, on the monotonic clock: its uptime counts from here (the
+    /// process's start time from `/proc` is the kernel's, and a wall clock that steps moves it).
+    started: Instant,
     pub(crate) build_labels: RwLock<String>,
     build: RwLock<BuildInfo>,
     /// The last `/metrics` text per format, reused while nothing in it changed.
@@ -137,6 +141,11 @@ impl Drop for InFlight<'_> {
 }
 
 impl Metrics {
+    /// Seconds since the server started (`uptime_s` of `/health` and of the JSON snapshot).
+    pub fn uptime_s(&self) -> f64 {
+        self.started.elapsed().as_secs_f64()
+    }
+
     /// A registry keeping `history` per-request records (`--metrics-history`).
     pub fn new(history: usize, build: BuildInfo) -> Metrics {
         let routes = RouteTable::new();
@@ -155,6 +164,7 @@ impl Metrics {
             rejected_requests_total: RouteCounter::default(),
             requests_per_ip_total: RouteCounter::default(),
             start_time_seconds: start,
+            started: Instant::now(),
             build_labels: RwLock::new(build.label_block()),
             build: RwLock::new(build),
             render_cache: Default::default(),

@@ -120,7 +120,7 @@ impl Metrics {
             .collect();
         let b = self.build_info();
         ServerOut {
-            uptime_s: (super::process::unix_now() - self.start_time_seconds).max(0.0),
+            uptime_s: self.uptime_s(),
             start_time_seconds: self.start_time_seconds,
             build: BuildOut { version: b.version, backend: b.backend, model: b.model },
             requests,

@@ -25,6 +25,54 @@ pub struct KvCache {
     capacity: usize,
     format: KvFormat,
     grouped: bool,
+    /// Positions the buffers hold without reallocating ([`KvCache::reserve`]).
+    room: usize,
+}
+
+/// What a cache's storage costs, known without a cache: its shape and layout. The engine's
+/// budget counts with it, so that what it promises is what the buffers really take (keys are
+/// stored in whole groups of positions and every buffer in whole cache lines).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct KvFootprint {
+    layers: usize,
+    kv_dim: usize,
+    format: KvFormat,
+    grouped: bool,
+}
+
+impl KvFootprint {
+    fn keys_len(&self, n: usize) -> usize {
+        if self.grouped {
+            self.format.keys_len(n, self.kv_dim)
+        } else {
+            n * self.kv_dim
+        }
+    }
+
+    fn values_len(&self, n: usize) -> usize {
+        self.format.values_len(n, self.kv_dim)
+    }
+
+    /// Bytes the buffers of a cache take when they hold room for exactly `n` positions.
+    pub fn bytes(&self, n: usize) -> usize {
+        let per_layer = KvBuf::storage_for(self.keys_len(n)) + KvBuf::storage_for(self.values_len(n));
+        self.layers * per_layer * BYTES_PER_VALUE
+    }
+
+    /// Bytes one position costs across all layers, keys and values (before rounding to groups).
+    pub fn bytes_per_position(&self) -> usize {
+        self.layers * 2 * self.kv_dim * BYTES_PER_VALUE
+    }
+
+    /// The most positions whose storage fits in `budget` bytes.
+    pub fn positions_within(&self, budget: usize) -> usize {
+        let mut n = budget / self.bytes_per_position().max(1);
+        // Rounding adds at most a group and a line a buffer: a few steps back at most.
+        while n > 0 && self.bytes(n) > budget {
+            n -= 1;
+        }
+        n
+    }
 }
 
 impl KvCache {
@@ -38,6 +86,7 @@ impl KvCache {
             capacity,
             format,
             grouped: true,
+            room: 0,
         }
     }
 
@@ -58,13 +107,36 @@ impl KvCache {
         store_values(&mut self.v[l], self.len, v, self.kv_dim, self.format);
     }
 
+    /// The shape and layout its storage is counted by.
+    pub fn footprint(&self) -> KvFootprint {
+        KvFootprint { layers: self.k.len(), kv_dim: self.kv_dim, format: self.format, grouped: self.grouped }
+    }
+
     /// Keys stored for `n` positions.
     fn keys_len(&self, n: usize) -> usize {
-        if self.grouped {
-            self.format.keys_len(n, self.kv_dim)
-        } else {
-            n * self.kv_dim
-        }
+        self.footprint().keys_len(n)
+    }
+
+    /// Makes room for `positions` in all (whole groups and lines, nothing more), so that
+    /// appends up to there never reallocate: a buffer that outgrew its room would double.
+    pub fn reserve(&mut self, positions: usize) {
+        let f = self.footprint();
+        self.k.iter_mut().for_each(|l| l.reserve_total(f.keys_len(positions)));
+        self.v.iter_mut().for_each(|l| l.reserve_total(f.values_len(positions)));
+        self.room = self.room.max(positions);
+    }
+
+    /// Positions it holds without reallocating.
+    pub fn room(&self) -> usize {
+        self.room
+    }
+
+    /// Gives back storage beyond `positions` (or beyond what it holds, if more).
+    pub fn shrink_to(&mut self, positions: usize) {
+        let (f, n) = (self.footprint(), positions.max(self.len));
+        self.k.iter_mut().for_each(|l| l.shrink_to(f.keys_len(n)));
+        self.v.iter_mut().for_each(|l| l.shrink_to(f.values_len(n)));
+        self.room = self.room.min(n);
     }
 
     /// Positions cached.
@@ -123,7 +195,7 @@ impl KvCache {
 
     /// Bytes one position costs across all layers, keys and values.
     pub fn bytes_per_position(&self) -> usize {
-        self.k.len() * 2 * self.kv_dim * BYTES_PER_VALUE
+        self.footprint().bytes_per_position()
     }
 }
 

@@ -38,7 +38,7 @@ pub use chat_template::{ChatMessage, ChatTemplate, TemplateError};
 pub use config::{Arch, HParams, RopeLayout};
 pub use error::ModelError;
 pub use gguf::GgufFile;
-pub use kv::KvCache;
+pub use kv::{KvCache, KvFootprint};
 pub use metadata::{MetaValue, Metadata};
 pub use model_files::{Format, ModelFiles, TokenizerSource};
 pub use tensor::Tensor;

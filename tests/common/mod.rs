@@ -3,6 +3,7 @@
 #![allow(dead_code)]
 
 pub mod chats;
+pub mod docs;
 pub mod mmdb;
 pub mod sse;
 
@@ -194,11 +195,17 @@ impl Server {
     /// Starts `mtplx-lite --listen LISTEN ARGS...`: a restart on the port of an earlier server.
     pub fn start_on(listen: &str, args: &[&str], env: &[(&str, &str)]) -> Server {
         let mut cmd = Command::new(env!("CARGO_BIN_EXE_mtplx-lite"));
-        cmd.args(["--listen", listen]).args(args).stdout(Stdio::piped()).stderr(Stdio::piped());
+        cmd.args(["--listen", listen]).args(args);
         for (k, v) in env {
             cmd.env(k, v);
         }
-        let mut child = cmd.spawn().expect("start mtplx-lite");
+        Self::start_command(cmd)
+    }
+
+    /// Starts `cmd`, which runs mtplx-lite in the end (perhaps through a shell's `exec`, as
+    /// `cargo run` does), and waits for its "listening on" line.
+    pub fn start_command(mut cmd: Command) -> Server {
+        let mut child = cmd.stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().expect("start mtplx-lite");
         let log = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
         let stderr = child.stderr.take().unwrap();
         let log2 = log.clone();

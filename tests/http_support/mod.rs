@@ -99,6 +99,10 @@ impl Handler for TestHandler {
     fn on_rejected(&self, r: &Rejected<'_>) {
         self.rejected.lock().unwrap().push((r.method.to_owned(), r.path.to_owned(), r.status));
     }
+
+    fn is_probe(&self, _method: &str, path: &str) -> bool {
+        path == "/health"
+    }
 }
 
 pub struct TestServer {

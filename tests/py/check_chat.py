@@ -79,4 +79,16 @@ short = client.chat.completions.create(
 )
 assert short.usage.completion_tokens == 3 and short.choices[0].finish_reason == "length", short
 
+# The defaults SDKs and agent frameworks send, asking for nothing, answer as without them.
+defaults = client.chat.completions.create(
+    model=served.id,
+    messages=[{"role": "user", "content": "Name three colours."}],
+    max_tokens=MAX,
+    temperature=0,
+    response_format={"type": "text"},
+    tools=[],
+    tool_choice="none",
+)
+assert defaults.choices[0].message.content == plain.choices[0].message.content, (defaults, plain)
+
 print(f"chat ok: {choice.message.content!r} ({u.completion_tokens} tokens, {stats['tok_s']:.1f} tok/s)")

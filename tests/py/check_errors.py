@@ -35,7 +35,7 @@ refused(lambda: chat(model="m", messages=HI, max_tokens=0), 400, "max_tokens", "
 refused(lambda: chat(model="m", messages=HI, logprobs=True, top_logprobs=21), 400, "top_logprobs", "between 0 and 20")
 refused(lambda: chat(model="m", messages=HI, stop=["a", "b", "c", "d", "e"]), 400, "stop", "at most 4")
 refused(lambda: chat(model="m", messages=HI, stream="yes"), 400, "stream", "boolean")
-refused(lambda: chat(model="m", messages=HI, n=2), 400, "n", "n=1")
+refused(lambda: chat(model="m", messages=HI, n=2), 400, "n", "only n: 1 is supported")
 refused(lambda: chat(model="m", messages=[]), 400, "messages", "at least one")
 refused(lambda: chat(model="m", messages=[{"role": "wizard", "content": "hi"}]), 400, "messages[0].role", "must be one of")
 refused(lambda: client.completions.create(model="m", prompt="hi", logprobs=6), 400, "logprobs", "between 0 and 5")

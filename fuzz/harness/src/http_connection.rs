@@ -79,7 +79,13 @@ pub fn run(data: &[u8]) {
     };
     let cfg = HttpConfig { max_body_bytes: 1024, ..HttpConfig::default() };
     let shutdown = Shutdown::new();
-    let ctx = ConnCtx { handler: &Echo, cfg: &cfg, shutdown: &shutdown, peer: "127.0.0.1:9".parse().unwrap() };
+    let ctx = ConnCtx {
+        handler: &Echo,
+        cfg: &cfg,
+        shutdown: &shutdown,
+        peer: "127.0.0.1:9".parse().unwrap(),
+        reserve: false,
+    };
     let mut io = Mem { input, step: step as usize + 1, output: Vec::new() };
     smol::block_on(serve_connection(&mut io, &ctx));
     assert!(io.output.is_empty() || io.output.starts_with(b"HTTP/1.1 "));
