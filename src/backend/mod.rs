@@ -1,6 +1,7 @@
-//! Kernels. `cpu` is the default backend; a Metal backend on mlx-rs (macOS) implements the same
-//! narrow [`Backend`] trait later. The model layer holds weights as [`WeightRef`]s (views of the
-//! file's bytes in their on-disk encoding) and activations as plain row-major `f32` slices.
+//! Kernels behind the [`Backend`] trait, which `model/decoder.rs` runs a layer's description on.
+//! `cpu` is the one backend today (a GPU backend on wgpu is the next; see the model-seam notes in
+//! docs/architecture.md). The model layer holds weights as [`WeightRef`]s (views of the file's
+//! bytes in their on-disk encoding) and activations as plain row-major `f32` slices.
 
 pub mod cpu;
 pub mod dtype;

@@ -1,15 +1,16 @@
 //! The llama family of decoder-only transformers: llama (the demo), qwen2 (biases on q/k/v) and
-//! qwen3 (RMSNorm on each q and k head). One forward pass runs every sequence of a batch
+//! qwen3 (RMSNorm on each q and k head), each a description of its layers ([`LayerSpec`]) run
+//! by the one decoder layer of `decoder.rs`. One forward pass runs every sequence of a batch
 //! together, so each weight matrix is streamed from memory once per step for all rows.
 
-use super::block::{add, add_bias, Block};
 use super::config::HParams;
+use super::decoder::{forward_layer, Activation, AttentionKind, DecoderBlock, LayerScratch, LayerSeq, LayerSpec};
 use super::model_files::ModelFiles;
 use super::mtp::{ForwardOutput, MtpTrunk, TrunkShared};
 use super::weights::ModelWeights;
 use super::{ForwardError, LogitsWanted, Model, ModelError, ModelInfo, SeqBatch, Tensor};
 use crate::backend::cpu::dequantize_row;
-use crate::backend::{AttnSeq, Backend, CpuBackend, Heads, KvFormat, Rope};
+use crate::backend::{Backend, CpuBackend, Heads, KvFormat, Rope};
 use std::sync::Mutex;
 
 /// Rows of logits whose buffer a pass keeps for the next (a verify pass has up to 9).
@@ -18,15 +19,9 @@ const KEEP_LOGITS_ROWS: usize = 16;
 /// Activation buffers reused across forward passes (grown to the largest batch seen).
 #[derive(Default)]
 struct Scratch {
+    /// The residual stream of every row of the pass.
     x: Vec<f32>,
-    h: Vec<f32>,
-    q: Vec<f32>,
-    k: Vec<f32>,
-    v: Vec<f32>,
-    att: Vec<f32>,
-    o: Vec<f32>,
-    gate: Vec<f32>,
-    up: Vec<f32>,
+    layer: LayerScratch,
     positions: Vec<usize>,
     /// The output head's rows and logits: kept, since freeing a buffer of a megabyte after
     /// every pass made the allocator hand its pages back and fault them in again.
@@ -41,8 +36,9 @@ pub struct Llama {
     embed: Tensor,
     output: Tensor,
     output_norm: Vec<f32>,
-    layers: Vec<Block>,
-    rope: Rope,
+    layers: Vec<DecoderBlock>,
+    /// Every layer's description (the llama family's layers are all alike).
+    spec: LayerSpec,
     scratch: Mutex<Scratch>,
 }
 
@@ -64,12 +60,19 @@ impl Llama {
         let hp = files.hparams.clone();
         let w: &ModelWeights = &files.weights;
         let be: &dyn Backend = &*backend;
-        let layers = w.layers.iter().map(|l| Block::new(l, |t| repacked(be, t))).collect();
+        let layers = w.layers.iter().map(|l| DecoderBlock::new(l, |t| repacked(be, t))).collect();
         let output = repacked(be, &w.output);
-        let layout = w.rope_layout;
+        let spec = LayerSpec {
+            heads: Heads { n_heads: hp.n_heads, n_kv_heads: hp.n_kv_heads, head_dim: hp.head_dim },
+            ffn: hp.ffn,
+            rms_eps: hp.rms_eps,
+            rope: Rope { layout: w.rope_layout, theta: hp.rope_theta, dims: hp.head_dim },
+            attention: AttentionKind::Causal,
+            activation: Activation::SwiGlu,
+        };
         Llama {
             info: files.info(),
-            rope: Rope { layout, theta: hp.rope_theta, dims: hp.head_dim },
+            spec,
             hp,
             backend,
             embed: w.embed.clone(),
@@ -78,10 +81,6 @@ impl Llama {
             layers,
             scratch: Mutex::new(Scratch::default()),
         }
-    }
-
-    fn heads(&self) -> Heads {
-        Heads { n_heads: self.hp.n_heads, n_kv_heads: self.hp.n_kv_heads, head_dim: self.hp.head_dim }
     }
 
     fn check(&self, batch: &[SeqBatch<'_>]) -> Result<(), ForwardError> {
@@ -122,7 +121,7 @@ impl MtpTrunk for Llama {
     }
 
     fn shared(&self) -> TrunkShared<'_> {
-        TrunkShared { backend: &*self.backend, embed: &self.embed, output: &self.output, rope: self.rope }
+        TrunkShared { backend: &*self.backend, embed: &self.embed, output: &self.output, rope: self.spec.rope }
     }
 }
 
@@ -132,8 +131,7 @@ impl Llama {
     fn run(&self, batch: &mut [SeqBatch<'_>], keep_hidden: bool) -> Result<ForwardOutput, ForwardError> {
         self.check(batch)?;
         let hp = &self.hp;
-        let (hidden, qd, kvd, ffn) = (hp.hidden, hp.q_dim(), hp.kv_dim(), hp.ffn);
-        let heads = self.heads();
+        let hidden = hp.hidden;
         let be = &*self.backend;
         let t: usize = batch.iter().map(|b| b.tokens.len()).sum();
         if t == 0 {
@@ -142,19 +140,8 @@ impl Llama {
         }
         let mut guard = self.scratch.lock().unwrap_or_else(|e| e.into_inner());
         let s = &mut *guard;
-        for (buf, width) in [
-            (&mut s.x, hidden),
-            (&mut s.h, hidden),
-            (&mut s.o, hidden),
-            (&mut s.q, qd),
-            (&mut s.att, qd),
-            (&mut s.k, kvd),
-            (&mut s.v, kvd),
-            (&mut s.gate, ffn),
-            (&mut s.up, ffn),
-        ] {
-            buf.resize(t * width, 0.0);
-        }
+        s.x.resize(t * hidden, 0.0);
+        s.layer.fit(t, hidden, &self.spec);
         s.positions.clear();
         let embed = self.embed.weight();
         let mut r = 0;
@@ -166,63 +153,10 @@ impl Llama {
                 r += 1;
             }
         }
-        let scale = 1.0 / (hp.head_dim as f32).sqrt();
         for (l, layer) in self.layers.iter().enumerate() {
-            s.h.copy_from_slice(&s.x);
-            be.rms_norm(&mut s.h, &layer.attn_norm, hp.rms_eps);
-            // One activation quantization and one pool dispatch for Q, K and V together.
-            be.matmul_many(
-                &[layer.wq.weight(), layer.wk.weight(), layer.wv.weight()],
-                &s.h,
-                t,
-                &mut [&mut s.q, &mut s.k, &mut s.v],
-            );
-            add_bias(&mut s.q, &layer.bq);
-            add_bias(&mut s.k, &layer.bk);
-            add_bias(&mut s.v, &layer.bv);
-            if let (Some(qn), Some(kn)) = (&layer.q_norm, &layer.k_norm) {
-                be.rms_norm(&mut s.q, qn, hp.rms_eps);
-                be.rms_norm(&mut s.k, kn, hp.rms_eps);
-            }
-            be.rope(&mut s.q, hp.n_heads, hp.head_dim, &s.positions, self.rope);
-            be.rope(&mut s.k, hp.n_kv_heads, hp.head_dim, &s.positions, self.rope);
-            // Each sequence's new keys and values into its cache, then every sequence's
-            // attention in one call: one pool dispatch per layer, not one per sequence.
-            let (mut q_rows, mut att_rows) = (s.q.as_slice(), s.att.as_mut_slice());
-            let (mut k_rows, mut v_rows) = (s.k.as_slice(), s.v.as_slice());
-            let mut seqs = Vec::with_capacity(batch.len());
-            for b in batch.iter_mut() {
-                let n = b.tokens.len();
-                let (k, v, q);
-                (k, k_rows) = k_rows.split_at(n * kvd);
-                (v, v_rows) = v_rows.split_at(n * kvd);
-                (q, q_rows) = q_rows.split_at(n * qd);
-                let (out, rest) = std::mem::take(&mut att_rows).split_at_mut(n * qd);
-                att_rows = rest;
-                b.cache.append(l, k, v);
-                let b = &*b;
-                // The cache's length advances after the last layer, so it is still the start.
-                seqs.push(AttnSeq {
-                    q,
-                    keys: &b.cache.k[l],
-                    values: &b.cache.v[l],
-                    format: b.cache.format(),
-                    start_pos: b.cache.len(),
-                    n_q: n,
-                    out,
-                });
-            }
-            be.attention_batch(&mut seqs, heads, scale);
-            drop(seqs);
-            be.matmul(layer.wo.weight(), &s.att, t, &mut s.o);
-            add_bias(&mut s.o, &layer.bo);
-            add(&mut s.x, &s.o);
-            s.h.copy_from_slice(&s.x);
-            be.rms_norm(&mut s.h, &layer.ffn_norm, hp.rms_eps);
-            be.matmul_many(&[layer.w_gate.weight(), layer.w_up.weight()], &s.h, t, &mut [&mut s.gate, &mut s.up]);
-            be.swiglu(&mut s.gate, &s.up);
-            be.matmul(layer.w_down.weight(), &s.gate, t, &mut s.o);
-            add(&mut s.x, &s.o);
+            let mut seqs: Vec<LayerSeq<'_>> =
+                batch.iter_mut().map(|b| LayerSeq { rows: b.tokens.len(), cache: &mut *b.cache, layer: l }).collect();
+            forward_layer(be, layer, &self.spec, &mut s.x, &mut s.layer, &s.positions, &mut seqs);
         }
         // Only the rows whose logits are wanted go through the (large) output head.
         let mut rows = std::mem::take(&mut s.rows);

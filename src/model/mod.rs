@@ -3,10 +3,10 @@
 //! Everything above this layer sees a model through the [`Model`] trait: feed tokens of one or
 //! more sequences, each with its own [`KvCache`], and get logits back.
 
-mod block;
 mod chat_literal;
 pub mod chat_template;
 pub mod config;
+mod decoder;
 pub mod demo;
 pub mod error;
 pub mod gguf;

@@ -4,8 +4,10 @@ use super::sidecar::Sidecar;
 use super::MtpTrunk;
 use crate::backend::cpu::repack::unpack_row;
 use crate::backend::cpu::{dequantize_row, quantize_row};
-use crate::backend::{AttnSeq, Backend, DType, Heads, KvFormat, Layout};
-use crate::model::block::{add, add_bias, Block};
+use crate::backend::{Backend, DType, Heads, KvFormat, Layout, Rope};
+use crate::model::decoder::{
+    forward_layer, Activation, AttentionKind, DecoderBlock, LayerScratch, LayerSeq, LayerSpec,
+};
 use crate::model::tensor::Storage;
 use crate::model::{ForwardError, KvCache, LayerWeights, LogitsWanted, ModelError, Tensor};
 use std::path::Path;
@@ -82,7 +84,7 @@ pub struct MtpHead {
     hnorm: Vec<f32>,
     final_norm: Vec<f32>,
     fc: Tensor,
-    block: Block,
+    block: DecoderBlock,
     /// The trunk's output-head rows of the sub-vocabulary, gathered once, in the trunk's type;
     /// or, over the full vocabulary, the trunk's output head itself.
     sub_out: Tensor,
@@ -91,7 +93,7 @@ pub struct MtpHead {
 }
 
 /// `t` as Q8_0 (when its rows are whole blocks) in `backend`'s preferred layout.
-fn fast(backend: &dyn Backend, t: &Tensor) -> Tensor {
+fn quantize_and_repack(backend: &dyn Backend, t: &Tensor) -> Tensor {
     let q8 = if t.dtype != DType::Q8_0 && t.layout == Layout::Rows && t.cols().is_multiple_of(32) {
         quantize_row(DType::Q8_0, &t.to_f32()).map(|bytes| {
             let len = bytes.len();
@@ -183,7 +185,7 @@ impl MtpHead {
             // The whole vocabulary: the trunk's output head as it is (a shared handle, no copy).
             None => ((0..shape.vocab as u32).collect(), out.clone(), true),
         };
-        let block = Block::new(&weights.layer, Tensor::clone);
+        let block = DecoderBlock::new(&weights.layer, Tensor::clone);
         MtpHead {
             depth_trained: shape.depth_trained,
             hidden: shape.hidden,
@@ -209,14 +211,27 @@ impl MtpHead {
     pub fn quantized(mut self, backend: &dyn Backend) -> MtpHead {
         let b = &mut self.block;
         for t in [&mut self.fc, &mut b.wq, &mut b.wk, &mut b.wv, &mut b.wo, &mut b.w_gate, &mut b.w_up, &mut b.w_down] {
-            *t = fast(backend, t);
+            *t = quantize_and_repack(backend, t);
         }
         // The trunk's own output head is already in the backend's layout, and rounding it would
         // only make draft logits differ from the trunk's for nothing.
         if !self.shares_output {
-            self.sub_out = fast(backend, &self.sub_out);
+            self.sub_out = quantize_and_repack(backend, &self.sub_out);
         }
         self
+    }
+
+    /// The head's block as a layer of its trunk's kind (qwen3's q/k norms included, which its
+    /// block then holds), rotated as the trunk rotates (`rope`).
+    fn layer_spec(&self, rope: Rope) -> LayerSpec {
+        LayerSpec {
+            heads: self.heads,
+            ffn: self.ffn,
+            rms_eps: self.eps,
+            rope,
+            attention: AttentionKind::Causal,
+            activation: Activation::SwiGlu,
+        }
     }
 
     /// Trunk token ids the draft logits score, ascending.
@@ -267,7 +282,6 @@ impl MtpHead {
         }
         let shared = trunk.shared();
         let be = shared.backend;
-        let (qd, kvd, ffn) = (self.heads.q_dim(), self.heads.kv_dim(), self.ffn);
         let embed = shared.embed.weight();
         let mut e = vec![0.0; n * hd];
         for (r, &tok) in tokens.iter().enumerate() {
@@ -284,47 +298,14 @@ impl MtpHead {
         let mut x = vec![0.0; n * hd];
         be.matmul(self.fc.weight(), &cat, n, &mut x);
 
-        let b = &self.block;
         let start = cache.len();
         let positions: Vec<usize> = (start..start + n).collect();
-        let mut h = x.clone();
-        be.rms_norm(&mut h, &b.attn_norm, self.eps);
-        let (mut q, mut k, mut v) = (vec![0.0; n * qd], vec![0.0; n * kvd], vec![0.0; n * kvd]);
-        be.matmul_many(&[b.wq.weight(), b.wk.weight(), b.wv.weight()], &h, n, &mut [&mut q, &mut k, &mut v]);
-        add_bias(&mut q, &b.bq);
-        add_bias(&mut k, &b.bk);
-        add_bias(&mut v, &b.bv);
-        // The block is a layer of the trunk's kind: qwen3's per-head q/k norms come before RoPE.
-        if let (Some(qn), Some(kn)) = (&b.q_norm, &b.k_norm) {
-            be.rms_norm(&mut q, qn, self.eps);
-            be.rms_norm(&mut k, kn, self.eps);
-        }
-        be.rope(&mut q, self.heads.n_heads, self.heads.head_dim, &positions, shared.rope);
-        be.rope(&mut k, self.heads.n_kv_heads, self.heads.head_dim, &positions, shared.rope);
-        cache.append(0, &k, &v);
-        let mut att = vec![0.0; n * qd];
-        let seq = AttnSeq {
-            q: &q,
-            keys: &cache.k[0],
-            values: &cache.v[0],
-            format: cache.format(),
-            start_pos: start,
-            n_q: n,
-            out: &mut att,
-        };
-        be.attention(seq, self.heads, 1.0 / (self.heads.head_dim as f32).sqrt());
+        let spec = self.layer_spec(shared.rope);
+        let mut scratch = LayerScratch::default();
+        scratch.fit(n, hd, &spec);
+        let mut seqs = [LayerSeq { rows: n, cache: &mut *cache, layer: 0 }];
+        forward_layer(be, &self.block, &spec, &mut x, &mut scratch, &positions, &mut seqs);
         cache.advance(n);
-        let mut o = vec![0.0; n * hd];
-        be.matmul(b.wo.weight(), &att, n, &mut o);
-        add_bias(&mut o, &b.bo);
-        add(&mut x, &o);
-        h.copy_from_slice(&x);
-        be.rms_norm(&mut h, &b.ffn_norm, self.eps);
-        let (mut gate, mut up) = (vec![0.0; n * ffn], vec![0.0; n * ffn]);
-        be.matmul_many(&[b.w_gate.weight(), b.w_up.weight()], &h, n, &mut [&mut gate, &mut up]);
-        be.swiglu(&mut gate, &up);
-        be.matmul(b.w_down.weight(), &gate, n, &mut o);
-        add(&mut x, &o);
 
         let mut rows = match logits {
             LogitsWanted::Last => x[(n - 1) * hd..].to_vec(),
