@@ -12,6 +12,19 @@ use std::time::{Duration, Instant};
 /// Bound on waiting for a write that follows a disconnect; only a broken server takes this long.
 const POLL_DEADLINE: Duration = Duration::from_secs(60);
 
+/// The last of a chat's `count` messages, once the answer its client left is stored.
+fn interrupted_answer(addr: std::net::SocketAddr, chat_id: &str, count: usize) -> Value {
+    let deadline = Instant::now() + POLL_DEADLINE;
+    loop {
+        let all = messages(addr, chat_id);
+        if all.len() == count {
+            return all[count - 1].clone();
+        }
+        assert!(Instant::now() < deadline, "the interrupted answer was never stored: {all:?}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
 #[test]
 fn every_route_and_every_refusal() {
     let dir = TempDir::new("chats-api");
@@ -148,15 +161,7 @@ fn a_restart_keeps_everything_and_a_client_that_leaves_keeps_its_answer() {
         sent.push_str(v["choices"][0]["delta"]["content"].as_str().unwrap_or(""));
     }
     drop(sse);
-    let deadline = Instant::now() + POLL_DEADLINE;
-    let answer = loop {
-        let all = messages(s.addr, &id);
-        if all.len() == 4 {
-            break all[3].clone();
-        }
-        assert!(Instant::now() < deadline, "the interrupted answer was never stored: {all:?}");
-        std::thread::sleep(Duration::from_millis(50));
-    };
+    let answer = interrupted_answer(s.addr, &id, 4);
     assert_eq!(answer["finish_reason"], "interrupted", "{answer}");
     let stored = answer["content"].as_str().unwrap();
     assert!(stored.starts_with(&sent) && answer["completion_tokens"].as_i64().unwrap() < 400, "{answer} / {sent:?}");
@@ -339,35 +344,13 @@ fn a_turn_refused_before_generation_leaves_the_chat_as_it_was() {
 /// nobody waits for is done.
 #[test]
 fn a_whole_turn_whose_client_leaves_is_cancelled_and_frees_the_chat() {
-    use std::io::Write as _;
     let dir = TempDir::new("chats-leave");
     let s = start(&dir.join("chats.db"), &[]);
     // Greedy: this essay runs to 1,500 tokens, far past the moment its client leaves.
     let id = create(s.addr, &json!({"title": "left", "temperature": 0}));
-    let body = json!({"content": "Write a very long essay about the history of Rome.", "max_tokens": 1500}).to_string();
-    let mut c = s.connect();
-    let path = format!("/v1/chats/{id}/messages");
-    write!(
-        c,
-        "POST {path} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
-        body.len()
-    )
-    .unwrap();
-    let deadline = Instant::now() + POLL_DEADLINE;
-    while metric(&get(s.addr, "/metrics").text(), "llm_requests_running") != Some(1.0) {
-        assert!(Instant::now() < deadline, "the turn never ran");
-        std::thread::sleep(Duration::from_millis(10));
-    }
-    std::thread::sleep(Duration::from_millis(200));
-    drop(c);
-    let answer = loop {
-        let all = messages(s.addr, &id);
-        if all.len() == 2 {
-            break all[1].clone();
-        }
-        assert!(Instant::now() < deadline, "the interrupted answer was never stored: {all:?}");
-        std::thread::sleep(Duration::from_millis(20));
-    };
+    let body = json!({"content": "Write a very long essay about the history of Rome.", "max_tokens": 1500});
+    common::post_then_leave(&s, &format!("/v1/chats/{id}/messages"), &body, POLL_DEADLINE);
+    let answer = interrupted_answer(s.addr, &id, 2);
     assert_eq!(answer["finish_reason"], "interrupted", "{answer}");
     assert!(answer["completion_tokens"].as_i64().unwrap() < 1500, "{answer}");
     let t = turn(s.addr, &id, "Thanks.", 2);

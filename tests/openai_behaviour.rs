@@ -308,28 +308,6 @@ fn every_generation_leaves_a_record_matching_its_usage() {
     assert_eq!(get(s.addr, "/v1/mtplx/metrics").json()["history"].as_array().unwrap().len(), 3);
 }
 
-/// Sends a request whose answer is gathered whole (no `stream`) on a raw socket, waits until the
-/// decode thread runs it, then leaves; returns once the server is idle again.
-fn leave_while_gathered(s: &Server, path: &str, body: &Value) {
-    use std::io::Write as _;
-    let body = body.to_string();
-    let mut c = s.connect();
-    write!(
-        c,
-        "POST {path} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
-        body.len()
-    )
-    .unwrap();
-    let deadline = Instant::now() + POLL_DEADLINE;
-    while metric(&get(s.addr, "/metrics").text(), "llm_requests_running") != Some(1.0) {
-        assert!(Instant::now() < deadline, "the request never ran");
-        std::thread::sleep(Duration::from_millis(10));
-    }
-    std::thread::sleep(Duration::from_millis(200));
-    drop(c);
-    wait_idle(s.addr);
-}
-
 /// A client that leaves before its whole answer is ready cancels the generation at the next step,
 /// as a stream's client does: its record says `interrupted`, short of `max_tokens`.
 #[test]
@@ -337,7 +315,8 @@ fn disconnect_while_a_whole_answer_is_gathered_cancels_it() {
     let s = start(&[]);
     const MAX: u64 = 1500;
     let body = json!({"messages": [{"role": "user", "content": "Write a very long essay about the history of Rome."}], "max_tokens": MAX, "ignore_eos": true});
-    leave_while_gathered(&s, "/v1/chat/completions", &body);
+    common::post_then_leave(&s, "/v1/chat/completions", &body, POLL_DEADLINE);
+    wait_idle(s.addr);
     let rec = get(s.addr, "/v1/mtplx/metrics").json()["latest"].clone();
     assert_eq!(rec["status"], "interrupted", "{rec}");
     assert!(rec["completion_tokens"].as_u64().unwrap() < MAX, "{rec}");

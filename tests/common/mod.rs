@@ -409,3 +409,24 @@ pub fn read_head(r: &mut impl BufRead) -> String {
 pub fn metric(text: &str, name: &str) -> Option<f64> {
     text.lines().find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.trim().parse().ok())
 }
+
+/// Sends `body` to `path` as a request whose answer is gathered whole (no `stream`) on a raw
+/// socket, waits until the decode thread runs it (`llm_requests_running` reads 1, within
+/// `limit`), then a moment more, and leaves: the client that does not wait for its answer.
+pub fn post_then_leave(s: &Server, path: &str, body: &serde_json::Value, limit: Duration) {
+    let body = body.to_string();
+    let mut c = s.connect();
+    write!(
+        c,
+        "POST {path} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+        body.len()
+    )
+    .unwrap();
+    let deadline = Instant::now() + limit;
+    while metric(&get(s.addr, "/metrics").text(), "llm_requests_running") != Some(1.0) {
+        assert!(Instant::now() < deadline, "the request to {path} never ran");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    std::thread::sleep(Duration::from_millis(200));
+    drop(c);
+}
