@@ -153,6 +153,16 @@ fn attention_choice() -> Option<&'static str> {
     CHOICE.get_or_init(|| std::env::var(ATTENTION_ENV).ok()).as_deref()
 }
 
+/// Whether a one-row pass of the AVX-512 kernels over the row-interleaved layout reads two
+/// groups of weight rows at once (the pair tile) rather than one: on Intel, where the pair and
+/// its hints were tuned (the other way is not measured there); not on AMD, where one group at a
+/// time made decode much faster (Zen 4: docs/performance.md, "One row over the interleaved
+/// layout on Zen 4"). Passes of several rows take pairs everywhere. Read once.
+pub fn one_row_pairs() -> bool {
+    static PAIRS: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *PAIRS.get_or_init(made_by_intel)
+}
+
 /// Whether the CPU's vendor string (CPUID leaf 0) says Intel.
 fn made_by_intel() -> bool {
     #[cfg(target_arch = "x86_64")]

@@ -31,7 +31,8 @@ use std::ops::Range;
 const TILE: usize = 8;
 
 /// Matmul rows `rows` (whole groups) of an interleaved weight against activation rows `acts`:
-/// two groups at a time while two remain, in tiles of up to [`TILE`] activation rows.
+/// two groups at a time while two remain (one at a time for a single row where
+/// [`super::isa::one_row_pairs`] says so), in tiles of up to [`TILE`] activation rows.
 ///
 /// # Safety
 /// The CPU must support AVX-512 F/BW/VL/VNNI, AVX2, FMA and F16C; `w` is the interleaved copy of
@@ -68,8 +69,9 @@ unsafe fn drive<B: IntBlock>(w: &[u8], rows: Range<usize>, x: &QuantRows, acts: 
     // passes read a pair's weights again for every tile of rows, and the hints below, tried on
     // them, made pp512 2-4 % slower.
     let few = acts.len() <= TILE;
+    let pairs = acts.len() > 1 || super::isa::one_row_pairs();
     while g < end {
-        let span = if g + 2 <= end { 2 } else { 1 };
+        let span = if g + 2 <= end && pairs { 2 } else { 1 };
         let grp = w[g * group_bytes..(g + span) * group_bytes].as_ptr();
         let mut i = acts.start;
         while i < acts.end {
