@@ -33,12 +33,29 @@ const FORCED_CLOSE_WAIT: Duration = Duration::from_secs(1);
 /// server restarted; anything else on them gets the same 503 as past the cap.
 pub const PROBE_RESERVE_CONNECTIONS: usize = 16;
 
-/// Decrements the open-connection count when a connection task ends, however it ends.
-struct OpenGuard(Arc<AtomicUsize>);
+/// Counts a connection among the open ones (and, for one of the probe reserve, among those) for
+/// as long as its task lives, however it ends.
+struct OpenGuard {
+    open: Arc<AtomicUsize>,
+    reserve: Option<Arc<AtomicUsize>>,
+}
+
+impl OpenGuard {
+    fn new(open: &Arc<AtomicUsize>, reserve: Option<&Arc<AtomicUsize>>) -> OpenGuard {
+        open.fetch_add(1, Ordering::SeqCst);
+        if let Some(r) = reserve {
+            r.fetch_add(1, Ordering::SeqCst);
+        }
+        OpenGuard { open: open.clone(), reserve: reserve.cloned() }
+    }
+}
 
 impl Drop for OpenGuard {
     fn drop(&mut self) {
-        self.0.fetch_sub(1, Ordering::SeqCst);
+        self.open.fetch_sub(1, Ordering::SeqCst);
+        if let Some(r) = &self.reserve {
+            r.fetch_sub(1, Ordering::SeqCst);
+        }
     }
 }
 
@@ -104,11 +121,9 @@ async fn accept_loop(
             continue;
         }
         // A reserve connection counts among the open ones too, so shutdown waits for it.
-        let counters = if reserve { vec![open.clone(), reserve_open.clone()] } else { vec![open.clone()] };
-        counters.iter().for_each(|c| _ = c.fetch_add(1, Ordering::SeqCst));
-        let guards: Vec<OpenGuard> = counters.into_iter().map(OpenGuard).collect();
+        let guard = OpenGuard::new(&open, reserve.then_some(&reserve_open));
         ex.spawn(async move {
-            let _guards = guards;
+            let _guard = guard;
             run_connection(stream, peer, &*handler, &cfg, &shutdown, reserve).await;
         })
         .detach();
