@@ -114,7 +114,7 @@ fn quantile(v: &mut [f64], q: f64) -> f64 {
 fn turn_overhead(turns: usize) {
     let dir = std::env::temp_dir().join(random_id("mtplx-chats-bench-"));
     std::fs::create_dir_all(&dir).unwrap();
-    let model = mtplx_lite::model::demo::ensure_demo_model(&mut |l| eprintln!("{l}")).unwrap();
+    let model = mtplx_lite::model::fetch::ensure_demo_model(&mut |l| eprintln!("{l}")).unwrap();
     let mut child = Command::new(env!("CARGO_BIN_EXE_mtplx-lite"))
         .args(["--listen", "127.0.0.1:0", "--threads", "1", "--model", model.to_str().unwrap(), "--database"])
         .arg(dir.join("chats.db"))

@@ -19,7 +19,7 @@
 
 use mtplx_lite::backend::cpu::Isa;
 use mtplx_lite::backend::{
-    stored_keys, stored_values, AttnSeq, Backend, CpuBackend, DType, Heads, KvBuf, KvFormat, Layout, WeightRef,
+    stored_keys, stored_values, AttnSeq, Backend, CpuBackend, DType, Heads, KvBuf, KvFormat, Layout, Upload, WeightRef,
 };
 use std::time::Instant;
 
@@ -43,10 +43,10 @@ impl Mat {
         WeightRef { layout: self.layout, ..WeightRef::new(self.dtype, &self.bytes, self.rows, self.cols).unwrap() }
     }
 
-    /// Into `be`'s preferred layout, as the model loader does.
-    fn repack(&mut self, be: &CpuBackend) {
-        if let Some((layout, bytes)) = be.repack(self.w()) {
-            (self.layout, self.bytes) = (layout, bytes);
+    /// Into `be`'s preferred type and layout, as the model loader does.
+    fn upload(&mut self, be: &CpuBackend) {
+        if let Some(Upload { dtype, layout, bytes }) = be.upload(self.w()) {
+            (self.dtype, self.layout, self.bytes) = (dtype, layout, bytes);
         }
     }
 }
@@ -168,7 +168,7 @@ fn compute_only(spec: &str) {
     let mut m = synth("ffn_gate", dtype, FFN, HIDDEN, &mut 12345);
     let be = CpuBackend::with_isa(1, isa);
     if !parts.contains(&"rows") {
-        m.repack(&be);
+        m.upload(&be);
     }
     let x: Vec<f32> = (0..n * HIDDEN).map(|i| ((i * 7919 % 2003) as f32 / 1001.5) - 1.0).collect();
     let mut y = vec![0f32; n * FFN];
@@ -217,7 +217,7 @@ fn kquant_vs_float() {
             let Some(avx2) = Isa::available().contains(&Isa::Avx2).then(|| CpuBackend::with_isa(1, Isa::Avx2)) else {
                 continue;
             };
-            let Some((layout, bytes)) = avx2.repack(m.w()) else { continue };
+            let Some(Upload { dtype, layout, bytes }) = avx2.upload(m.w()) else { continue };
             let p = Mat { name, dtype, rows, cols, bytes, layout };
             let mut yp = vec![0f32; n * rows];
             let (mut tp, mut tr) = (f64::INFINITY, f64::INFINITY);
@@ -266,7 +266,16 @@ fn step_attention(x: &[f32], stream: [f64; 2]) {
             let be = CpuBackend::with_isa(threads, Isa::detect());
             let secs = best(20, || {
                 for (k, v) in &caches {
-                    let seq = AttnSeq { q, keys: k, values: v, format, start_pos: ctx - 1, n_q: 1, out: &mut o };
+                    let seq = AttnSeq {
+                        q,
+                        keys: k,
+                        values: v,
+                        format,
+                        start_pos: ctx - 1,
+                        n_q: 1,
+                        out: &mut o,
+                        window: None,
+                    };
                     be.attention(seq, heads, 0.125);
                 }
             });
@@ -319,6 +328,7 @@ fn batch_attention(x: &[f32], evict: &[u64]) {
                             start_pos: ctx,
                             n_q: rows,
                             out: o,
+                            window: None,
                         })
                         .collect();
                     be.attention_batch(&mut batch, heads, 0.125);
@@ -357,7 +367,7 @@ fn main() {
     let rows_only = std::env::var("KERNELS_BENCH_LAYOUT").is_ok_and(|v| v == "rows");
     if !rows_only {
         let be = CpuBackend::with_isa(1, Isa::detect());
-        layers.iter_mut().flatten().chain(std::iter::once(&mut head)).for_each(|m| m.repack(&be));
+        layers.iter_mut().flatten().chain(std::iter::once(&mut head)).for_each(|m| m.upload(&be));
     }
     let layout = head.layout;
     let total_bytes: usize = layers.iter().flatten().map(|m| m.bytes.len()).sum::<usize>() + head.bytes.len();
@@ -488,7 +498,16 @@ fn main() {
         for threads in [1, 2] {
             let be = CpuBackend::with_isa(threads, best_isa);
             let secs = best(200, || {
-                let seq = AttnSeq { q, keys: &keys, values: &kv, format, start_pos: ctx - 1, n_q: 1, out: &mut o };
+                let seq = AttnSeq {
+                    q,
+                    keys: &keys,
+                    values: &kv,
+                    format,
+                    start_pos: ctx - 1,
+                    n_q: 1,
+                    out: &mut o,
+                    window: None,
+                };
                 be.attention(seq, heads, 0.125)
             });
             print!("  ctx {ctx:>5}, {threads} thread(s): {:>6.1} us", secs * 1e6);

@@ -30,6 +30,8 @@ fn main() {
             cli::bench::generate(&settings.model, &g.prompt, g.max_tokens, g.temperature, g.seed, g.chat)
         }
         Some(Command::Tune(t)) => cli::tune::run(&settings.model, t.out.as_deref(), t.max_tokens, t.reps.max(1)),
+        Some(Command::Models(_)) => cli::models::list(),
+        Some(Command::Pull(p)) => cli::models::pull(&p.name),
     };
     if let Err(e) = result {
         eprintln!("mtplx-lite: {e}");

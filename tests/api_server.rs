@@ -185,7 +185,7 @@ fn the_demo_model_is_found_under_xdg_cache_home() {
     let (xdg, home) = (root.join("xdg"), root.join("home"));
     std::fs::create_dir_all(xdg.join("mtplx-lite")).unwrap();
     std::fs::create_dir_all(&home).unwrap();
-    std::os::unix::fs::symlink(&model, xdg.join("mtplx-lite").join(mtplx_lite::model::demo::DEMO_FILE)).unwrap();
+    std::os::unix::fs::symlink(&model, xdg.join("mtplx-lite").join(mtplx_lite::model::fetch::DEMO_FILE)).unwrap();
     // HOME holds no cache: only XDG_CACHE_HOME leads to the model without a download.
     let s = Server::start_with_env(
         &["--threads", "1"],

@@ -4,6 +4,7 @@
 
 mod common;
 
+use common::reference::{argmax, check_greedy, check_tokenize, ids, teacher_forced};
 use mtplx_lite::model::llama::Llama;
 use mtplx_lite::model::{LogitsWanted, Model, ModelFiles, SeqBatch, Tokenizer};
 use serde_json::Value;
@@ -45,23 +46,9 @@ fn demo() -> &'static Demo {
     })
 }
 
-fn ids(v: &Value) -> Vec<u32> {
-    v.as_array().unwrap().iter().map(|x| x.as_u64().unwrap() as u32).collect()
-}
-
-fn argmax(xs: &[f32]) -> u32 {
-    xs.iter().enumerate().fold((0, f32::NEG_INFINITY), |b, (i, &x)| if x > b.1 { (i, x) } else { b }).0 as u32
-}
-
 #[test]
 fn tokenizer_matches_llama_cpp() {
-    let d = demo();
-    let cases = d.reference["tokenize"].as_array().unwrap();
-    for case in cases {
-        let text = case["text"].as_str().unwrap();
-        assert_eq!(d.tok.encode(text, false).unwrap(), ids(&case["ids"]), "text {text:?}");
-    }
-    assert!(cases.len() >= 10);
+    check_tokenize(&demo().tok, &demo().reference);
 }
 
 /// A step whose top-2 logits (llama.cpp's) are closer than this is a near-tie: both
@@ -72,43 +59,7 @@ const NEAR_TIE: f32 = 1.0;
 #[test]
 fn greedy_tokens_match_llama_cpp_up_to_the_first_near_tie() {
     let d = demo();
-    let mut identical = 0;
-    for case in d.reference["greedy"].as_array().unwrap() {
-        let prompt = ids(&case["prompt_ids"]);
-        let want = ids(&case["greedy_ids"]);
-        let margins: Vec<f32> =
-            case["top2_margins"].as_array().unwrap().iter().map(|m| m.as_f64().unwrap() as f32).collect();
-        let decisive = margins.iter().position(|&m| m < NEAR_TIE).unwrap_or(want.len());
-        let mut cache = d.model.new_cache(512);
-        let mut logits = d
-            .model
-            .forward(&mut [SeqBatch { tokens: &prompt, cache: &mut cache, logits: LogitsWanted::Last }])
-            .unwrap()
-            .remove(0);
-        let mut got = Vec::new();
-        for _ in 0..want.len() {
-            let next = argmax(&logits);
-            got.push(next);
-            logits = d
-                .model
-                .forward(&mut [SeqBatch { tokens: &[next], cache: &mut cache, logits: LogitsWanted::Last }])
-                .unwrap()
-                .remove(0);
-        }
-        identical += (got == want) as usize;
-        eprintln!(
-            "greedy: {} of 32 identical (first near-tie at step {decisive}): {:?}",
-            got.iter().zip(&want).take_while(|(a, b)| a == b).count(),
-            d.tok.decode(&got)
-        );
-        assert_eq!(
-            got[..decisive],
-            want[..decisive],
-            "ours {:?} vs llama.cpp {:?}",
-            d.tok.decode(&got),
-            d.tok.decode(&want)
-        );
-    }
+    let identical = check_greedy(&d.model, &d.tok, &d.reference, NEAR_TIE);
     eprintln!("greedy: {identical} of 3 prompts identical over all 32 tokens");
 }
 
@@ -126,39 +77,22 @@ fn teacher_forced_logits_agree_with_llama_cpp() {
     let exact = exact();
     let exact10 = exact["top10"].as_array().unwrap();
     assert_eq!(ids(&exact["ids"]), tokens);
-    let vocab = d.model.info().vocab_size;
-    let mut cache = d.model.new_cache(1024);
-    let logits = d
-        .model
-        .forward(&mut [SeqBatch { tokens: &tokens, cache: &mut cache, logits: LogitsWanted::All }])
-        .unwrap()
-        .remove(0);
-    let (mut agree, mut decisive, mut decisive_agree, mut worst) = (0usize, 0usize, 0usize, 0f32);
     let (mut ours_err, mut theirs_err, mut n_err) = (0f64, 0f64, 0usize);
     let (mut ours_worst, mut theirs_worst) = (0f64, 0f64);
     // Positions where each implementation's top-1 is the exact forward pass's top-1, among
     // those whose exact top-2 margin is at least EXACT_NEAR_TIE.
     let (mut ours_exact, mut theirs_exact, mut exact_decisive) = (0usize, 0usize, 0usize);
-    for (pos, want) in top10.iter().enumerate() {
-        let row = &logits[pos * vocab..(pos + 1) * vocab];
+    let a = teacher_forced(&d.model, tf, tokens.len(), NEAR_TIE, |pos, row| {
+        let want = &top10[pos];
         let want_ids = ids(&want["ids"]);
         let want_logits: Vec<f32> =
             want["logits"].as_array().unwrap().iter().map(|v| v.as_f64().unwrap() as f32).collect();
-        let same = argmax(row) == want_ids[0];
-        agree += same as usize;
         let exact_top1 = ids(&exact10[pos]["ids"])[0];
         let exact_logits = exact10[pos]["logits"].as_array().unwrap();
         if exact_logits[0].as_f64().unwrap() - exact_logits[1].as_f64().unwrap() >= EXACT_NEAR_TIE {
             exact_decisive += 1;
             ours_exact += (argmax(row) == exact_top1) as usize;
             theirs_exact += (want_ids[0] == exact_top1) as usize;
-        }
-        if want_logits[0] - want_logits[1] >= NEAR_TIE {
-            decisive += 1;
-            decisive_agree += same as usize;
-        }
-        for (id, v) in want_ids.iter().zip(&want_logits) {
-            worst = worst.max((row[*id as usize] - v).abs());
         }
         // Distance of each implementation from the exact logits, on tokens both top-10s share.
         let ex = &exact10[pos];
@@ -172,7 +106,8 @@ fn teacher_forced_logits_agree_with_llama_cpp() {
                 n_err += 1;
             }
         }
-    }
+    });
+    let (agree, decisive, decisive_agree, worst) = (a.agree, a.decisive, a.decisive_agree, a.worst);
     let (ours_err, theirs_err) = (ours_err / n_err as f64, theirs_err / n_err as f64);
     eprintln!(
         "teacher-forced over {} positions: top-1 agrees with llama.cpp at {agree} ({:.1}%), at {decisive_agree} of {decisive} decisive positions; \

@@ -33,6 +33,7 @@ fn card(llm: &Llm) -> ModelCard<'_> {
         owned_by: "mtplx-lite",
         context_length: llm.ctx,
         architecture: &llm.info.arch,
+        chat_template: llm.template.origin(),
     }
 }
 

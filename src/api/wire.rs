@@ -38,6 +38,8 @@ pub struct ModelCard<'a> {
     /// The context a request may really use: the model's, bounded by `--ctx` and the KV budget.
     pub context_length: usize,
     pub architecture: &'a str,
+    /// `model` (the file's own chat template) or `built-in NAME` (the file carries none).
+    pub chat_template: String,
 }
 
 #[derive(Serialize, Clone, Copy, Debug, PartialEq, Eq)]

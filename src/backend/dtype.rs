@@ -10,6 +10,7 @@ pub enum DType {
     BF16,
     Q4_0,
     Q4_1,
+    Q5_0,
     Q8_0,
     Q4K,
     Q5K,
@@ -18,13 +19,14 @@ pub enum DType {
 
 impl DType {
     /// Every supported type, for tests that cover them all.
-    pub const ALL: [DType; 9] = [
+    pub const ALL: [DType; 10] = [
         DType::F32,
         DType::F16,
         DType::BF16,
         DType::Q8_0,
         DType::Q4_0,
         DType::Q4_1,
+        DType::Q5_0,
         DType::Q4K,
         DType::Q5K,
         DType::Q6K,
@@ -37,6 +39,7 @@ impl DType {
             1 => DType::F16,
             2 => DType::Q4_0,
             3 => DType::Q4_1,
+            6 => DType::Q5_0,
             8 => DType::Q8_0,
             12 => DType::Q4K,
             13 => DType::Q5K,
@@ -52,6 +55,7 @@ impl DType {
             DType::F16 => 1,
             DType::Q4_0 => 2,
             DType::Q4_1 => 3,
+            DType::Q5_0 => 6,
             DType::Q8_0 => 8,
             DType::Q4K => 12,
             DType::Q5K => 13,
@@ -64,7 +68,7 @@ impl DType {
     pub const fn block_len(self) -> usize {
         match self {
             DType::F32 | DType::F16 | DType::BF16 => 1,
-            DType::Q4_0 | DType::Q4_1 | DType::Q8_0 => 32,
+            DType::Q4_0 | DType::Q4_1 | DType::Q5_0 | DType::Q8_0 => 32,
             DType::Q4K | DType::Q5K | DType::Q6K => 256,
         }
     }
@@ -76,6 +80,7 @@ impl DType {
             DType::F16 | DType::BF16 => 2,
             DType::Q4_0 => 2 + 16,
             DType::Q4_1 => 2 + 2 + 16,
+            DType::Q5_0 => 2 + 4 + 16,
             DType::Q8_0 => 2 + 32,
             DType::Q4K => 2 + 2 + 12 + 128,
             DType::Q5K => 2 + 2 + 12 + 32 + 128,
@@ -95,6 +100,7 @@ impl DType {
             DType::BF16 => "BF16",
             DType::Q4_0 => "Q4_0",
             DType::Q4_1 => "Q4_1",
+            DType::Q5_0 => "Q5_0",
             DType::Q8_0 => "Q8_0",
             DType::Q4K => "Q4_K",
             DType::Q5K => "Q5_K",

@@ -26,13 +26,21 @@ pub struct WeightRef<'a> {
     pub layout: Layout,
 }
 
+/// A weight matrix as a backend holds it ([`Backend::upload`]): the same values, maybe in
+/// another type or layout.
+pub struct Upload {
+    pub dtype: DType,
+    pub layout: Layout,
+    pub bytes: Vec<u8>,
+}
+
 /// How a weight matrix's blocks are ordered in its bytes.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum Layout {
     /// As in the model file: rows back to back.
     #[default]
     Rows,
-    /// Made at load time by [`Backend::repack`]: groups of eight rows with their blocks
+    /// Made at load time by [`Backend::upload`]: groups of eight rows with their blocks
     /// interleaved, block column by block column (`backend/cpu/repack.rs`). Same byte count.
     Rows8,
 }
@@ -140,9 +148,10 @@ pub trait Backend: Send {
         }
     }
 
-    /// The bytes of `w` (in the file's layout) in a layout this backend's kernels read faster,
-    /// and that layout; `None` keeps the file's. Called once per matrix at load time.
-    fn repack(&self, w: WeightRef<'_>) -> Option<(Layout, Vec<u8>)> {
+    /// `w` (in the file's layout) as this backend's kernels read it best, when that is not the
+    /// file's encoding: another layout, or another type that holds the same values. `None`
+    /// keeps the file's bytes. Called once per matrix at load time.
+    fn upload(&self, w: WeightRef<'_>) -> Option<Upload> {
         let _ = w;
         None
     }
@@ -157,8 +166,11 @@ pub trait Backend: Send {
     /// `gate[k] = silu(gate[k]) * up[k]`.
     fn swiglu(&self, gate: &mut [f32], up: &[f32]);
 
-    /// Causal GQA attention of one sequence (see [`AttnSeq`]) with `heads`, scores scaled by
-    /// `scale`.
+    /// `gate[k] = gelu(gate[k]) * up[k]`, GELU in its tanh form (Gemma's `gelu_pytorch_tanh`).
+    fn geglu(&self, gate: &mut [f32], up: &[f32]);
+
+    /// Causal GQA attention of one sequence (see [`AttnSeq`], and its `window`) with `heads`,
+    /// scores scaled by `scale`.
     fn attention(&self, seq: AttnSeq<'_>, heads: Heads, scale: f32);
 
     /// The cache format this backend's attention reads fastest for heads of `head_dim` (every
@@ -190,6 +202,9 @@ pub struct AttnSeq<'a> {
     pub start_pos: usize,
     pub n_q: usize,
     pub out: &'a mut [f32],
+    /// A sliding window's width: the row at position `p` sees keys `p + 1 - window..=p` only
+    /// (every key from 0 when `None`).
+    pub window: Option<usize>,
 }
 
 impl AttnSeq<'_> {
@@ -203,6 +218,7 @@ impl AttnSeq<'_> {
             start_pos: self.start_pos,
             n_q: self.n_q,
             out: self.out,
+            window: self.window,
         }
     }
 }

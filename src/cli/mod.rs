@@ -5,6 +5,7 @@
 pub mod bench;
 pub mod bench_rows;
 mod demo_head;
+pub mod models;
 pub mod serve;
 pub mod tune;
 
@@ -15,6 +16,7 @@ use mtplx_lite::engine::step_pacer::DEFAULT_MAX_STEP_RATIO;
 use mtplx_lite::engine::StepBudget;
 use mtplx_lite::engine::{Depth, DraftConfig, DraftMode};
 use mtplx_lite::http::{HttpConfig, DEFAULT_MAX_BODY_BYTES, DEFAULT_MAX_CONNECTIONS, DEFAULT_SHUTDOWN_GRACE};
+use mtplx_lite::model::catalogue;
 use mtplx_lite::store::url::DatabaseUrl;
 use std::net::{SocketAddr, ToSocketAddrs};
 use std::path::PathBuf;
@@ -55,7 +57,8 @@ pub struct Cli {
     /// picks a free port, printed at start)
     #[argh(option, default = "String::from(\"127.0.0.1:8100\")")]
     pub listen: String,
-    /// a GGUF file or a Hugging Face model directory (default: the demo model)
+    /// a GGUF file, a Hugging Face model directory, or a model's name, fetched on first use
+    /// (`mtplx-lite models` lists them; default: smollm2-135m, the demo model)
     #[argh(option)]
     pub model: Option<PathBuf>,
     /// threads running the HTTP executor (default 1)
@@ -147,7 +150,7 @@ pub struct Cli {
     pub depth: String,
     /// an MTP head (a `.mtp.safetensors` sidecar made for this model by tools/forge) to draft
     /// with, used instead of any head the model's checkpoint carries; the demo model gets its
-    /// own when no --model is given
+    /// own however it is named
     #[argh(option)]
     pub mtp_head: Option<PathBuf>,
     /// the profile `mtplx-lite tune` saved, which --depth auto starts from (default: the one for
@@ -183,6 +186,8 @@ pub enum Command {
     Bench(BenchCmd),
     Generate(GenerateCmd),
     Tune(TuneCmd),
+    Models(models::ModelsCmd),
+    Pull(models::PullCmd),
 }
 
 /// measure verify-pass costs and each drafter's acceptance on this machine, print whether
@@ -273,21 +278,22 @@ pub struct ModelOpts {
 }
 
 impl ModelOpts {
-    /// The model's path; the demo model is fetched on first use.
+    /// The model's path; a model named by the catalogue (the demo by default) is fetched on
+    /// first use.
     pub fn path(&self) -> Result<PathBuf, String> {
-        match &self.model {
-            Some(p) => Ok(p.clone()),
-            None => mtplx_lite::model::demo::ensure_demo_model(&mut |l| eprintln!("mtplx-lite: {l}"))
-                .map_err(|e| e.to_string()),
-        }
+        models::resolve(self.model.as_deref()).map(|(p, _)| p)
     }
 
-    /// The MTP head to load: `--mtp-head`, else the demo's own when the demo model is served.
+    /// The MTP head to load: `--mtp-head`, else the demo's own when the demo model is served,
+    /// however it was named.
     pub fn head_path(&self, model: &std::path::Path) -> Result<Option<PathBuf>, String> {
-        match (&self.mtp_head, &self.model) {
-            (Some(p), _) => Ok(Some(p.clone())),
-            (None, None) => demo_head::ensure_beside(model).map(Some),
-            (None, Some(_)) => Ok(None),
+        match &self.mtp_head {
+            Some(p) => Ok(Some(p.clone())),
+            None => {
+                let by_name = self.model.as_deref().and_then(|m| m.to_str()).and_then(catalogue::find);
+                let entry = if self.model.is_none() { Some(catalogue::DEMO) } else { by_name };
+                models::demo_head_for(model, entry)
+            }
         }
     }
 }

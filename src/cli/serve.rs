@@ -28,6 +28,8 @@ pub fn run(s: Settings) -> Result<(), String> {
     eprintln!("mtplx-lite: loading {}", path.display());
     let loaded = mtplx_lite::model::load::load(&path, s.model.threads).map_err(|e| e.to_string())?;
     let info = loaded.model.info().clone();
+    let why = if loaded.template.is_fallback() { " (the file carries none)" } else { "" };
+    eprintln!("mtplx-lite: {} model, chat template: {}{why}", info.arch, loaded.template.origin());
     let engine_cfg = EngineConfig {
         budget: s.model.budget,
         draft: s.model.draft,

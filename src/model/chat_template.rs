@@ -14,6 +14,23 @@ pub const CHATML_TEMPLATE: &str = "{%- for message in messages %}\
 {%- endfor %}\
 {%- if add_generation_prompt %}{{- '<|im_start|>assistant\\n' }}{%- endif %}";
 
+/// The template used for a Gemma model that carries none (a base model's file): Gemma's turns,
+/// as llama.cpp's built-in `gemma` template writes them (a system message goes before the first
+/// user message's text), led by the BOS token as Gemma's own templates are (chat prompts are
+/// encoded as the template spells them, with no token added).
+pub const GEMMA_TEMPLATE: &str = "{{- bos_token -}}{%- if messages and messages[0]['role'] == 'system' -%}\
+{%- set prefix = messages[0]['content'] | trim + '\n\n' -%}{%- set turns = messages[1:] -%}\
+{%- else -%}{%- set prefix = '' -%}{%- set turns = messages -%}{%- endif -%}\
+{%- for message in turns -%}\
+{%- set role = 'model' if message['role'] == 'assistant' else message['role'] -%}\
+{{- '<start_of_turn>' + role + '\n' + (prefix if loop.first else '') + message['content'] | trim + '<end_of_turn>\n' -}}\
+{%- endfor -%}\
+{%- if add_generation_prompt %}{{- '<start_of_turn>model\n' }}{%- endif %}";
+
+/// Built-in templates by architecture, for files that carry none (as llama.cpp picks one); any
+/// other architecture gets ChatML.
+const BUILT_IN: &[(&str, &str, &str)] = &[("gemma3", "gemma", GEMMA_TEMPLATE)];
+
 /// Longest template source accepted; real ones are a few KiB, the largest about 20 KiB.
 pub const MAX_TEMPLATE_BYTES: usize = 1 << 20;
 
@@ -75,33 +92,49 @@ pub struct ChatTemplate {
     env: Environment<'static>,
     bos_token: String,
     eos_token: String,
-    is_fallback: bool,
+    /// The built-in template's name when the model carries none.
+    built_in: Option<&'static str>,
 }
 
 impl std::fmt::Debug for ChatTemplate {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("ChatTemplate").field("is_fallback", &self.is_fallback).finish_non_exhaustive()
+        f.debug_struct("ChatTemplate").field("built_in", &self.built_in).finish_non_exhaustive()
     }
 }
 
 impl ChatTemplate {
-    /// The model's template (or ChatML when it has none), with its bos/eos texts, checked.
-    pub fn from_tokenizer(tok: &Tokenizer) -> Result<Self, TemplateError> {
+    /// The model's template (or the built-in one for `arch` when it has none), with its bos/eos
+    /// texts, checked.
+    pub fn from_tokenizer(tok: &Tokenizer, arch: &str) -> Result<Self, TemplateError> {
         let bos = tok.bos_text().unwrap_or_default();
         let eos = tok.eos_text().unwrap_or_default();
-        Self::for_model(tok.chat_template(), &bos, &eos)
+        Self::for_model(tok.chat_template(), &bos, &eos, arch)
     }
 
-    /// `source`, or ChatML when `None` or blank; checked on a probe conversation.
-    pub fn for_model(source: Option<&str>, bos_token: &str, eos_token: &str) -> Result<Self, TemplateError> {
+    /// `source`, or when `None` or blank the built-in template of architecture `arch` (ChatML
+    /// for one without); checked on a probe conversation.
+    pub fn for_model(
+        source: Option<&str>,
+        bos_token: &str,
+        eos_token: &str,
+        arch: &str,
+    ) -> Result<Self, TemplateError> {
         match source {
             Some(s) if !s.trim().is_empty() => Self::new(s, bos_token, eos_token),
             _ => {
-                let mut t = Self::new(CHATML_TEMPLATE, bos_token, eos_token)?;
-                t.is_fallback = true;
+                let (name, source) =
+                    BUILT_IN.iter().find(|b| b.0 == arch).map_or(("chatml", CHATML_TEMPLATE), |b| (b.1, b.2));
+                let mut t = Self::new(source, bos_token, eos_token)?;
+                t.built_in = Some(name);
                 Ok(t)
             }
         }
+    }
+
+    /// Which template this is: `model` (the file's own), or `built-in NAME` when the file
+    /// carries none.
+    pub fn origin(&self) -> String {
+        self.built_in.map_or_else(|| "model".to_string(), |n| format!("built-in {n}"))
     }
 
     /// Compiles `source` and checks it by rendering a probe conversation.
@@ -118,15 +151,14 @@ impl ChatTemplate {
         env.add_function("raise_exception", raise_exception);
         env.add_template_owned(TEMPLATE_NAME, source.to_owned())
             .map_err(|e| TemplateError::Syntax { detail: describe(&e) })?;
-        let t =
-            ChatTemplate { env, bos_token: bos_token.to_owned(), eos_token: eos_token.to_owned(), is_fallback: false };
+        let t = ChatTemplate { env, bos_token: bos_token.to_owned(), eos_token: eos_token.to_owned(), built_in: None };
         t.probe()?;
         Ok(t)
     }
 
-    /// Whether this is the ChatML fallback rather than the model's own template.
+    /// Whether this is a built-in template rather than the model's own.
     pub fn is_fallback(&self) -> bool {
-        self.is_fallback
+        self.built_in.is_some()
     }
 
     /// The prompt for `messages`; with `add_generation_prompt`, ending where the assistant's
@@ -248,8 +280,9 @@ mod tests {
 
     #[test]
     fn chatml_fallback_renders_the_conversation() {
-        let t = ChatTemplate::for_model(None, "", "<|im_end|>").unwrap();
+        let t = ChatTemplate::for_model(None, "", "<|im_end|>", "llama").unwrap();
         assert!(t.is_fallback());
+        assert_eq!(t.origin(), "built-in chatml");
         let out = t.render(&conv(), true).unwrap();
         assert_eq!(
             out,
@@ -257,7 +290,24 @@ mod tests {
              <|im_start|>assistant\n"
         );
         assert!(!t.render(&conv(), false).unwrap().ends_with("assistant\n"));
-        assert!(ChatTemplate::for_model(Some("  \n"), "", "").unwrap().is_fallback());
+        assert!(ChatTemplate::for_model(Some("  \n"), "", "", "qwen3").unwrap().is_fallback());
+    }
+
+    #[test]
+    fn a_gemma_file_without_a_template_gets_gemma_turns() {
+        let t = ChatTemplate::for_model(None, "<bos>", "<eos>", "gemma3").unwrap();
+        assert_eq!(t.origin(), "built-in gemma");
+        let mut c = vec![ChatMessage::new("system", "Be brief.")];
+        c.extend(conv());
+        assert_eq!(
+            t.render(&c, true).unwrap(),
+            "<bos><start_of_turn>user\nBe brief.\n\nHi<end_of_turn>\n<start_of_turn>model\nHello!<end_of_turn>\n\
+             <start_of_turn>model\n"
+        );
+        let own =
+            ChatTemplate::for_model(Some("{% for m in messages %}{{ m['content'] }}{% endfor %}"), "", "", "gemma3")
+                .unwrap();
+        assert_eq!((own.origin(), own.is_fallback()), ("model".to_string(), false));
     }
 
     #[test]

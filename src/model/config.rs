@@ -20,6 +20,7 @@ pub enum Arch {
     Llama,
     Qwen2,
     Qwen3,
+    Gemma3,
 }
 
 impl Arch {
@@ -28,6 +29,7 @@ impl Arch {
             "llama" => Some(Arch::Llama),
             "qwen2" => Some(Arch::Qwen2),
             "qwen3" => Some(Arch::Qwen3),
+            "gemma3" => Some(Arch::Gemma3),
             _ => None,
         }
     }
@@ -37,7 +39,30 @@ impl Arch {
             Arch::Llama => "llama",
             Arch::Qwen2 => "qwen2",
             Arch::Qwen3 => "qwen3",
+            Arch::Gemma3 => "gemma3",
         }
+    }
+}
+
+/// Gemma 3's default: five sliding-window layers, then a global one (llama.cpp's
+/// `set_swa_pattern(6)`; the GGUF converter writes no key for it).
+const GEMMA3_GLOBAL_EVERY: usize = 6;
+/// Gemma 3's RoPE base on its sliding-window layers (`rope_local_base_freq`).
+const GEMMA3_LOCAL_THETA: f32 = 10_000.0;
+
+/// Sliding-window attention on some layers: each sees only the last `window` positions, with
+/// its own RoPE base; every `global_every`-th layer (the last of each run) attends causally.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Sliding {
+    pub window: usize,
+    pub global_every: usize,
+    pub local_theta: f32,
+}
+
+impl Sliding {
+    /// Whether layer `l` is one of the sliding-window layers.
+    pub fn is_local(&self, l: usize) -> bool {
+        !(l + 1).is_multiple_of(self.global_every)
     }
 }
 
@@ -77,6 +102,15 @@ pub struct HParams {
     pub qkv_bias: bool,
     /// Bias on the attention output projection (llama with `attention_bias`).
     pub o_bias: bool,
+    /// Sliding-window layers (Gemma 3).
+    pub sliding: Option<Sliding>,
+    /// A norm on the attention's and the feed-forward's outputs before each residual add
+    /// (Gemma 3's four norms per block).
+    pub post_norms: bool,
+    /// Token embeddings are scaled by `sqrt(hidden)` (Gemma).
+    pub embed_scale: bool,
+    /// The feed-forward's gate goes through GELU (tanh form) rather than SiLU (Gemma).
+    pub gelu: bool,
 }
 
 fn bad(file: &Path, key: &str, problem: String) -> ModelError {
@@ -187,6 +221,27 @@ impl HParams {
             Some(v) => positive_f32(file, &format!("{a}.rope.freq_base"), v)?,
             None => 10_000.0, // llama.cpp's default when the key is absent
         };
+        if let Some(kind) = meta.get_str(&format!("{a}.rope.scaling.type")).filter(|k| *k != "none") {
+            let problem = format!("RoPE scaling of type {kind:?} is not supported");
+            return Err(bad(file, &format!("{a}.rope.scaling.type"), problem));
+        }
+        let sliding = match (arch, opt("attention.sliding_window", MAX_CONTEXT)?) {
+            (Arch::Gemma3, Some(window)) => Some(Sliding {
+                window,
+                global_every: opt("attention.sliding_window_pattern", MAX_LAYERS)?.unwrap_or(GEMMA3_GLOBAL_EVERY),
+                local_theta: GEMMA3_LOCAL_THETA,
+            }),
+            (Arch::Gemma3, None) => {
+                let key = format!("{a}.attention.sliding_window");
+                return Err(ModelError::MissingKey { file: file.to_path_buf(), key });
+            }
+            (_, Some(_)) => {
+                let problem = format!("sliding-window attention is supported for gemma3, not for {a}");
+                return Err(bad(file, &format!("{a}.attention.sliding_window"), problem));
+            }
+            (_, None) => None,
+        };
+        let gemma = arch == Arch::Gemma3;
         let eps_key = format!("{a}.attention.layer_norm_rms_epsilon");
         let rms_eps = match meta.get_f64(&eps_key) {
             Some(v) => positive_f32(file, &eps_key, v)?,
@@ -206,9 +261,13 @@ impl HParams {
             rms_eps,
             tied_embeddings: !tensors.contains("output.weight"),
             rope_layout: if arch == Arch::Llama { RopeLayout::Interleaved } else { RopeLayout::NeoX },
-            qk_norm: arch == Arch::Qwen3,
+            qk_norm: arch == Arch::Qwen3 || gemma,
             qkv_bias: arch == Arch::Qwen2 || tensors.contains("blk.0.attn_q.bias"),
             o_bias: tensors.contains("blk.0.attn_output.bias"),
+            sliding,
+            post_norms: gemma,
+            embed_scale: gemma,
+            gelu: gemma,
         };
         hp.check(file)
     }
@@ -223,6 +282,10 @@ impl HParams {
             file: file.to_path_buf(),
             arch: model_type.to_string(),
         })?;
+        if arch == Arch::Gemma3 {
+            let problem = "gemma3 is read from GGUF files (llama.cpp's convert_hf_to_gguf.py makes one)".to_string();
+            return Err(bad(file, "model_type", problem));
+        }
         let get = |key: &str, max: u64| {
             count(file, key, cfg.get(key).and_then(|v| v.as_u64()), cfg.get(key).is_some_and(|v| !v.is_null()), max)
         };
@@ -283,6 +346,10 @@ impl HParams {
             // qwen3 put biases on q, k, v and o when `attention_bias` is set.
             qkv_bias: arch == Arch::Qwen2 || attention_bias,
             o_bias: arch != Arch::Qwen2 && attention_bias,
+            sliding: None,
+            post_norms: false,
+            embed_scale: false,
+            gelu: false,
         };
         hp.check(file)
     }

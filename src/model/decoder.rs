@@ -16,6 +16,8 @@ use crate::backend::{AttnSeq, Backend, Heads, Rope};
 pub enum AttentionKind {
     /// Every earlier position and its own (the llama family's every layer).
     Causal,
+    /// The last `window` positions, its own included (Gemma 3's local layers).
+    Sliding { window: usize },
 }
 
 /// The non-linearity between a layer's up and down projections.
@@ -23,6 +25,8 @@ pub enum AttentionKind {
 pub enum Activation {
     /// `silu(gate) * up` (llama, qwen2, qwen3).
     SwiGlu,
+    /// `gelu_tanh(gate) * up` (Gemma).
+    GeGlu,
 }
 
 /// What an architecture says about one decoder layer, beside its weights: its shapes, its
@@ -37,12 +41,15 @@ pub struct LayerSpec {
     pub rope: Rope,
     pub attention: AttentionKind,
     pub activation: Activation,
+    /// What the attention scores `q . k` are multiplied by (`1 / sqrt(head_dim)` but where an
+    /// architecture says otherwise).
+    pub score_scale: f32,
 }
 
 impl LayerSpec {
-    /// `1 / sqrt(head_dim)`: how the attention scores are scaled.
-    fn score_scale(&self) -> f32 {
-        1.0 / (self.heads.head_dim as f32).sqrt()
+    /// The usual score scale for heads of `head_dim`: `1 / sqrt(head_dim)`.
+    pub fn default_score_scale(head_dim: usize) -> f32 {
+        1.0 / (head_dim as f32).sqrt()
     }
 }
 
@@ -64,6 +71,8 @@ pub(crate) struct DecoderBlock {
     pub w_gate: Tensor,
     pub w_up: Tensor,
     pub w_down: Tensor,
+    pub post_attn_norm: Option<Vec<f32>>,
+    pub post_ffn_norm: Option<Vec<f32>>,
 }
 
 impl DecoderBlock {
@@ -87,6 +96,8 @@ impl DecoderBlock {
             w_gate: matrix(&l.w_gate),
             w_up: matrix(&l.w_up),
             w_down: matrix(&l.w_down),
+            post_attn_norm: vec(&l.post_attn_norm),
+            post_ffn_norm: vec(&l.post_ffn_norm),
         }
     }
 }
@@ -196,8 +207,10 @@ pub(crate) fn forward_layer(
         att_rows = rest;
         seq.cache.append(seq.layer, k, v);
         let cache = &*seq.cache;
-        // Causal attention reads every position so far: the whole cache layer.
-        let AttentionKind::Causal = spec.attention;
+        let window = match spec.attention {
+            AttentionKind::Causal => None,
+            AttentionKind::Sliding { window } => Some(window),
+        };
         // The cache's length advances after the last layer, so it is still the start.
         attn.push(AttnSeq {
             q,
@@ -207,19 +220,27 @@ pub(crate) fn forward_layer(
             start_pos: cache.len(),
             n_q: n,
             out,
+            window,
         });
     }
-    be.attention_batch(&mut attn, heads, spec.score_scale());
+    be.attention_batch(&mut attn, heads, spec.score_scale);
     drop(attn);
     be.matmul(block.wo.weight(), &s.att, t, &mut s.o);
     add_bias(&mut s.o, &block.bo);
+    if let Some(norm) = &block.post_attn_norm {
+        be.rms_norm(&mut s.o, norm, eps);
+    }
     add(x, &s.o);
     s.h.copy_from_slice(x);
     be.rms_norm(&mut s.h, &block.ffn_norm, eps);
     be.matmul_many(&[block.w_gate.weight(), block.w_up.weight()], &s.h, t, &mut [&mut s.gate, &mut s.up]);
     match spec.activation {
         Activation::SwiGlu => be.swiglu(&mut s.gate, &s.up),
+        Activation::GeGlu => be.geglu(&mut s.gate, &s.up),
     }
     be.matmul(block.w_down.weight(), &s.gate, t, &mut s.o);
+    if let Some(norm) = &block.post_ffn_norm {
+        be.rms_norm(&mut s.o, norm, eps);
+    }
     add(x, &s.o);
 }

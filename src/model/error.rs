@@ -143,13 +143,15 @@ impl fmt::Display for ModelError {
                 write!(f, "{}: {what} at offset {offset} is {value}, more than the limit of {limit}", file.display())
             }
             UnknownArchitecture { file, arch } => {
-                write!(f, "{}: unknown architecture {arch:?}; supported: llama, qwen2, qwen3", file.display())
+                write!(f, "{}: unknown architecture {arch:?}; supported: llama, qwen2, qwen3, gemma3", file.display())
             }
             UnsupportedTensorType { file, tensor, type_id } => {
+                let supported: Vec<&str> = crate::backend::DType::ALL.iter().map(|d| d.name()).collect();
                 write!(
                     f,
-                    "{}: tensor {tensor:?} has unsupported type {type_id}; supported: F32, F16, BF16, Q4_0, Q4_1, Q8_0, Q4_K, Q5_K, Q6_K",
-                    file.display()
+                    "{}: tensor {tensor:?} has unsupported type {type_id}; supported: {}",
+                    file.display(),
+                    supported.join(", ")
                 )
             }
             MissingTensor { file, tensor } => {

@@ -1,16 +1,18 @@
-//! The llama family of decoder-only transformers: llama (the demo), qwen2 (biases on q/k/v) and
-//! qwen3 (RMSNorm on each q and k head), each a description of its layers ([`LayerSpec`]) run
-//! by the one decoder layer of `decoder.rs`. One forward pass runs every sequence of a batch
-//! together, so each weight matrix is streamed from memory once per step for all rows.
+//! The forward pass of every decoder-only architecture we read: llama (the demo), qwen2 (biases
+//! on q/k/v), qwen3 (RMSNorm on each q and k head) and gemma3 (sliding windows, four norms per
+//! block, GeGLU, scaled embeddings), each a description (`arch.rs`) whose layers run through the
+//! one decoder layer of `decoder.rs`. One forward pass runs every sequence of a batch together,
+//! so each weight matrix is streamed from memory once per step for all rows.
 
+use super::arch::{describe, ModelSpec};
 use super::config::HParams;
-use super::decoder::{forward_layer, Activation, AttentionKind, DecoderBlock, LayerScratch, LayerSeq, LayerSpec};
+use super::decoder::{forward_layer, DecoderBlock, LayerScratch, LayerSeq};
 use super::model_files::ModelFiles;
 use super::mtp::{ForwardOutput, MtpTrunk, TrunkShared};
 use super::weights::ModelWeights;
 use super::{ForwardError, LogitsWanted, Model, ModelError, ModelInfo, SeqBatch, Tensor};
 use crate::backend::cpu::dequantize_row;
-use crate::backend::{Backend, CpuBackend, Heads, KvFormat, Rope};
+use crate::backend::{Backend, CpuBackend, KvFormat};
 use std::sync::Mutex;
 
 /// Rows of logits whose buffer a pass keeps for the next (a verify pass has up to 9).
@@ -37,17 +39,9 @@ pub struct Llama {
     output: Tensor,
     output_norm: Vec<f32>,
     layers: Vec<DecoderBlock>,
-    /// Every layer's description (the llama family's layers are all alike).
-    spec: LayerSpec,
+    /// What the architecture does, layer by layer.
+    spec: ModelSpec,
     scratch: Mutex<Scratch>,
-}
-
-/// `t` in the backend's preferred layout, or as it is when the backend has none for it.
-fn repacked(backend: &dyn Backend, t: &Tensor) -> Tensor {
-    match backend.repack(t.weight()) {
-        Some((layout, bytes)) => t.repacked(layout, bytes),
-        None => t.clone(),
-    }
 }
 
 impl Llama {
@@ -60,16 +54,9 @@ impl Llama {
         let hp = files.hparams.clone();
         let w: &ModelWeights = &files.weights;
         let be: &dyn Backend = &*backend;
-        let layers = w.layers.iter().map(|l| DecoderBlock::new(l, |t| repacked(be, t))).collect();
-        let output = repacked(be, &w.output);
-        let spec = LayerSpec {
-            heads: Heads { n_heads: hp.n_heads, n_kv_heads: hp.n_kv_heads, head_dim: hp.head_dim },
-            ffn: hp.ffn,
-            rms_eps: hp.rms_eps,
-            rope: Rope { layout: w.rope_layout, theta: hp.rope_theta, dims: hp.head_dim },
-            attention: AttentionKind::Causal,
-            activation: Activation::SwiGlu,
-        };
+        let layers = w.layers.iter().map(|l| DecoderBlock::new(l, |t| t.uploaded(be))).collect();
+        let output = w.output.uploaded(be);
+        let spec = describe(&hp, w.rope_layout);
         Llama {
             info: files.info(),
             spec,
@@ -121,7 +108,9 @@ impl MtpTrunk for Llama {
     }
 
     fn shared(&self) -> TrunkShared<'_> {
-        TrunkShared { backend: &*self.backend, embed: &self.embed, output: &self.output, rope: self.spec.rope }
+        // A head drafts after the last layer, and rotates as it does.
+        let rope = self.spec.layers.last().expect("a model has layers").rope;
+        TrunkShared { backend: &*self.backend, embed: &self.embed, output: &self.output, rope }
     }
 }
 
@@ -141,7 +130,6 @@ impl Llama {
         let mut guard = self.scratch.lock().unwrap_or_else(|e| e.into_inner());
         let s = &mut *guard;
         s.x.resize(t * hidden, 0.0);
-        s.layer.fit(t, hidden, &self.spec);
         s.positions.clear();
         let embed = self.embed.weight();
         let mut r = 0;
@@ -149,14 +137,19 @@ impl Llama {
             let start = b.cache.len();
             for (i, &tok) in b.tokens.iter().enumerate() {
                 s.positions.push(start + i);
-                dequantize_row(embed.dtype, embed.row(tok as usize), &mut s.x[r * hidden..(r + 1) * hidden]);
+                let row = &mut s.x[r * hidden..(r + 1) * hidden];
+                dequantize_row(embed.dtype, embed.row(tok as usize), row);
+                if let Some(scale) = self.spec.embed_scale {
+                    row.iter_mut().for_each(|v| *v *= scale);
+                }
                 r += 1;
             }
         }
-        for (l, layer) in self.layers.iter().enumerate() {
+        for (l, (layer, spec)) in self.layers.iter().zip(&self.spec.layers).enumerate() {
             let mut seqs: Vec<LayerSeq<'_>> =
                 batch.iter_mut().map(|b| LayerSeq { rows: b.tokens.len(), cache: &mut *b.cache, layer: l }).collect();
-            forward_layer(be, layer, &self.spec, &mut s.x, &mut s.layer, &s.positions, &mut seqs);
+            s.layer.fit(t, hidden, spec);
+            forward_layer(be, layer, spec, &mut s.x, &mut s.layer, &s.positions, &mut seqs);
         }
         // Only the rows whose logits are wanted go through the (large) output head.
         let mut rows = std::mem::take(&mut s.rows);

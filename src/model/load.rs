@@ -38,7 +38,8 @@ pub fn load(path: &Path, threads: usize) -> Result<Loaded, LoadError> {
     let err = |message: String| LoadError { path: path.to_path_buf(), message };
     let files = ModelFiles::open(path).map_err(|e| err(e.to_string()))?;
     let tokenizer = Tokenizer::from_model_files(&files).map_err(|e| err(e.to_string()))?;
-    let template = ChatTemplate::from_tokenizer(&tokenizer).map_err(|e| err(e.to_string()))?;
+    let arch = files.hparams.arch.name();
+    let template = ChatTemplate::from_tokenizer(&tokenizer, arch).map_err(|e| err(e.to_string()))?;
     let model = Llama::load(&files, threads).map_err(|e| err(e.to_string()))?;
     // A checkpoint whose head is broken is refused like one whose trunk is: it is one file set.
     let mtp_head = checkpoint_head(&files, &model).map_err(|e| err(e.to_string()))?.map(Arc::new);

@@ -3,12 +3,14 @@
 //! Everything above this layer sees a model through the [`Model`] trait: feed tokens of one or
 //! more sequences, each with its own [`KvCache`], and get logits back.
 
+pub mod arch;
+pub mod catalogue;
 mod chat_literal;
 pub mod chat_template;
 pub mod config;
 mod decoder;
-pub mod demo;
 pub mod error;
+pub mod fetch;
 pub mod gguf;
 pub mod gguf_write;
 pub mod kv;

@@ -1,8 +1,8 @@
 //! A weight tensor: a typed, shaped, zero-copy view into a memory-mapped model file, or the
-//! backend's repacked copy of one.
+//! backend's uploaded copy of one.
 
 use crate::backend::cpu::dequantize_row;
-use crate::backend::{DType, Layout, WeightRef};
+use crate::backend::{Backend, DType, Layout, Upload, WeightRef};
 use std::sync::Arc;
 
 /// Bytes a tensor can point into: a memory map of a model file, or owned bytes (tests, and
@@ -64,15 +64,17 @@ impl Tensor {
         Tensor { name, dtype, shape, layout: Layout::Rows, storage, offset, len }
     }
 
-    /// This tensor as `bytes` laid out as `layout` (the backend's repacked copy), its file
-    /// pages released: resident memory holds the copy instead of the file's bytes, not beside
-    /// them. Other handles on the same file bytes (a tied embedding) still read them, paging
-    /// in only what they touch.
-    pub fn repacked(&self, layout: Layout, bytes: Vec<u8>) -> Tensor {
-        assert_eq!(bytes.len(), self.len, "{}: a repacked copy must keep the byte count", self.name);
+    /// This matrix as `backend` holds it ([`Backend::upload`]), or this very view when the
+    /// backend reads the file's bytes. An uploaded copy releases the file's pages: resident
+    /// memory holds the copy instead of the file's bytes, not beside them. Other handles on the
+    /// same file bytes (a tied embedding) still read them, paging in only what they touch.
+    pub fn uploaded(&self, backend: &dyn Backend) -> Tensor {
+        let Some(Upload { dtype, layout, bytes }) = backend.upload(self.weight()) else { return self.clone() };
+        let values = self.numel() / dtype.block_len() * dtype.block_bytes();
+        assert_eq!(bytes.len(), values, "{}: an uploaded copy must hold every value", self.name);
         self.storage.release(self.offset, self.len);
         let len = bytes.len();
-        Tensor { layout, storage: Arc::new(Storage::Owned(bytes)), offset: 0, len, ..self.clone() }
+        Tensor { dtype, layout, storage: Arc::new(Storage::Owned(bytes)), offset: 0, len, ..self.clone() }
     }
 
     /// This matrix as the kernels take it. Shapes and byte lengths were checked when the

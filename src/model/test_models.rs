@@ -11,7 +11,7 @@ pub fn demo_model_path() -> PathBuf {
     if let Some(p) = std::env::var_os("MTPLX_DEMO_MODEL") {
         return PathBuf::from(p);
     }
-    crate::model::demo::cached_demo_model().unwrap_or_else(|e| panic!("{e}"))
+    crate::model::fetch::cached_demo_model().unwrap_or_else(|e| panic!("{e}"))
 }
 
 /// A fresh, empty directory under the system temp dir, unique to this test.

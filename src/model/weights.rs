@@ -38,6 +38,8 @@ pub enum Slot {
     Gate,
     Up,
     Down,
+    PostAttnNorm,
+    PostFfnNorm,
 }
 
 impl Naming {
@@ -69,6 +71,8 @@ impl Naming {
                 Gate => "ffn_gate.weight",
                 Up => "ffn_up.weight",
                 Down => "ffn_down.weight",
+                PostAttnNorm => "post_attention_norm.weight",
+                PostFfnNorm => "post_ffw_norm.weight",
             },
             Naming::HuggingFace => match slot {
                 AttnNorm => "input_layernorm.weight",
@@ -86,6 +90,11 @@ impl Naming {
                 Gate => "mlp.gate_proj.weight",
                 Up => "mlp.up_proj.weight",
                 Down => "mlp.down_proj.weight",
+                // Gemma's names. Its FFN norm is `pre_feedforward_layernorm`, and its
+                // `post_attention_layernorm` is this slot, not llama's FFN norm: Hugging Face
+                // Gemma checkpoints are refused at the config until their naming is read whole.
+                PostAttnNorm => "post_attention_layernorm.weight",
+                PostFfnNorm => "post_feedforward_layernorm.weight",
             },
         }
     }
@@ -142,6 +151,10 @@ pub struct LayerWeights {
     pub w_up: Tensor,
     /// `[hidden, ffn]`
     pub w_down: Tensor,
+    /// `[hidden]` each, when `HParams::post_norms` (Gemma 3): on the attention's and the
+    /// feed-forward's outputs, before each residual add.
+    pub post_attn_norm: Option<Tensor>,
+    pub post_ffn_norm: Option<Tensor>,
 }
 
 /// All weights of a model, checked against its [`HParams`].
@@ -213,6 +226,8 @@ impl Picker<'_> {
             w_gate: self.get(&name(Slot::Gate), &[ffn, h])?,
             w_up: self.get(&name(Slot::Up), &[ffn, h])?,
             w_down: self.get(&name(Slot::Down), &[h, ffn])?,
+            post_attn_norm: self.opt(hp.post_norms, &name(Slot::PostAttnNorm), &[h])?,
+            post_ffn_norm: self.opt(hp.post_norms, &name(Slot::PostFfnNorm), &[h])?,
         })
     }
 }

@@ -12,7 +12,7 @@ use std::path::{Path, PathBuf};
 /// Where `tune` saves, and the server looks, by default: one file per model and thread count in
 /// the cache directory the demo model lives in. `None` when there is no cache directory.
 pub fn default_path(model: &FileKey, threads: usize) -> Option<PathBuf> {
-    let dir = crate::model::demo::cache_dir().ok()?;
+    let dir = crate::model::fetch::cache_dir().ok()?;
     Some(dir.join("tune").join(format!("{}.{threads}t.json", model.name)))
 }
 

@@ -5,6 +5,7 @@
 pub mod chats;
 pub mod docs;
 pub mod mmdb;
+pub mod reference;
 pub mod sse;
 
 use std::io::{BufRead, BufReader, Read, Write};
@@ -25,14 +26,21 @@ pub fn demo_model() -> PathBuf {
     if let Some(p) = std::env::var_os("MTPLX_DEMO_MODEL") {
         return PathBuf::from(p);
     }
-    mtplx_lite::model::demo::ensure_demo_model(&mut |line| eprintln!("{line}")).expect("demo model")
+    mtplx_lite::model::fetch::ensure_demo_model(&mut |line| eprintln!("{line}")).expect("demo model")
+}
+
+/// The Gemma 3 270M catalogue model, fetched through the server's own code path if it is not
+/// cached yet (`tests/setup.sh` fetches it first).
+pub fn gemma_model() -> PathBuf {
+    let entry = mtplx_lite::model::catalogue::find("gemma3-270m").expect("gemma3-270m is in the catalogue");
+    mtplx_lite::model::fetch::ensure(entry, &mut |line| eprintln!("{line}")).expect("gemma3-270m")
 }
 
 /// The venv that `tests/setup.sh` installs the Python test tools into (`prometheus_client`,
 /// `openai`, `requests`): in the cache directory, beside the demo model, so that a stock
 /// Debian Python (PEP 668: no `pip install` outside a venv) works and every checkout shares it.
 pub fn test_venv() -> PathBuf {
-    mtplx_lite::model::demo::cache_dir().unwrap_or_else(|e| panic!("{e}")).join("test-venv")
+    mtplx_lite::model::fetch::cache_dir().unwrap_or_else(|e| panic!("{e}")).join("test-venv")
 }
 
 /// A command running the Python of the test venv (`MTPLX_TEST_PYTHON` overrides it). Every test

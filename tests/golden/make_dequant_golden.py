@@ -5,7 +5,7 @@ For each type this writes `tests/data/dequant/<TYPE>.bin` (the raw ggml block by
 and `<TYPE>.json` (the reference dequantized values as f32 bit patterns, from the `gguf` PyPI
 package, an implementation independent of ours).
 
-F32/F16/BF16/Q8_0/Q4_0/Q4_1 are quantized from a deterministic input with `gguf.quants.quantize`.
+F32/F16/BF16/Q8_0/Q4_0/Q4_1/Q5_0 are quantized from a deterministic input with `gguf.quants.quantize`.
 The `gguf` package cannot quantize the K-quants (NotImplementedError), so for Q4_K/Q5_K/Q6_K the
 blocks are deterministic random bytes with finite f16 super-block scales, and only
 `gguf.quants.dequantize` is used: that still checks every bit of the layout.
@@ -62,7 +62,7 @@ def main():
     rng = np.random.default_rng(SEED)
     n = 256  # 8 blocks of 32; a whole number of blocks for every type here
     x = input_values(rng, n)
-    for name in ["F32", "F16", "BF16", "Q8_0", "Q4_0", "Q4_1"]:
+    for name in ["F32", "F16", "BF16", "Q8_0", "Q4_0", "Q4_1", "Q5_0"]:
         xin = x.copy()
         if name in ("F16", "BF16"):
             # Special values: signed zero, the largest f16, subnormals, infinities, a quiet NaN.

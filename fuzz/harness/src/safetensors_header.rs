@@ -35,6 +35,10 @@ pub fn run(data: &[u8]) {
             qk_norm: true,
             qkv_bias: false,
             o_bias: false,
+            sliding: None,
+            post_norms: false,
+            embed_scale: false,
+            gelu: false,
         };
         let _ = ModelWeights::from_tensors(&set, Naming::HuggingFace, &hp, file);
     }

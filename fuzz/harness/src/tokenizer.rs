@@ -13,7 +13,7 @@
 use std::path::Path;
 use std::sync::OnceLock;
 
-use mtplx_lite::model::demo::{cache_dir, DEMO_FILE};
+use mtplx_lite::model::fetch::{cache_dir, DEMO_FILE};
 use mtplx_lite::model::{GgufFile, Tokenizer};
 
 /// A tokenizer, and which of the 256 bytes its vocabulary has no token for.

@@ -57,7 +57,7 @@ fn run(
     let mut out = vec![f32::NAN; n_q * heads.q_dim()];
     let keys = &stored_keys(keys, heads.kv_dim(), format);
     let values = &stored_values(values, heads.kv_dim(), format);
-    let seq = AttnSeq { q, keys, values, format, start_pos, n_q, out: &mut out };
+    let seq = AttnSeq { q, keys, values, format, start_pos, n_q, out: &mut out, window: None };
     attention(pool, isa, seq, heads, scale);
     out
 }
@@ -289,6 +289,7 @@ fn batched_attention_equals_one_call_per_sequence() {
                 start_pos: *start,
                 n_q: *n,
                 out,
+                window: None,
             })
             .collect();
         attention_batch(&pool, isa, &mut batch, hs, 0.25);
@@ -321,6 +322,7 @@ fn an_f16_cache_is_read_at_every_level() {
                 start_pos: start,
                 n_q,
                 out: &mut out,
+                window: None,
             };
             attention(&pool, isa, seq, hs, 0.125);
             let err = max_err(&out, &want);
@@ -335,7 +337,8 @@ fn attend_at_scalar(format: KvFormat) {
     let (k, v) = (noise(5 * hs.kv_dim(), 1), noise(5 * hs.kv_dim(), 2));
     let (keys, values) = (stored_keys(&k, hs.kv_dim(), format), stored_values(&v, hs.kv_dim(), format));
     let (q, mut out) = (noise(hs.q_dim(), 3), vec![0f32; hs.q_dim()]);
-    let seq = AttnSeq { q: &q, keys: &keys, values: &values, format, start_pos: 4, n_q: 1, out: &mut out };
+    let seq =
+        AttnSeq { q: &q, keys: &keys, values: &values, format, start_pos: 4, n_q: 1, out: &mut out, window: None };
     attention(&Pool::new(1), Isa::Scalar, seq, hs, 0.125);
 }
 

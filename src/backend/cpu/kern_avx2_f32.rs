@@ -33,30 +33,51 @@ pub(super) fn exp_ps(x: __m256) -> __m256 {
     _mm256_mul_ps(y, pow2n)
 }
 
-/// `gate[k] = silu(gate[k]) * up[k]`, eight at a time with [`exp_ps`]; the last `len % 8` go
-/// through the same vector code (padded), so that an element's result does not depend on
-/// where it sits in the slice (a row's values do not change with the batch around it).
+/// `$gate[k] = $step($gate[k], $up[k])`, eight at a time; the last `len % 8` go through the same
+/// vector code (padded), so that an element's result does not depend on where it sits in the
+/// slice (a row's values do not change with the batch around it). A macro rather than a function
+/// taking the step, so that the step stays inlined (a `#[target_feature]` function is no closure).
+macro_rules! gated {
+    ($gate:expr, $up:expr, $step:ident) => {{
+        let (gate, up): (&mut [f32], &[f32]) = ($gate, $up);
+        let mut gc = gate.chunks_exact_mut(8);
+        let mut uc = up.chunks_exact(8);
+        for (g, u) in gc.by_ref().zip(uc.by_ref()) {
+            // SAFETY: both chunks are eight f32s.
+            unsafe {
+                _mm256_storeu_ps(g.as_mut_ptr(), $step(_mm256_loadu_ps(g.as_ptr()), _mm256_loadu_ps(u.as_ptr())))
+            };
+        }
+        let (gr, ur) = (gc.into_remainder(), uc.remainder());
+        if !gr.is_empty() {
+            let (mut g8, mut u8) = ([0f32; 8], [0f32; 8]);
+            g8[..gr.len()].copy_from_slice(gr);
+            u8[..ur.len()].copy_from_slice(ur);
+            // SAFETY: both buffers are eight f32s.
+            unsafe {
+                _mm256_storeu_ps(g8.as_mut_ptr(), $step(_mm256_loadu_ps(g8.as_ptr()), _mm256_loadu_ps(u8.as_ptr())))
+            };
+            gr.copy_from_slice(&g8[..gr.len()]);
+        }
+    }};
+}
+
+/// `gate[k] = silu(gate[k]) * up[k]`, eight at a time with [`exp_ps`] (see `gated!`).
 ///
 /// # Safety
 /// The CPU must support AVX2, FMA and F16C; `gate` and `up` have the same length.
 #[target_feature(enable = "avx2,fma,f16c")]
 pub unsafe fn swiglu(gate: &mut [f32], up: &[f32]) {
-    let step = swiglu8;
-    let mut gc = gate.chunks_exact_mut(8);
-    let mut uc = up.chunks_exact(8);
-    for (g, u) in gc.by_ref().zip(uc.by_ref()) {
-        // SAFETY: both chunks are eight f32s.
-        unsafe { _mm256_storeu_ps(g.as_mut_ptr(), step(_mm256_loadu_ps(g.as_ptr()), _mm256_loadu_ps(u.as_ptr()))) };
-    }
-    let (gr, ur) = (gc.into_remainder(), uc.remainder());
-    if !gr.is_empty() {
-        let (mut g8, mut u8) = ([0f32; 8], [0f32; 8]);
-        g8[..gr.len()].copy_from_slice(gr);
-        u8[..ur.len()].copy_from_slice(ur);
-        // SAFETY: both buffers are eight f32s.
-        unsafe { _mm256_storeu_ps(g8.as_mut_ptr(), step(_mm256_loadu_ps(g8.as_ptr()), _mm256_loadu_ps(u8.as_ptr()))) };
-        gr.copy_from_slice(&g8[..gr.len()]);
-    }
+    gated!(gate, up, swiglu8)
+}
+
+/// `gate[k] = gelu_tanh(gate[k]) * up[k]` (`ops::gelu_tanh`), as [`swiglu`] does its.
+///
+/// # Safety
+/// The CPU must support AVX2, FMA and F16C; `gate` and `up` have the same length.
+#[target_feature(enable = "avx2,fma,f16c")]
+pub unsafe fn geglu(gate: &mut [f32], up: &[f32]) {
+    gated!(gate, up, geglu8)
 }
 
 /// `silu(g) * u` lane-wise: `g / (1 + e^-g) * u`, with `e^-g` saturated at `e^88` (past it the
@@ -65,6 +86,18 @@ pub unsafe fn swiglu(gate: &mut [f32], up: &[f32]) {
 #[inline]
 fn swiglu8(g: __m256, u: __m256) -> __m256 {
     let e = exp_ps(_mm256_min_ps(_mm256_sub_ps(_mm256_setzero_ps(), g), _mm256_set1_ps(88.0)));
+    _mm256_mul_ps(_mm256_div_ps(g, _mm256_add_ps(_mm256_set1_ps(1.0), e)), u)
+}
+
+/// `gelu_tanh(g) * u` lane-wise: `g / (1 + e^(-2z)) * u` with `z = sqrt(2 / pi) (g + 0.044715
+/// g^3)`, `e^(-2z)` saturated at `e^88` as in [`swiglu8`].
+#[target_feature(enable = "avx2,fma,f16c")]
+#[inline]
+fn geglu8(g: __m256, u: __m256) -> __m256 {
+    use super::ops::{GELU_CUBIC, GELU_SQRT_2_OVER_PI};
+    let g3 = _mm256_mul_ps(_mm256_mul_ps(g, g), g);
+    let z = _mm256_mul_ps(_mm256_set1_ps(GELU_SQRT_2_OVER_PI), _mm256_fmadd_ps(_mm256_set1_ps(GELU_CUBIC), g3, g));
+    let e = exp_ps(_mm256_min_ps(_mm256_mul_ps(_mm256_set1_ps(-2.0), z), _mm256_set1_ps(88.0)));
     _mm256_mul_ps(_mm256_div_ps(g, _mm256_add_ps(_mm256_set1_ps(1.0), e)), u)
 }
 

@@ -18,7 +18,7 @@ fn reference(w: WeightRef<'_>, x: &[f32], n: usize) -> Vec<f32> {
     out
 }
 
-const ALL: [DType; 9] = DType::ALL;
+const ALL: [DType; 10] = DType::ALL;
 
 fn run(pool: &Pool, isa: Isa, w: WeightRef<'_>, x: &[f32], n: usize) -> Vec<f32> {
     run_path(pool, isa, w, x, n, Path::Best)

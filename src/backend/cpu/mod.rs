@@ -16,6 +16,7 @@
 
 mod attention;
 mod attention_tasks;
+mod attention_window;
 pub mod block;
 pub mod block_float;
 pub mod block_k;
@@ -69,7 +70,7 @@ mod test_inputs;
 pub use isa::{Isa, CAP_ENV as ISA_CAP_ENV};
 pub use type_traits::{dequantize_row, quantize_row};
 
-use crate::backend::{AttnSeq, Backend, Heads, KvFormat, Layout, Rope, WeightRef};
+use crate::backend::{AttnSeq, Backend, DType, Heads, KvFormat, Layout, Rope, Upload, WeightRef};
 use matmul::{Path, Scratch};
 use pool::Pool;
 use std::sync::Mutex;
@@ -127,13 +128,22 @@ impl Backend for CpuBackend {
         matmul::matmul_many(&self.pool, self.isa, ws, x, n, outs, &mut xq, Path::Best);
     }
 
-    /// Into [`Layout::Rows8`] where this level has kernels for it: Q4_0, Q4_1, Q8_0, Q4_K and
-    /// Q6_K on AVX2 and AVX-512. The portable fallback reads the file's layout.
-    fn repack(&self, w: WeightRef<'_>) -> Option<(Layout, Vec<u8>)> {
-        if !matches!(self.isa, Isa::Avx2 | Isa::Avx512) || w.layout != Layout::Rows {
+    /// Q5_0 as the Q8_0 it widens to exactly (its integer kernels), at every level; then into
+    /// [`Layout::Rows8`] where this level has kernels for it: Q4_0, Q4_1, Q8_0, Q4_K and Q6_K
+    /// on AVX2 and AVX-512. The portable fallback reads rows as they are.
+    fn upload(&self, w: WeightRef<'_>) -> Option<Upload> {
+        if w.layout != Layout::Rows {
             return None;
         }
-        repack::repack(w.dtype, w.bytes, w.rows, w.cols).map(|b| (Layout::Rows8, b))
+        let widened = (w.dtype == DType::Q5_0).then(|| block_q::widen_q5_0(w.bytes));
+        let dtype = if widened.is_some() { DType::Q8_0 } else { w.dtype };
+        let bytes = widened.as_deref().unwrap_or(w.bytes);
+        if matches!(self.isa, Isa::Avx2 | Isa::Avx512) {
+            if let Some(bytes) = repack::repack(dtype, bytes, w.rows, w.cols) {
+                return Some(Upload { dtype, layout: Layout::Rows8, bytes });
+            }
+        }
+        widened.map(|bytes| Upload { dtype, layout: Layout::Rows, bytes })
     }
 
     fn rms_norm(&self, x: &mut [f32], weight: &[f32], eps: f32) {
@@ -154,8 +164,23 @@ impl Backend for CpuBackend {
         }
     }
 
-    fn attention(&self, seq: AttnSeq<'_>, heads: Heads, scale: f32) {
-        attention_tasks::attention(&self.pool, self.isa, seq, heads, scale);
+    fn geglu(&self, gate: &mut [f32], up: &[f32]) {
+        assert_eq!(gate.len(), up.len(), "geglu: gate and up differ in length");
+        match self.isa {
+            #[cfg(target_arch = "x86_64")]
+            // SAFETY: both x86 SIMD levels imply AVX2, FMA and F16C (detected); lengths checked.
+            Isa::Avx2 | Isa::Avx512 => unsafe { kern_avx2_f32::geglu(gate, up) },
+            _ => ops::geglu(gate, up),
+        }
+    }
+
+    fn attention(&self, mut seq: AttnSeq<'_>, heads: Heads, scale: f32) {
+        match seq.window {
+            None => attention_tasks::attention(&self.pool, self.isa, seq, heads, scale),
+            Some(_) => {
+                attention_window::attention_batch(&self.pool, self.isa, std::slice::from_mut(&mut seq), heads, scale)
+            }
+        }
     }
 
     fn kv_format(&self, head_dim: usize) -> KvFormat {
@@ -163,6 +188,6 @@ impl Backend for CpuBackend {
     }
 
     fn attention_batch(&self, seqs: &mut [AttnSeq<'_>], heads: Heads, scale: f32) {
-        attention_tasks::attention_batch(&self.pool, self.isa, seqs, heads, scale);
+        attention_window::attention_batch(&self.pool, self.isa, seqs, heads, scale);
     }
 }

@@ -142,6 +142,26 @@ pub fn swiglu(gate: &mut [f32], up: &[f32]) {
     }
 }
 
+/// GELU in its tanh form, `0.5 x (1 + tanh(z))` with `z = sqrt(2 / pi) (x + 0.044715 x^3)`,
+/// written as `x / (1 + e^(-2z))` (the same function), which the vector kernel computes too.
+#[inline]
+pub fn gelu_tanh(x: f32) -> f32 {
+    let z = GELU_SQRT_2_OVER_PI * (x + GELU_CUBIC * x * x * x);
+    x / (1.0 + (-2.0 * z).min(88.0).exp())
+}
+
+/// `sqrt(2 / pi)`, and the cubic term's weight, of the tanh approximation of GELU.
+pub const GELU_SQRT_2_OVER_PI: f32 = 0.797_884_6;
+pub const GELU_CUBIC: f32 = 0.044_715;
+
+/// `gate[k] = gelu_tanh(gate[k]) * up[k]`.
+pub fn geglu(gate: &mut [f32], up: &[f32]) {
+    assert_eq!(gate.len(), up.len(), "geglu: gate and up differ in length");
+    for (g, &u) in gate.iter_mut().zip(up) {
+        *g = gelu_tanh(*g) * u;
+    }
+}
+
 /// In-place softmax of `x` (max-subtracted, so large logits do not overflow).
 pub fn softmax(x: &mut [f32]) {
     let max = x.iter().fold(f32::NEG_INFINITY, |m, &v| m.max(v));

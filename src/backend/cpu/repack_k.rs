@@ -130,11 +130,12 @@ mod tests {
             let wb = weight(dtype, rows, cols, 1);
             let w = WeightRef::new(dtype, &wb, rows, cols).unwrap();
             for isa in isas_under_test() {
-                let got = CpuBackend::with_isa(1, isa).repack(w);
+                let got = CpuBackend::with_isa(1, isa).upload(w);
                 let want = kind.filter(|_| isa != Isa::Scalar);
                 assert_eq!(got.is_some(), want.is_some(), "{dtype} {}", isa.name());
-                if let (Some((layout, bytes)), Some(kind)) = (got, want) {
-                    assert_eq!((layout, bytes), (Layout::Rows8, repack(kind, &wb, rows, wb.len() / rows)));
+                if let (Some(up), Some(kind)) = (got, want) {
+                    assert_eq!((up.dtype, up.layout), (dtype, Layout::Rows8));
+                    assert_eq!(up.bytes, repack(kind, &wb, rows, wb.len() / rows));
                 }
             }
         }

@@ -6,7 +6,7 @@
 use super::block::{Block, IntBlock, Quantize};
 use super::block_float::{BlockBF16, BlockF16, BlockF32};
 use super::block_k::{BlockQ4K, BlockQ5K, BlockQ6K};
-use super::block_q::{BlockQ4_0, BlockQ4_1, BlockQ8_0};
+use super::block_q::{BlockQ4_0, BlockQ4_1, BlockQ5_0, BlockQ8_0};
 use super::kern_scalar;
 use super::kern_scalar_k;
 use super::kernel_io::{KKind, QKind};
@@ -79,6 +79,8 @@ static F16: TypeTraits = TypeTraits::quantized::<BlockF16>();
 static BF16: TypeTraits = TypeTraits::quantized::<BlockBF16>();
 static Q4_0: TypeTraits = TypeTraits::int_dot::<BlockQ4_0>();
 static Q4_1: TypeTraits = TypeTraits::int_dot::<BlockQ4_1>();
+// Matmul reads Q5_0 only as the Q8_0 the backend uploads it as (`block_q::widen_q5_0`).
+static Q5_0: TypeTraits = TypeTraits::quantized::<BlockQ5_0>();
 static Q8_0: TypeTraits = TypeTraits::int_dot::<BlockQ8_0>();
 static Q4K: TypeTraits = TypeTraits::k_dot::<BlockQ4K>(KKind::Q4K, kern_scalar_k::vec_dot_q4k);
 static Q5K: TypeTraits = TypeTraits::of::<BlockQ5K>();
@@ -92,6 +94,7 @@ pub fn type_traits(dtype: DType) -> &'static TypeTraits {
         DType::BF16 => &BF16,
         DType::Q4_0 => &Q4_0,
         DType::Q4_1 => &Q4_1,
+        DType::Q5_0 => &Q5_0,
         DType::Q8_0 => &Q8_0,
         DType::Q4K => &Q4K,
         DType::Q5K => &Q5K,

@@ -3,7 +3,7 @@
 use super::*;
 use serde_json::Value;
 
-const ALL: [DType; 9] = DType::ALL;
+const ALL: [DType; 10] = DType::ALL;
 
 /// The raw blocks and the `gguf` package's dequantized values, made by
 /// tests/golden/make_dequant_golden.py.
@@ -69,13 +69,14 @@ fn quantized_rows_match_the_gguf_golden_bytes() {
 #[test]
 fn four_bit_round_trip_error_is_within_a_step() {
     let x: Vec<f32> = (0..256).map(|i| ((i * 29 % 97) as f32 - 48.0) * 0.021).collect();
-    for dtype in [DType::Q4_0, DType::Q4_1] {
+    for (dtype, steps) in [(DType::Q4_0, 8.0), (DType::Q4_1, 8.0), (DType::Q5_0, 16.0)] {
         let q = quantize_row(dtype, &x).unwrap();
         let mut y = vec![0f32; x.len()];
         dequantize_row(dtype, &q, &mut y);
         for (b, (xb, yb)) in x.chunks(32).zip(y.chunks(32)).enumerate() {
-            // Q4_0's step is amax/8 and only the far end can be clamped a whole step away.
-            let bound = xb.iter().fold(0f32, |m, v| m.max(v.abs())) / 8.0 * 1.01 + 1e-3;
+            // Q4_0's step is amax/8 (Q5_0's amax/16) and only the far end can be clamped a whole
+            // step away.
+            let bound = xb.iter().fold(0f32, |m, v| m.max(v.abs())) / steps * 1.01 + 1e-3;
             for (a, c) in xb.iter().zip(yb) {
                 assert!((a - c).abs() <= bound, "{dtype} block {b}: {a} vs {c}");
             }

@@ -102,14 +102,10 @@ fn quantize_and_repack(backend: &dyn Backend, t: &Tensor) -> Tensor {
     } else {
         None
     };
-    let t = q8.unwrap_or_else(|| t.clone());
-    match backend.repack(t.weight()) {
-        Some((layout, bytes)) => t.repacked(layout, bytes),
-        None => t,
-    }
+    q8.as_ref().unwrap_or(t).uploaded(backend)
 }
 
-/// Row `id` of `t` in the file's encoding, whatever layout the backend repacked it into.
+/// Row `id` of `t` in its type's row encoding, whatever layout the backend uploaded it in.
 fn file_row(t: &Tensor, id: usize, out: &mut Vec<u8>) {
     let row_bytes = t.bytes().len() / t.rows().max(1);
     match t.layout {
@@ -147,6 +143,8 @@ impl MtpHead {
             w_gate: l("ffn_gate", &[ffn, h])?,
             w_up: l("ffn_up", &[ffn, h])?,
             w_down: l("ffn_down", &[h, ffn])?,
+            post_attn_norm: None,
+            post_ffn_norm: None,
         };
         let weights = HeadWeights {
             enorm: sc.tensor("mtp.enorm.weight", &[h])?,
@@ -231,6 +229,7 @@ impl MtpHead {
             rope,
             attention: AttentionKind::Causal,
             activation: Activation::SwiGlu,
+            score_scale: LayerSpec::default_score_scale(self.heads.head_dim),
         }
     }
 
