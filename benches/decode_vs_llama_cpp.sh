@@ -1,27 +1,33 @@
 #!/usr/bin/env bash
-# Prefill and decode tokens/s on the demo model, mtplx-lite side by side with llama.cpp's
-# llama-bench on the same GGUF and thread counts, in one run; prints the ratios.
+# Prefill and decode tokens/s on the demo model (or MODEL, any GGUF: e.g. the cached
+# gemma-3-270m-q4_k_m.gguf), mtplx-lite side by side with llama.cpp's llama-bench on the same
+# GGUF and thread counts, in one run; prints the ratios. ROUNDS (default 1) alternates the two
+# that many times.
 #
 #   LLAMA_BENCH=/path/to/llama-bench bash benches/decode_vs_llama_cpp.sh
+#   MODEL=~/.cache/mtplx-lite/gemma-3-270m-q4_k_m.gguf ROUNDS=2 LLAMA_BENCH=... bash benches/decode_vs_llama_cpp.sh
 #
 # llama-bench comes from the llama.cpp sources vendored in the PyPI sdist of llama-cpp-python:
 #   pip download --no-deps --no-binary llama-cpp-python llama-cpp-python==0.3.36 && tar xzf llama_cpp_python-0.3.36.tar.gz
 #   cmake -S llama_cpp_python-0.3.36/vendor/llama.cpp -B build -DLLAMA_CURL=OFF && cmake --build build --target llama-bench -j2
 set -euo pipefail
 cd "$(dirname "$0")/.."
-MODEL="${MTPLX_DEMO_MODEL:-${XDG_CACHE_HOME:-$HOME/.cache}/mtplx-lite/SmolLM2-135M-Instruct.Q4_1.gguf}"
+MODEL="${MODEL:-${MTPLX_DEMO_MODEL:-${XDG_CACHE_HOME:-$HOME/.cache}/mtplx-lite/SmolLM2-135M-Instruct.Q4_1.gguf}}"
 LLAMA_BENCH="${LLAMA_BENCH:?set LLAMA_BENCH to a llama-bench binary}"
 THREADS="${THREADS:-$(nproc)}"
 cargo build --release --quiet
 BIN="${CARGO_TARGET_DIR:-target}/release/mtplx-lite"
 out=$(mktemp -d)
+ROUNDS="${ROUNDS:-1}"
+for r in $(seq 1 "$ROUNDS"); do
 for t in 1 "$THREADS"; do
   "$LLAMA_BENCH" -m "$MODEL" -t "$t" -p 512 -n 128 -r 3 -o csv > "$out/llama-$t.csv" 2>/dev/null
   "$BIN" --model "$MODEL" --threads "$t" bench --prompt 512 --generate 128 --sequences 4 > "$out/ours-$t.md"
 done
-python3 - "$out" "$THREADS" <<'PY'
+python3 - "$out" "$THREADS" "$r" <<'PY'
 import csv, sys, re
-out, threads = sys.argv[1], sys.argv[2]
+out, threads, r = sys.argv[1], sys.argv[2], sys.argv[3]
+print(f"round {r}:")
 print("| threads | test | llama.cpp t/s | mtplx-lite t/s | ratio |")
 print("|---:|---|---:|---:|---:|")
 for t in sorted({"1", threads}, key=int):
@@ -42,6 +48,7 @@ for t in sorted({"1", threads}, key=int):
             how = k.split("x4", 1)[1].replace("(aggregate)", "").strip()
             print(f"| {t} | 4 sequences aggregate vs 1 stream (ours, {how}) | | {v:.1f} | {v / ours['tg128']:.2f}x |")
 PY
+done
 
 # Measured 2026-11-30 on the 2-core dev box (AMD EPYC, AVX-512), main:
 #

@@ -50,3 +50,17 @@ fn models_lists_the_catalogue_and_an_unknown_name_is_refused_with_the_names() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("--model gemma9-1t") && err.contains("smollm2-135m, gemma3-270m"), "{err}");
 }
+
+#[test]
+fn the_demo_file_gets_its_mtp_head_by_path_and_by_name() {
+    let path = common::demo_model();
+    for model in [path.to_str().unwrap(), "smollm2-135m"] {
+        // `--draft mtp` needs a head: before, a path to the demo file had none and was refused.
+        let s = Server::start(&["--model", model, "--threads", "2", "--draft", "mtp"]);
+        let log = s.log.lock().unwrap().join("\n");
+        assert!(
+            log.contains("MTP head") && log.contains("SmolLM2-135M-Instruct.Q4_1.mtp.safetensors"),
+            "{model}: {log}"
+        );
+    }
+}

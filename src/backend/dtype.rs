@@ -49,6 +49,17 @@ impl DType {
         })
     }
 
+    /// ggml's name of type `id`, for the types this engine does not read too (an error names
+    /// what a file holds); `None` for an id ggml does not define.
+    pub fn ggml_name(id: u32) -> Option<&'static str> {
+        const NAMES: [&str; 40] = [
+            "F32", "F16", "Q4_0", "Q4_1", "", "", "Q5_0", "Q5_1", "Q8_0", "Q8_1", "Q2_K", "Q3_K", "Q4_K", "Q5_K",
+            "Q6_K", "Q8_K", "IQ2_XXS", "IQ2_XS", "IQ3_XXS", "IQ1_S", "IQ4_NL", "IQ3_S", "IQ2_S", "IQ4_XS", "I8", "I16",
+            "I32", "I64", "F64", "IQ1_M", "BF16", "", "", "", "TQ1_0", "TQ2_0", "", "", "", "MXFP4",
+        ];
+        NAMES.get(id as usize).copied().filter(|n| !n.is_empty())
+    }
+
     pub fn ggml_id(self) -> u32 {
         match self {
             DType::F32 => 0,

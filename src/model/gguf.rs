@@ -312,7 +312,10 @@ pub fn parse_header(bytes: &[u8], file: &Path) -> Result<GgufHeader, ModelError>
             return Err(ModelError::UnsupportedTensorType {
                 file: file.to_path_buf(),
                 tensor: name,
-                type_id: format!("id {type_id}"),
+                type_id: match DType::ggml_name(type_id) {
+                    Some(n) => format!("{n} (ggml type {type_id})"),
+                    None => format!("id {type_id}"),
+                },
             });
         };
         // The product of the non-zero dimensions must fit: then no partial product, in any

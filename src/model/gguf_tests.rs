@@ -230,12 +230,16 @@ fn unknown_tensor_type_names_the_tensor_and_id() {
     // tensor info: name len (8) + name (12) + n_dims (4) + dim (8), then the type
     let at = 24 + 8 + 12 + 4 + 8;
     b[at..at + 4].copy_from_slice(&99u32.to_le_bytes());
-    let e = err_of(b);
+    let e = err_of(b.clone());
     let msg = e.to_string();
     assert!(
         matches!(e, ModelError::UnsupportedTensorType { .. }) && msg.contains("weird.weight") && msg.contains("99"),
         "{msg}"
     );
+    // A type ggml defines but we do not read is named, with the types we do.
+    b[at..at + 4].copy_from_slice(&23u32.to_le_bytes());
+    let msg = err_of(b).to_string();
+    assert!(msg.contains("IQ4_XS (ggml type 23)") && msg.contains("Q5_0, Q4_K"), "{msg}");
 }
 
 #[test]

@@ -11,7 +11,7 @@
 use super::attention_tasks;
 use super::isa::Isa;
 use super::pool::Pool;
-use crate::backend::{AttnSeq, Heads, KvBuf, KvFormat};
+use crate::backend::{AttnSeq, Heads, KvBuf, KvFormat, KEY_GROUP, TILE_KEY_GROUP};
 
 /// [`attention_tasks::attention_batch`] for sequences that may have a window: the rows their
 /// windows do not cut run together, the others one at a time over a copy of their window.
@@ -62,10 +62,53 @@ fn copy_window(seq: &AttnSeq<'_>, first: usize, n: usize, kv_dim: usize, keys: &
     keys.resize(f.keys_len(n, kv_dim));
     values.resize(0);
     values.resize(f.values_len(n, kv_dim));
-    for p in 0..n {
-        for e in 0..kv_dim {
-            keys[f.key_at(p, e, kv_dim)] = seq.keys[f.key_at(first + p, e, kv_dim)];
-            values[f.value_at(p, e, kv_dim)] = seq.values[f.value_at(first + p, e, kv_dim)];
+    let (kg, vg) = groupings(f, kv_dim);
+    copy_grouped(seq.keys, keys, first, n, kg);
+    copy_grouped(seq.values, values, first, n, vg);
+}
+
+/// How a buffer of a format arranges positions: in groups of `group` positions, each group
+/// `chunks` runs of `group * width` elements, position `p % group` of a run at `(p % group) *
+/// width`. Every layout of `KvFormat::key_at` and `value_at` is one of these.
+#[derive(Clone, Copy, Debug)]
+struct Grouping {
+    group: usize,
+    width: usize,
+    chunks: usize,
+}
+
+/// The groupings of a format's keys and values, for heads of `kv_dim` values.
+fn groupings(f: KvFormat, kv_dim: usize) -> (Grouping, Grouping) {
+    let position_major = Grouping { group: 1, width: kv_dim, chunks: 1 };
+    match f {
+        KvFormat::F16 => (Grouping { group: KEY_GROUP, width: 1, chunks: kv_dim }, position_major),
+        KvFormat::Bf16Pairs => (
+            Grouping { group: KEY_GROUP, width: 2, chunks: kv_dim / 2 },
+            Grouping { group: 2, width: 1, chunks: kv_dim },
+        ),
+        KvFormat::Bf16Tiles => (position_major, Grouping { group: TILE_KEY_GROUP, width: 1, chunks: kv_dim }),
+    }
+}
+
+/// Positions `first..first + n` of `src` to positions `0..n` of `dst`, both laid out as `g`
+/// says: each of `dst`'s runs is the tail of one of `src`'s runs and the head of the next, two
+/// slice copies rather than one index computation per element. Positions past the end of `src`
+/// (a last group's padding) stay zero.
+fn copy_grouped(src: &[u16], dst: &mut [u16], first: usize, n: usize, g: Grouping) {
+    let (run, off) = (g.group * g.width, first % g.group);
+    let stride = g.chunks * run;
+    let (tail, head) = ((g.group - off) * g.width, off * g.width);
+    for d in 0..n.div_ceil(g.group) {
+        let s = (first / g.group + d) * stride;
+        for c in 0..g.chunks {
+            let to = &mut dst[d * stride + c * run..][..run];
+            let from = s + c * run;
+            if let Some(x) = src.get(from + head..from + run) {
+                to[..tail].copy_from_slice(x);
+            }
+            if let Some(x) = src.get(from + stride..from + stride + head) {
+                to[tail..].copy_from_slice(x);
+            }
         }
     }
 }
@@ -77,6 +120,38 @@ mod tests {
 
     fn noise(n: usize, seed: u32) -> Vec<f32> {
         (0..n).map(|i| ((i as u32).wrapping_mul(2_654_435_761) ^ seed) as f32 / u32::MAX as f32 - 0.5).collect()
+    }
+
+    #[test]
+    fn a_window_copied_by_runs_equals_one_copied_element_by_element() {
+        let kv_dim = 64;
+        let len = 150;
+        for f in [KvFormat::F16, KvFormat::Bf16Pairs, KvFormat::Bf16Tiles] {
+            let rows: Vec<f32> = noise(len * kv_dim, 9).iter().map(|v| v + 1.0).collect();
+            let (keys, values) = (stored_keys(&rows, kv_dim, f), stored_values(&rows, kv_dim, f));
+            for (first, n) in [(0, 150), (1, 40), (7, 100), (8, 64), (33, 117), (101, 49)] {
+                let mut q = [0f32; 1];
+                let seq = AttnSeq {
+                    q: &[],
+                    keys: &keys,
+                    values: &values,
+                    format: f,
+                    start_pos: 0,
+                    n_q: 0,
+                    out: &mut q,
+                    window: None,
+                };
+                let (mut k, mut v) = (KvBuf::new(), KvBuf::new());
+                copy_window(&seq, first, n, kv_dim, &mut k, &mut v);
+                for p in 0..n {
+                    for e in 0..kv_dim {
+                        let (src_k, src_v) = (f.key_at(first + p, e, kv_dim), f.value_at(first + p, e, kv_dim));
+                        assert_eq!(k[f.key_at(p, e, kv_dim)], keys[src_k], "{f:?} {first}+{p} key {e}");
+                        assert_eq!(v[f.value_at(p, e, kv_dim)], values[src_v], "{f:?} {first}+{p} value {e}");
+                    }
+                }
+            }
+        }
     }
 
     /// A window's rows against attention over exactly the window's keys, computed as a causal
