@@ -81,6 +81,8 @@ pub struct CpuBackend {
     isa: Isa,
     /// Quantized activations, reused across calls (only the calling thread quantizes).
     xq: Mutex<Scratch>,
+    /// Sliding windows' copies, reused across calls.
+    windows: Mutex<attention_window::WindowScratch>,
 }
 
 impl CpuBackend {
@@ -95,7 +97,7 @@ impl CpuBackend {
     /// When this CPU does not support `isa`.
     pub fn with_isa(threads: usize, isa: Isa) -> CpuBackend {
         assert!(Isa::available().contains(&isa), "this CPU does not support {}", isa.name());
-        CpuBackend { pool: Pool::new(threads), isa, xq: Mutex::new(Scratch::default()) }
+        CpuBackend { pool: Pool::new(threads), isa, xq: Mutex::new(Scratch::default()), windows: Mutex::default() }
     }
 
     pub fn threads(&self) -> usize {
@@ -177,9 +179,7 @@ impl Backend for CpuBackend {
     fn attention(&self, mut seq: AttnSeq<'_>, heads: Heads, scale: f32) {
         match seq.window {
             None => attention_tasks::attention(&self.pool, self.isa, seq, heads, scale),
-            Some(_) => {
-                attention_window::attention_batch(&self.pool, self.isa, std::slice::from_mut(&mut seq), heads, scale)
-            }
+            Some(_) => self.attention_batch(std::slice::from_mut(&mut seq), heads, scale),
         }
     }
 
@@ -188,6 +188,7 @@ impl Backend for CpuBackend {
     }
 
     fn attention_batch(&self, seqs: &mut [AttnSeq<'_>], heads: Heads, scale: f32) {
-        attention_window::attention_batch(&self.pool, self.isa, seqs, heads, scale);
+        let mut windows = self.windows.lock().unwrap_or_else(|e| e.into_inner());
+        attention_window::attention_batch(&self.pool, self.isa, seqs, heads, scale, &mut windows);
     }
 }
