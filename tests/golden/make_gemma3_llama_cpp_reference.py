@@ -28,25 +28,17 @@ import numpy as np
 import llama_cpp
 from llama_cpp import Llama
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import make_llama_cpp_reference as demo  # noqa: E402  (the demo's texts, shared)
+
 MODEL = sys.argv[1]
 OUT = os.path.join(os.path.dirname(__file__), "..", "data", "reference", "gemma3_llama_cpp.json")
 MODEL_SHA256 = "a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818"
 N_CTX = 2048
 
-TOKENIZE = [
-    "Hello, world!",
-    "The quick brown fox jumps over the lazy dog.",
-    "  leading spaces and\ttabs\nnewlines\n\n\ntriple",
-    "Numbers: 3.14159, 1,000,000 and 2026-11-29T18:33:35Z",
-    "def fib(n):\n    return n if n < 2 else fib(n - 1) + fib(n - 2)\n",
-    "Café naïve résumé — “quotes” and ‘single’…",
-    "日本語のテキストと中文文本 및 한국어",
-    "emoji: 🚀🔥👍🏽 and flags 🇫🇷",
-    "<start_of_turn>user\nHi there<end_of_turn>\n<start_of_turn>model\n",
-    "don't won't I'm you're we've they'll HELLO World",
-    "https://example.com/path?query=1&b=2#frag",
-    "   ",
-]
+# The demo's texts (make_llama_cpp_reference.py), with Gemma's turn in place of ChatML's.
+GEMMA_TURN = "<start_of_turn>user\nHi there<end_of_turn>\n<start_of_turn>model\n"
+TOKENIZE = [GEMMA_TURN if t.startswith("<|im_start|>") else t for t in demo.TOKENIZE]
 
 PROMPTS = [
     "Once upon a time, in a small village by the sea,",
@@ -54,18 +46,7 @@ PROMPTS = [
     "The capital of France is",
 ]
 
-TEACHER_TEXT = (
-    "The history of computing is a story of ideas built on ideas. In the 1840s Ada Lovelace wrote what many "
-    "consider the first program, for Charles Babbage's Analytical Engine, a machine that was never finished. "
-    "A century later, Alan Turing described a universal machine that could simulate any other, and during the "
-    "war engineers at Bletchley Park built Colossus to break codes. After the war, stored-program computers such "
-    "as the EDSAC and the Manchester Baby ran their first programs.\n\n"
-    "Here is a small Python function that computes a running mean:\n\n"
-    "def running_mean(xs):\n    total = 0.0\n    out = []\n    for i, x in enumerate(xs, 1):\n        total += x\n"
-    "        out.append(total / i)\n    return out\n\n"
-    "Q: What is 12 times 12?\nA: 144.\nQ: Name three primary colors.\nA: Red, yellow and blue.\n"
-    "Le chat est sur la table, et le chien dort dans le jardin. Die Sonne scheint heute sehr hell."
-)
+TEACHER_TEXT = demo.TEACHER_TEXT
 
 # Distinct paragraphs after TEACHER_TEXT, so that the long case runs well past 512 positions
 # without repeating itself (a repeat would let a model copy from the context instead of predicting).

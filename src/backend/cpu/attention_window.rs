@@ -41,9 +41,6 @@ pub(crate) fn attention_batch(
     scale: f32,
     scratch: &mut WindowScratch,
 ) {
-    if seqs.iter().all(|s| s.window.is_none()) {
-        return attention_tasks::attention_batch(pool, isa, seqs, heads, scale);
-    }
     let qd = heads.q_dim();
     let format = seqs[0].format;
     let mut whole = Vec::with_capacity(seqs.len());

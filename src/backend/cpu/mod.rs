@@ -188,6 +188,9 @@ impl Backend for CpuBackend {
     }
 
     fn attention_batch(&self, seqs: &mut [AttnSeq<'_>], heads: Heads, scale: f32) {
+        if seqs.iter().all(|s| s.window.is_none()) {
+            return attention_tasks::attention_batch(&self.pool, self.isa, seqs, heads, scale);
+        }
         let mut windows = self.windows.lock().unwrap_or_else(|e| e.into_inner());
         attention_window::attention_batch(&self.pool, self.isa, seqs, heads, scale, &mut windows);
     }
