@@ -240,8 +240,8 @@ fn mtplx_snapshot_example_runs_as_printed_beside_its_start_line() {
     assert!(!out.status.success() && err.contains("JSONDecodeError"), "{}", explain("snippet", &out, &prometheus));
 }
 
-/// Every Python block of the docs is an example the tests run; the `openai` package's examples
-/// of `docs/api.md` run as printed against the server and print their answers.
+/// Every Python block of the docs is an example the tests run; the `openai` and `anthropic`
+/// packages' examples of `docs/api.md` run as printed against the server and print their answers.
 #[test]
 fn docs_examples_python_run_as_printed() {
     let named = |doc: &str| -> Vec<String> {
@@ -250,10 +250,10 @@ fn docs_examples_python_run_as_printed() {
             .map(|(name, b)| name.unwrap_or_else(|| panic!("docs/{doc} has a Python block no test runs:\n{b}")))
             .collect()
     };
-    assert_eq!(named("api.md"), ["chat", "stream", "completion"]);
+    assert_eq!(named("api.md"), ["chat", "stream", "completion", "anthropic"]);
     assert_eq!(named("metrics.md"), ["mtplx-snapshot", "mtplx-stream"]);
     let s = start(&[]);
-    for name in ["chat", "stream", "completion"] {
+    for name in ["chat", "stream", "completion", "anthropic"] {
         let code = docs::example("api.md", name);
         assert!(code.contains(DOC_ADDR), "{name} uses the doc's address");
         let code = code.replace(DOC_ADDR, &s.addr.to_string());

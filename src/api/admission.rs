@@ -56,22 +56,31 @@ pub enum Guard {
     MetricsToken,
 }
 
-/// `None` when the request carries `Authorization: Bearer <expected>` (or nothing is
-/// expected); otherwise the 401 to send, in the OpenAI shape.
+/// `None` when the request carries `Authorization: Bearer <expected>` (or, for the API key,
+/// `x-api-key: <expected>`, as Anthropic's clients send it), or nothing is expected; otherwise
+/// the 401 to send.
 pub fn check_bearer(req: &Request, expected: Option<&str>, guard: Guard) -> Option<ApiError> {
     let expected = expected?;
-    let given = req.header("authorization").and_then(|h| {
+    let bearer = req.header("authorization").and_then(|h| {
         let (scheme, rest) = h.trim().split_once(' ')?;
         scheme.eq_ignore_ascii_case("bearer").then(|| rest.trim())
     });
-    let (realm, what) = match guard {
-        Guard::ApiKey => ("mtplx", "the API key"),
-        Guard::MetricsToken => ("mtplx-metrics", "the metrics token"),
+    let x_api_key = match guard {
+        Guard::ApiKey => req.header("x-api-key").map(str::trim),
+        Guard::MetricsToken => None,
     };
-    let msg = match given {
-        Some(g) if constant_time_eq(g.as_bytes(), expected.as_bytes()) => return None,
-        Some(_) => format!("the bearer token is not {what}"),
-        None => format!("this route needs {what}: send 'Authorization: Bearer <key>'"),
+    let (realm, what, how) = match guard {
+        Guard::ApiKey => ("mtplx", "the API key", "'Authorization: Bearer <key>' or 'x-api-key: <key>'"),
+        Guard::MetricsToken => ("mtplx-metrics", "the metrics token", "'Authorization: Bearer <token>'"),
+    };
+    let matches = |g: &str| constant_time_eq(g.as_bytes(), expected.as_bytes());
+    if bearer.is_some_and(matches) || x_api_key.is_some_and(matches) {
+        return None;
+    }
+    let msg = match (bearer, x_api_key) {
+        (Some(_), _) => format!("the bearer token is not {what}"),
+        (None, Some(_)) => format!("the x-api-key is not {what}"),
+        (None, None) => format!("this route needs {what}: send {how}"),
     };
     Some(
         ApiError::new(401, "authentication_error", msg)

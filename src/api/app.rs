@@ -8,7 +8,7 @@ use super::cors::Cors;
 use super::error::ApiError;
 use super::router::{Lookup, Router};
 use super::state::{ApiConfig, InFlightGuard, Llm, Route, ROUTES};
-use super::{dashboard, health, metrics_handlers, openai};
+use super::{anthropic, anthropic_wire, dashboard, health, metrics_handlers, openai};
 use crate::http::{Handler, Rejected, Request, Response};
 use crate::metrics::{Metrics, RouteId};
 use std::future::Future;
@@ -49,10 +49,8 @@ impl App {
 
     fn not_found(&self, path: &str) -> (RouteId, Response) {
         let msg = format!("no route for '{}'", truncate(path, 200));
-        (
-            self.metrics.route_label(path),
-            ApiError::new(404, "invalid_request_error", msg).code("not_found").into_response(),
-        )
+        let e = ApiError::new(404, "invalid_request_error", msg).code("not_found");
+        (self.metrics.route_label(path), respond(is_anthropic_path(path), e))
     }
 
     async fn route(&self, req: Request, guard: InFlightGuard) -> (RouteId, Response) {
@@ -67,7 +65,7 @@ impl App {
                 let msg = format!("{} is not allowed on {template}; allowed: {allow}", req.method);
                 let e =
                     ApiError::new(405, "invalid_request_error", msg).code("method_not_allowed").header("Allow", allow);
-                return (self.metrics.route_id(template), e.into_response());
+                return (self.metrics.route_id(template), respond(is_anthropic_path(template), e));
             }
             Lookup::Found { route: (route, rid), params, .. } => (
                 route,
@@ -80,7 +78,7 @@ impl App {
             return self.not_found(&req.path);
         }
         if let Some(e) = self.admit(&req, route, rid) {
-            return (rid, e.into_response());
+            return (rid, respond(route.is_anthropic(), e));
         }
         let resp = match route {
             Route::Health => Ok(health::health(self.metrics.uptime_s(), self.model_id())),
@@ -106,17 +104,24 @@ impl App {
             | Route::ChatMessagesList => {
                 self.chats(route, req, model_param.as_deref().unwrap_or_default(), guard).await
             }
-            Route::Models | Route::Model | Route::ChatCompletions | Route::Completions => match &self.llm {
+            Route::Models
+            | Route::Model
+            | Route::ChatCompletions
+            | Route::Completions
+            | Route::Messages
+            | Route::MessagesCountTokens => match &self.llm {
                 None => Err(ApiError::new(503, "server_error", "no model is loaded").code("model_not_loaded")),
                 Some(llm) => match route {
                     Route::Models => Ok(openai::models(llm)),
                     Route::Model => openai::model(llm, model_param.as_deref().unwrap_or_default()),
                     Route::ChatCompletions => openai::chat(llm, &self.cfg, req, &self.metrics, guard).await,
+                    Route::Messages => anthropic::messages(llm, &self.cfg, req, &self.metrics, guard).await,
+                    Route::MessagesCountTokens => anthropic::count_tokens(llm, &self.cfg, req).await,
                     _ => openai::completion(llm, &self.cfg, req, &self.metrics, guard).await,
                 },
             },
         };
-        (rid, resp.unwrap_or_else(ApiError::into_response))
+        (rid, resp.unwrap_or_else(|e| respond(route.is_anthropic(), e)))
     }
 
     /// The engine's gauges, sampled here, when a metrics route is read, and nowhere else: the
@@ -200,6 +205,21 @@ fn method_label(m: &str) -> &'static str {
     KNOWN.iter().find(|k| **k == m).copied().unwrap_or("other")
 }
 
+/// An error in the shape of the API the client speaks: Anthropic's on the Messages routes
+/// (whose SDK reads only that shape), OpenAI's everywhere else.
+fn respond(anthropic: bool, e: ApiError) -> Response {
+    if anthropic {
+        anthropic_wire::error_response(e)
+    } else {
+        e.into_response()
+    }
+}
+
+/// Paths under `/v1/messages` (Anthropic's API), for the errors given before a route is known.
+fn is_anthropic_path(path: &str) -> bool {
+    path == "/v1/messages" || path.starts_with("/v1/messages/")
+}
+
 fn truncate(s: &str, max: usize) -> &str {
     let mut end = s.len().min(max);
     while !s.is_char_boundary(end) {
@@ -222,7 +242,7 @@ impl Handler for App {
     }
 
     fn rejection(&self, r: &Rejected<'_>) -> Response {
-        ApiError::from(r.error).into_response()
+        respond(is_anthropic_path(r.path), ApiError::from(r.error))
     }
 
     fn on_rejected(&self, r: &Rejected<'_>) {

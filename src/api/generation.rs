@@ -123,6 +123,11 @@ impl Generation {
         &self.llm.model_id
     }
 
+    /// The request's stop sequence that ended the answer, if one did.
+    pub fn stop_sequence(&self) -> Option<&str> {
+        self.stop.matched()
+    }
+
     /// The next piece to send. Cancel-safe: it only awaits the engine's channel and the
     /// deadline, and keeps what an event produced until it is taken.
     pub async fn next_piece(&mut self) -> Piece {

@@ -1,9 +1,10 @@
 //! Routes and handlers: from a parsed request to a response.
 //!
 //! `app` routes a request, applies admission and calls a handler (`health`,
-//! `metrics_handlers`, `openai`, `dashboard`); `openai_request` validates bodies, `prepare` turns them into
+//! `metrics_handlers`, `openai`, `anthropic`, `dashboard`); `openai_request` and
+//! `anthropic_request` validate bodies into one internal request, `prepare` turns them into
 //! prompt tokens off the I/O thread, `generation` drives one generation (stop sequences,
-//! streaming, the request's deadline; `idle_timer` times its keep-alives), `record` turns its end into a metrics record, and `wire` spells every answer.
+//! streaming, the request's deadline; `idle_timer` times its keep-alives), `record` turns its end into a metrics record, and `wire` (`anthropic_wire` for the Messages API) spells every answer.
 //! `chats` serves the persisted conversations (`chats_request` validates their bodies,
 //! `client_geo` says where a client is) on the `store` layer.
 //! `state` holds what the files share, and imports none of them.
@@ -11,6 +12,9 @@
 #![forbid(unsafe_code)]
 
 pub mod admission;
+pub mod anthropic;
+pub mod anthropic_request;
+pub mod anthropic_wire;
 pub mod app;
 pub mod chats;
 pub mod chats_request;

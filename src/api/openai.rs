@@ -84,14 +84,18 @@ pub async fn completion(
 }
 
 pub(super) fn request_id(kind: Kind) -> String {
+    new_id(match kind {
+        Kind::Chat => "chatcmpl-",
+        Kind::Completion => "cmpl-",
+    })
+}
+
+/// A fresh response id: `prefix`, the time and a counter (unique within the process).
+pub(super) fn new_id(prefix: &str) -> String {
     use std::sync::atomic::{AtomicU64, Ordering};
     static NEXT: AtomicU64 = AtomicU64::new(0);
     let n = NEXT.fetch_add(1, Ordering::Relaxed);
-    let prefix = match kind {
-        Kind::Chat => "chatcmpl",
-        Kind::Completion => "cmpl",
-    };
-    format!("{prefix}-{:x}{:06x}", super::state::unix_now(), n)
+    format!("{prefix}{:x}{:06x}", super::state::unix_now(), n)
 }
 
 /// The completion length: what the request asks, within the context; by default what is left

@@ -81,11 +81,11 @@ pub fn type_name(v: &Value) -> &'static str {
 }
 
 /// A field that is absent or null is `None`.
-fn field<'a>(m: &'a Map<String, Value>, name: &str) -> Option<&'a Value> {
+pub(super) fn field<'a>(m: &'a Map<String, Value>, name: &str) -> Option<&'a Value> {
     m.get(name).filter(|v| !v.is_null())
 }
 
-fn number(m: &Map<String, Value>, name: &str, lo: f64, hi: f64, default: f64) -> Result<f32, ApiError> {
+pub(super) fn number(m: &Map<String, Value>, name: &str, lo: f64, hi: f64, default: f64) -> Result<f32, ApiError> {
     match field(m, name) {
         None => Ok(default as f32),
         Some(Value::Number(n)) => {
@@ -103,7 +103,7 @@ fn number(m: &Map<String, Value>, name: &str, lo: f64, hi: f64, default: f64) ->
     }
 }
 
-fn integer(m: &Map<String, Value>, name: &str, lo: u64, hi: u64) -> Result<Option<u64>, ApiError> {
+pub(super) fn integer(m: &Map<String, Value>, name: &str, lo: u64, hi: u64) -> Result<Option<u64>, ApiError> {
     match field(m, name) {
         None => Ok(None),
         Some(Value::Number(n)) => match n.as_u64() {
@@ -117,7 +117,7 @@ fn integer(m: &Map<String, Value>, name: &str, lo: u64, hi: u64) -> Result<Optio
     }
 }
 
-fn boolean(m: &Map<String, Value>, name: &str) -> Result<bool, ApiError> {
+pub(super) fn boolean(m: &Map<String, Value>, name: &str) -> Result<bool, ApiError> {
     match field(m, name) {
         None => Ok(false),
         Some(Value::Bool(b)) => Ok(*b),
@@ -125,7 +125,7 @@ fn boolean(m: &Map<String, Value>, name: &str) -> Result<bool, ApiError> {
     }
 }
 
-fn model(m: &Map<String, Value>) -> Result<Option<String>, ApiError> {
+pub(super) fn model(m: &Map<String, Value>) -> Result<Option<String>, ApiError> {
     match field(m, "model") {
         None => Ok(None),
         Some(Value::String(s)) => Ok(Some(s.clone())),
@@ -134,35 +134,41 @@ fn model(m: &Map<String, Value>) -> Result<Option<String>, ApiError> {
 }
 
 fn stop(m: &Map<String, Value>) -> Result<Vec<String>, ApiError> {
-    let list = match field(m, "stop") {
+    stop_list(m, "stop", MAX_STOP_SEQUENCES)
+}
+
+/// The stop sequences in field `name`: a string or at most `max` strings, each of 1 to
+/// [`MAX_STOP_BYTES`] bytes.
+pub(super) fn stop_list(m: &Map<String, Value>, name: &str, max: usize) -> Result<Vec<String>, ApiError> {
+    let list = match field(m, name) {
         None => return Ok(Vec::new()),
         Some(Value::String(s)) => vec![s.clone()],
         Some(Value::Array(a)) => {
-            if a.len() > MAX_STOP_SEQUENCES {
+            if a.len() > max {
                 return Err(ApiError::invalid(
-                    "stop",
-                    format!("'stop' takes at most {MAX_STOP_SEQUENCES} sequences, got {}", a.len()),
+                    name,
+                    format!("'{name}' takes at most {max} sequences, got {}", a.len()),
                 ));
             }
             a.iter()
                 .map(|v| {
-                    v.as_str()
-                        .map(str::to_string)
-                        .ok_or_else(|| ApiError::invalid("stop", "'stop' must be a string or an array of strings"))
+                    v.as_str().map(str::to_string).ok_or_else(|| {
+                        ApiError::invalid(name, format!("'{name}' must be a string or an array of strings"))
+                    })
                 })
                 .collect::<Result<_, _>>()?
         }
         Some(v) => {
             return Err(ApiError::invalid(
-                "stop",
-                format!("'stop' must be a string or an array of strings, not {}", type_name(v)),
+                name,
+                format!("'{name}' must be a string or an array of strings, not {}", type_name(v)),
             ))
         }
     };
     for s in &list {
         if s.is_empty() || s.len() > MAX_STOP_BYTES {
             return Err(ApiError::invalid(
-                "stop",
+                name,
                 format!("each stop sequence must be 1 to {MAX_STOP_BYTES} bytes long, got {}", s.len()),
             ));
         }
@@ -224,7 +230,7 @@ fn gen_params(m: &Map<String, Value>, max_tokens_fields: &[&str]) -> Result<GenP
 }
 
 /// The `mtplx` extension object: drafting off, another drafter, or a lower depth.
-fn draft_request(m: &Map<String, Value>) -> Result<DraftRequest, ApiError> {
+pub(super) fn draft_request(m: &Map<String, Value>) -> Result<DraftRequest, ApiError> {
     let o = match field(m, "mtplx") {
         None => return Ok(DraftRequest::default()),
         Some(Value::Object(o)) => o,

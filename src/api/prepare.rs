@@ -3,6 +3,7 @@
 //! pool of blocking threads while the I/O thread serves everyone else. A prompt that cannot fit
 //! the context is refused by its size in bytes before any of that work.
 
+use super::anthropic_request::{parse_count_tokens, parse_messages};
 use super::error::ApiError;
 use super::generation::Kind;
 use super::openai_request::{parse_chat, parse_completion, GenParams};
@@ -34,7 +35,26 @@ pub async fn chat(llm: &Arc<Llm>, body: Vec<u8>, special_in_content: bool) -> Re
         let r = parse_chat(&body)?;
         let messages: Vec<ChatMessage> =
             r.messages.iter().map(|m| ChatMessage { role: m.role.clone(), content: m.content.clone() }).collect();
-        render(&llm, &messages, r.params, special_in_content)
+        render(&llm, &messages, None, r.params, special_in_content)
+    })
+    .await
+}
+
+/// Parses, validates and tokenizes an Anthropic Messages request (`count` for
+/// `/v1/messages/count_tokens`, which needs no generation settings) on the preparation pool:
+/// the conversation goes through the same template and tokenizer as an OpenAI chat.
+pub async fn messages(
+    llm: &Arc<Llm>,
+    body: Vec<u8>,
+    special_in_content: bool,
+    count: bool,
+) -> Result<Prepared, ApiError> {
+    let llm = llm.clone();
+    on_pool(move || {
+        let r = if count { parse_count_tokens(&body)? } else { parse_messages(&body)? };
+        let messages: Vec<ChatMessage> =
+            r.messages.iter().map(|m| ChatMessage { role: m.role.clone(), content: m.content.clone() }).collect();
+        render(&llm, &messages, r.prefill.as_deref(), r.params, special_in_content)
     })
     .await
 }
@@ -48,22 +68,30 @@ pub async fn conversation(
     special_in_content: bool,
 ) -> Result<Prepared, ApiError> {
     let llm = llm.clone();
-    on_pool(move || render(&llm, &messages, params, special_in_content)).await
+    on_pool(move || render(&llm, &messages, None, params, special_in_content)).await
 }
 
+/// `messages` through the chat template up to where the assistant's answer begins, then
+/// `prefill` (the start of the answer, which the model continues) as plain text.
 fn render(
     llm: &Llm,
     messages: &[ChatMessage],
+    prefill: Option<&str>,
     params: GenParams,
     special_in_content: bool,
 ) -> Result<Prepared, ApiError> {
-    let content_bytes: usize = messages.iter().map(|m| m.content.len()).sum();
+    let content_bytes: usize = messages.iter().map(|m| m.content.len()).sum::<usize>() + prefill.map_or(0, str::len);
     refuse_oversized(llm, content_bytes, "messages")?;
     // The template's own text becomes control tokens; message contents stay plain text.
-    let prompt = llm
+    let mut prompt = llm
         .template
         .render_prompt(&llm.tokenizer, messages, true, &Default::default())
         .map_err(|e| ApiError::invalid("messages", format!("the chat template refused the messages: {e}")))?;
+    if let Some(p) = prefill {
+        let at = prompt.text.len();
+        prompt.text.push_str(p);
+        prompt.literal.extend(llm.tokenizer.special_token_spans(p).into_iter().map(|r| r.start + at..r.end + at));
+    }
     refuse_unspellable(llm, &prompt.text, "messages")?;
     let tokens = llm
         .tokenizer

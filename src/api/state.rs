@@ -18,6 +18,9 @@ pub enum Route {
     Model,
     ChatCompletions,
     Completions,
+    /// Anthropic's Messages API.
+    Messages,
+    MessagesCountTokens,
     /// The dashboard page (`/`, `/dashboard`, `/dashboard/`, its `/favicon.ico`) and its files; withheld with the metrics routes.
     Dashboard,
     DashboardAsset,
@@ -42,13 +45,20 @@ impl Route {
     /// The routes that the API key guards (`/v1/...` but the metrics snapshot and stream, which
     /// the metrics token guards). Probes and scrapes stay outside.
     pub fn is_api(self) -> bool {
-        matches!(self, Route::Models | Route::Model | Route::ChatCompletions | Route::Completions) || self.is_chats()
+        matches!(self, Route::Models | Route::Model | Route::ChatCompletions | Route::Completions)
+            || self.is_anthropic()
+            || self.is_chats()
+    }
+
+    /// The routes that answer in Anthropic's shapes (their errors too).
+    pub fn is_anthropic(self) -> bool {
+        matches!(self, Route::Messages | Route::MessagesCountTokens)
     }
 
     /// The routes that can cost model time, which the rate limiter counts: completions and
     /// chat turns (a refused API key counts on every API route, see `App::admit`).
     pub fn is_generation(self) -> bool {
-        matches!(self, Route::ChatCompletions | Route::Completions | Route::ChatMessagesPost)
+        matches!(self, Route::ChatCompletions | Route::Completions | Route::Messages | Route::ChatMessagesPost)
     }
 
     /// The persisted-chat routes (`/v1/chats...`).
@@ -75,6 +85,8 @@ pub const ROUTES: &[(&str, &str, Route)] = &[
     ("GET", "/v1/models/{model_id}", Route::Model),
     ("POST", "/v1/chat/completions", Route::ChatCompletions),
     ("POST", "/v1/completions", Route::Completions),
+    ("POST", "/v1/messages", Route::Messages),
+    ("POST", "/v1/messages/count_tokens", Route::MessagesCountTokens),
     ("GET", "/", Route::Dashboard),
     ("GET", "/dashboard", Route::Dashboard),
     ("GET", "/dashboard/", Route::Dashboard),

@@ -5,6 +5,8 @@ pub struct StopMatcher {
     stops: Vec<String>,
     /// Text received but not yet released.
     pending: String,
+    /// The stop sequence that ended the text, once one has.
+    matched: Option<usize>,
 }
 
 /// What one piece of text turned into.
@@ -18,7 +20,11 @@ pub struct Released {
 
 impl StopMatcher {
     pub fn new(stops: Vec<String>) -> StopMatcher {
-        StopMatcher { stops: stops.into_iter().filter(|s| !s.is_empty()).collect(), pending: String::new() }
+        StopMatcher {
+            stops: stops.into_iter().filter(|s| !s.is_empty()).collect(),
+            pending: String::new(),
+            matched: None,
+        }
     }
 
     pub fn push(&mut self, delta: &str) -> Released {
@@ -26,10 +32,12 @@ impl StopMatcher {
         if self.stops.is_empty() {
             return Released { text: std::mem::take(&mut self.pending), stopped: false };
         }
-        let first_stop = self.stops.iter().filter_map(|s| self.pending.find(s.as_str())).min();
-        if let Some(at) = first_stop {
+        let first_stop =
+            self.stops.iter().enumerate().filter_map(|(i, s)| self.pending.find(s.as_str()).map(|at| (at, i))).min();
+        if let Some((at, i)) = first_stop {
             let text = self.pending[..at].to_string();
             self.pending.clear();
+            self.matched = Some(i);
             return Released { text, stopped: true };
         }
         let keep = self.held_suffix_len();
@@ -37,6 +45,11 @@ impl StopMatcher {
         let text = self.pending[..cut].to_string();
         self.pending.drain(..cut);
         Released { text, stopped: false }
+    }
+
+    /// The stop sequence that ended the text (Anthropic's `stop_sequence`), if one did.
+    pub fn matched(&self) -> Option<&str> {
+        self.matched.map(|i| self.stops[i].as_str())
     }
 
     /// The generation ended for another reason: whatever was held back is plain text after all.
@@ -99,6 +112,10 @@ mod tests {
     fn earliest_of_several_stops_wins() {
         assert_eq!(run(&["\n\n", "Q:"], &["answer Q: more\n\n"]), ("answer ".into(), true));
         assert_eq!(run(&["abc", "b"], &["xab"]), ("xa".into(), true));
+        let mut m = StopMatcher::new(vec!["\n\n".into(), "Q:".into()]);
+        assert_eq!(m.matched(), None);
+        assert!(m.push("answer Q: more\n\n").stopped);
+        assert_eq!(m.matched(), Some("Q:"));
     }
 
     #[test]

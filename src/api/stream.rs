@@ -60,11 +60,16 @@ pub(super) async fn stream_every(
     }
 }
 
+/// An SSE comment: every client skips it.
+pub const KEEP_ALIVE_COMMENT: &[u8] = b": keep-alive\n\n";
+
 /// What every streamed route waits with between pieces: the engine's next event, the request's
-/// deadline and the client leaving, raced; and a `: keep-alive` comment after each `every`
-/// without output (a long prefill), so that proxies and clients keep the stream open.
+/// deadline and the client leaving, raced; and a beat (a `: keep-alive` comment, or the route's
+/// own, such as Anthropic's `ping` event) after each `every` without output (a long prefill),
+/// so that proxies and clients keep the stream open.
 pub struct KeepAlive<T: IdleTimer = WallTimer> {
     every: Duration,
+    beat: &'static [u8],
     // One keep-alive timer for the whole stream, moved only when it fires (see `WallTimer`).
     // The deadline is the generation's own single timer, raced in `recv_event`.
     idle: T,
@@ -81,7 +86,13 @@ impl<T: IdleTimer> KeepAlive<T> {
     pub fn with_timer(every: Duration, mut idle: T) -> KeepAlive<T> {
         let last_sent = idle.now();
         idle.set_at(last_sent + every);
-        KeepAlive { every, idle, last_sent }
+        KeepAlive { every, beat: KEEP_ALIVE_COMMENT, idle, last_sent }
+    }
+
+    /// Sends `beat` through silences instead of the comment.
+    pub fn with_beat(mut self, beat: &'static [u8]) -> KeepAlive<T> {
+        self.beat = beat;
+        self
     }
 
     /// Now on the keep-alive's clock. Read it before sending an output and pass it to
@@ -125,7 +136,7 @@ impl<T: IdleTimer> KeepAlive<T> {
                 Step::Idle => {
                     let now = self.idle.now();
                     if now.saturating_duration_since(self.last_sent) >= self.every {
-                        if out.send(b": keep-alive\n\n".to_vec()).await.is_err() {
+                        if out.send(self.beat.to_vec()).await.is_err() {
                             return None;
                         }
                         self.last_sent = now;

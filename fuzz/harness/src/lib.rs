@@ -4,6 +4,7 @@
 //! committed seed and crash regression through them under plain `cargo test`, so that CI checks
 //! the very same code without a sanitizer build (see `fuzz/README.md`).
 
+pub mod anthropic_request;
 pub mod chat_request;
 pub mod chat_template;
 pub mod gguf_header;
@@ -19,7 +20,8 @@ pub mod safetensors_header;
 pub mod tokenizer;
 
 /// Every target, by the name of its corpus directory and its binary.
-pub const TARGETS: [&str; 13] = [
+pub const TARGETS: [&str; 14] = [
+    "anthropic_request",
     "chat_request",
     "chat_template",
     "gguf_header",

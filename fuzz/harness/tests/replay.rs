@@ -64,6 +64,7 @@ macro_rules! replay_each {
 }
 
 replay_each!(
+    anthropic_request,
     chat_request,
     chat_template,
     gguf_header,

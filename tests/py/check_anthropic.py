@@ -1,0 +1,84 @@
+"""Anthropic's Messages API through the official `anthropic` package: a whole answer, a
+streamed one (its events in the documented order, assembled by the SDK's stream helper), a
+prefill, stop sequences, token counting, beta headers and `?beta=true`, and errors in
+Anthropic's shape. MTPLX_API_KEY is the server's key, which the SDK sends as `x-api-key`."""
+import os
+
+import anthropic
+
+BASE = os.environ["MTPLX_BASE_URL"]
+client = anthropic.Anthropic(base_url=BASE, api_key=os.environ["MTPLX_API_KEY"], max_retries=0)
+messages = [{"role": "user", "content": "Write one sentence about the sea."}]
+MAX = 12
+
+# A whole answer.
+m = client.messages.create(model="demo", max_tokens=MAX, messages=messages, extra_body={"temperature": 0},
+                           system="You are a poet.")
+assert m.type == "message" and m.role == "assistant" and m.id.startswith("msg_"), m
+assert len(m.content) == 1 and m.content[0].type == "text" and m.content[0].text, m.content
+assert m.stop_reason in ("end_turn", "max_tokens"), m.stop_reason
+assert 0 < m.usage.output_tokens <= MAX and m.usage.input_tokens > 10, m.usage
+whole_text = m.content[0].text
+
+# The same request streamed: the same text at temperature 0, the events in order.
+with client.messages.stream(model="demo", max_tokens=MAX, messages=messages, extra_body={"temperature": 0},
+                            system="You are a poet.") as stream:
+    kinds = [e.type for e in stream]
+    final = stream.get_final_message()
+assert final.content[0].text == whole_text, (final.content, whole_text)
+assert final.usage.output_tokens == m.usage.output_tokens, final.usage
+assert final.stop_reason == m.stop_reason, final.stop_reason
+# The SDK's stream yields its own `text` events beside the raw ones; keep the raw ones.
+raw = [k for k in kinds if k in ("message_start", "content_block_start", "content_block_delta",
+                                 "content_block_stop", "message_delta", "message_stop")]
+assert raw[0] == "message_start" and raw[1] == "content_block_start", raw
+assert raw[-3:] == ["content_block_stop", "message_delta", "message_stop"], raw
+assert set(raw[2:-3]) == {"content_block_delta"}, raw
+
+# max_tokens cuts: stop_reason says so.
+m = client.messages.create(model="demo", max_tokens=1, messages=messages)
+assert m.stop_reason == "max_tokens" and m.usage.output_tokens == 1, m
+
+# A stop sequence ends the answer before it and is named.
+m = client.messages.create(model="demo", max_tokens=40, extra_body={"temperature": 0}, stop_sequences=[" the", "."],
+                           messages=[{"role": "user", "content": "Tell me about the moon and the sea."}])
+assert m.stop_reason == "stop_sequence" and m.stop_sequence in (" the", "."), m
+assert m.stop_sequence not in m.content[0].text, m.content
+
+# A prefill: the answer continues the last assistant turn and does not repeat it.
+m = client.messages.create(model="demo", max_tokens=8, extra_body={"temperature": 0},
+                           messages=messages + [{"role": "assistant", "content": "The sea"}])
+assert not m.content[0].text.startswith("The sea"), m.content
+
+# Token counting agrees with what a generation reports as its input.
+count = client.messages.count_tokens(model="demo", messages=messages, system="You are a poet.")
+first = client.messages.create(model="demo", max_tokens=1, messages=messages, system="You are a poet.")
+assert count.input_tokens == first.usage.input_tokens, (count, first.usage)
+
+# Beta headers this server does not know are accepted, and so is the beta client's `?beta=true`.
+m = client.messages.create(model="demo", max_tokens=2, messages=messages,
+                           extra_headers={"anthropic-beta": "some-future-feature-2099-01-01"})
+assert m.content[0].type == "text", m
+m = client.beta.messages.create(model="demo", max_tokens=2, messages=messages, betas=["another-beta-2099"])
+assert m.content[0].type == "text", m
+
+# Errors in Anthropic's shape, with the statuses of the OpenAI routes.
+try:
+    client.messages.create(model="demo", max_tokens=5, messages=[{"role": "assistant", "content": "hi"}])
+    raise AssertionError("a conversation that starts with the assistant was accepted")
+except anthropic.BadRequestError as e:
+    assert e.status_code == 400 and e.body["error"]["type"] == "invalid_request_error", e.body
+    assert "messages[0].role" in e.body["error"]["message"], e.body
+try:
+    # Recent SDKs no longer send sampling fields; older clients and agents still do.
+    client.messages.create(model="demo", max_tokens=5, messages=messages, extra_body={"temperature": 1.5})
+    raise AssertionError("temperature 1.5 was accepted")
+except anthropic.BadRequestError as e:
+    assert "between 0 and 1" in e.body["error"]["message"], e.body
+bad = anthropic.Anthropic(base_url=BASE, api_key="not-the-key", max_retries=0)
+try:
+    bad.messages.create(model="demo", max_tokens=5, messages=messages)
+    raise AssertionError("a wrong x-api-key was accepted")
+except anthropic.AuthenticationError as e:
+    assert e.status_code == 401 and e.body["error"]["type"] == "authentication_error", e.body
+print("anthropic ok")
