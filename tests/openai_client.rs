@@ -250,10 +250,10 @@ fn docs_examples_python_run_as_printed() {
             .map(|(name, b)| name.unwrap_or_else(|| panic!("docs/{doc} has a Python block no test runs:\n{b}")))
             .collect()
     };
-    assert_eq!(named("api.md"), ["chat", "stream", "completion", "anthropic"]);
+    assert_eq!(named("api.md"), ["chat", "stream", "parse", "completion", "anthropic"]);
     assert_eq!(named("metrics.md"), ["mtplx-snapshot", "mtplx-stream"]);
     let s = start(&[]);
-    for name in ["chat", "stream", "completion", "anthropic"] {
+    for name in ["chat", "stream", "parse", "completion", "anthropic"] {
         let code = docs::example("api.md", name);
         assert!(code.contains(DOC_ADDR), "{name} uses the doc's address");
         let code = code.replace(DOC_ADDR, &s.addr.to_string());

@@ -6,7 +6,7 @@ use super::error::ApiError;
 use super::openai_request::{
     boolean, draft_request, field, integer, model, number, parse_object, stop_list, type_name, ChatMessage, GenParams,
 };
-use crate::engine::SamplingParams;
+use crate::engine::{Grammar, SamplingParams};
 use serde_json::{Map, Value};
 
 /// Stop sequences one request may name. Anthropic documents no bound; each costs a scan of the
@@ -181,13 +181,6 @@ fn refuse_unsupported(m: &Map<String, Value>) -> Result<(), ApiError> {
             }
         }
     }
-    if field(m, "output_config").and_then(|o| o.get("format")).is_some_and(|f| !f.is_null()) {
-        return Err(ApiError::invalid(
-            "output_config.format",
-            "'output_config.format' is not supported by this server (structured output is not supported yet); remove it from the request",
-        )
-        .code("unsupported_parameter"));
-    }
     if let Some(v) = field(m, "metadata") {
         if !v.is_object() {
             return Err(ApiError::invalid("metadata", format!("'metadata' must be an object, not {}", type_name(v))));
@@ -206,6 +199,7 @@ fn default_params() -> GenParams {
         include_usage: false,
         draft: Default::default(),
         ignore_eos: false,
+        format: None,
     }
 }
 
@@ -227,8 +221,28 @@ fn params(m: &Map<String, Value>) -> Result<GenParams, ApiError> {
         stop: stop_list(m, "stop_sequences", MAX_STOP_SEQUENCES)?,
         stream: boolean(m, "stream")?,
         draft: draft_request(m)?,
+        format: output_format(m)?,
         ..default_params()
     })
+}
+
+/// Structured output: `output_config.format` (or the beta's top-level `output_format`),
+/// `{"type": "json_schema", "schema": {...}}`. Anthropic's schemas are strict: a keyword the
+/// compiler lacks is an error.
+fn output_format(m: &Map<String, Value>) -> Result<Option<Grammar>, ApiError> {
+    let (f, param) =
+        match (field(m, "output_config").and_then(|o| field(o.as_object()?, "format")), field(m, "output_format")) {
+            (Some(f), _) => (f, "output_config.format"),
+            (None, Some(f)) => (f, "output_format"),
+            (None, None) => return Ok(None),
+        };
+    if f.get("type").and_then(Value::as_str) != Some("json_schema") {
+        return Err(ApiError::invalid(param, format!("'{param}.type' must be 'json_schema'")));
+    }
+    match f.get("schema") {
+        Some(schema @ Value::Object(_)) => Ok(Some(Grammar::JsonSchema { schema: schema.clone(), strict: true })),
+        _ => Err(ApiError::invalid(param, format!("'{param}.schema' is required and must be a JSON schema object"))),
+    }
 }
 
 #[cfg(test)]
@@ -321,6 +335,18 @@ mod tests {
             assert_eq!((e.status, e.param.as_deref()), (400, Some(param)), "{body}");
             assert!(e.message.contains(needle), "{body}: {}", e.message);
         }
+    }
+
+    #[test]
+    fn an_output_format_is_a_strict_schema() {
+        let r = parse(r#"{"max_tokens":9,"messages":[{"role":"user","content":"Hi"}],"output_config":{"effort":"low","format":{"type":"json_schema","schema":{"type":"object"}}}}"#).unwrap();
+        assert_eq!(
+            r.params.format,
+            Some(Grammar::JsonSchema { schema: serde_json::json!({"type": "object"}), strict: true })
+        );
+        let e = parse(r#"{"max_tokens":9,"messages":[{"role":"user","content":"Hi"}],"output_format":{"type":"xml"}}"#)
+            .unwrap_err();
+        assert_eq!(e.param.as_deref(), Some("output_format"));
     }
 
     #[test]

@@ -20,6 +20,7 @@ fn llm() -> Arc<Llm> {
     let info = model.info().clone();
     let cfg = EngineConfig::for_model(&*model, 4, None, None);
     Arc::new(Llm {
+        grammar: Default::default(),
         engine: Engine::start(model, tokenizer.clone(), cfg),
         tokenizer,
         template: ChatTemplate::new("{% for m in messages %}{{ m.content }}{% endfor %}", "<s>", "</s>").unwrap(),
@@ -40,6 +41,7 @@ fn params() -> GenParams {
         include_usage: false,
         draft: Default::default(),
         ignore_eos: false,
+        format: None,
     }
 }
 

@@ -151,7 +151,7 @@ pub(super) fn submit(
         return Err(ApiError::invalid("mtplx.draft", format!("'mtplx.draft': {}", DraftError::NoMtpHead)));
     }
     let submitted = Instant::now();
-    let Prepared { kind, tokens, params, question_chars } = p;
+    let Prepared { kind, tokens, params, question_chars, constraint } = p;
     let n = tokens.len();
     let spec = JobSpec {
         stop_tokens: llm.tokenizer.eos_tokens().to_vec(),
@@ -159,6 +159,7 @@ pub(super) fn submit(
         submitted,
         draft: params.draft,
         ignore_eos: params.ignore_eos,
+        constraint,
         ..JobSpec::new(tokens, params.sampling.clone(), max_tokens)
     };
     let (job, rx) = spec.build();

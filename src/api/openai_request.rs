@@ -4,7 +4,7 @@
 use super::error::ApiError;
 use super::refused_fields::refuse_unsupported;
 use crate::engine::draft::MAX_DRAFT_DEPTH;
-use crate::engine::{DraftMode, DraftRequest, SamplingParams};
+use crate::engine::{DraftMode, DraftRequest, Grammar, SamplingParams};
 use serde_json::{Map, Value};
 
 /// OpenAI accepts at most 4 stop sequences.
@@ -38,6 +38,9 @@ pub struct GenParams {
     /// Go on past the model's end-of-text tokens until `max_tokens` (vLLM's and llama-server's
     /// `ignore_eos`): benchmarks want generations of a set length whatever the model says.
     pub ignore_eos: bool,
+    /// The grammar the answer must follow (`response_format`), compiled when the request is
+    /// prepared.
+    pub format: Option<Grammar>,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -226,7 +229,67 @@ fn gen_params(m: &Map<String, Value>, max_tokens_fields: &[&str]) -> Result<GenP
     };
     let draft = draft_request(m)?;
     let ignore_eos = boolean(m, "ignore_eos")?;
-    Ok(GenParams { max_tokens, sampling, stop: stop(m)?, logprobs: None, stream, include_usage, draft, ignore_eos })
+    let format = response_format(m)?;
+    Ok(GenParams {
+        max_tokens,
+        sampling,
+        stop: stop(m)?,
+        logprobs: None,
+        stream,
+        include_usage,
+        draft,
+        ignore_eos,
+        format,
+    })
+}
+
+/// `response_format`: `text` (no grammar), `json_object`, or `json_schema` with its `schema`
+/// (and `strict`, under which a keyword the compiler lacks is an error rather than ignored).
+fn response_format(m: &Map<String, Value>) -> Result<Option<Grammar>, ApiError> {
+    let o = match field(m, "response_format") {
+        None => return Ok(None),
+        Some(Value::Object(o)) => o,
+        Some(v) => {
+            let msg = format!("'response_format' must be an object with a 'type', not {}", type_name(v));
+            return Err(ApiError::invalid("response_format", msg));
+        }
+    };
+    match o.get("type").and_then(Value::as_str) {
+        Some("text") => Ok(None),
+        Some("json_object") => Ok(Some(Grammar::JsonObject)),
+        Some("json_schema") => {
+            let Some(Value::Object(js)) = field(o, "json_schema") else {
+                let msg = "'response_format.json_schema' is required with type json_schema: an object with 'name' and 'schema'";
+                return Err(ApiError::invalid("response_format.json_schema", msg));
+            };
+            let schema = match field(js, "schema") {
+                Some(v @ Value::Object(_)) => v.clone(),
+                Some(v) => {
+                    let msg = format!(
+                        "'response_format.json_schema.schema' must be a JSON schema object, not {}",
+                        type_name(v)
+                    );
+                    return Err(ApiError::invalid("response_format.json_schema.schema", msg));
+                }
+                None => {
+                    let msg = "'response_format.json_schema.schema' is required";
+                    return Err(ApiError::invalid("response_format.json_schema.schema", msg));
+                }
+            };
+            let strict = boolean(js, "strict").map_err(|mut e| {
+                e.param = Some("response_format.json_schema.strict".into());
+                e
+            })?;
+            Ok(Some(Grammar::JsonSchema { schema, strict }))
+        }
+        Some(t) => Err(ApiError::invalid(
+            "response_format.type",
+            format!("'response_format.type' must be one of text, json_object, json_schema; got '{t}'"),
+        )),
+        None => {
+            Err(ApiError::invalid("response_format.type", "'response_format.type' is required and must be a string"))
+        }
+    }
 }
 
 /// The `mtplx` extension object: drafting off, another drafter, or a lower depth.
@@ -430,7 +493,6 @@ mod tests {
         for (f, v) in [
             ("tools", "[{\"type\":\"function\",\"function\":{\"name\":\"f\"}}]"),
             ("tool_choice", "\"required\""),
-            ("response_format", "{\"type\":\"json_object\"}"),
             ("logit_bias", "{\"50256\":-100}"),
         ] {
             let body = format!(r#"{{"messages":[{{"role":"user","content":"hi"}}],"{f}":{v}}}"#);

@@ -8,6 +8,7 @@ use super::error::ApiError;
 use super::generation::Kind;
 use super::openai_request::{parse_chat, parse_completion, GenParams};
 use super::state::Llm;
+use crate::engine::Constraint;
 use crate::model::ChatMessage;
 use smol::lock::Semaphore;
 use std::sync::Arc;
@@ -26,6 +27,18 @@ pub struct Prepared {
     pub params: GenParams,
     /// Characters of the question (the last user message, or the completion prompt).
     pub question_chars: Option<u64>,
+    /// The request's grammar, compiled here, off the decode thread and the I/O threads.
+    pub constraint: Option<Constraint>,
+}
+
+/// Compiles the grammar `params` asks for, or the 400 that says why it cannot be, naming the
+/// request's field `param`.
+fn compile(llm: &Llm, params: &GenParams, param: &str) -> Result<Option<Constraint>, ApiError> {
+    let Some(g) = &params.format else { return Ok(None) };
+    let vocab = llm
+        .grammar_vocab()
+        .map_err(|e| ApiError::new(500, "server_error", format!("structured output is unavailable: {e}")))?;
+    vocab.compile(g).map(Some).map_err(|e| ApiError::invalid(param, format!("'{param}': {e}")))
 }
 
 /// Parses, validates and tokenizes a chat request on the preparation pool.
@@ -35,7 +48,7 @@ pub async fn chat(llm: &Arc<Llm>, body: Vec<u8>, special_in_content: bool) -> Re
         let r = parse_chat(&body)?;
         let messages: Vec<ChatMessage> =
             r.messages.iter().map(|m| ChatMessage { role: m.role.clone(), content: m.content.clone() }).collect();
-        render(&llm, &messages, None, r.params, special_in_content)
+        render(&llm, &messages, None, r.params, special_in_content, "response_format")
     })
     .await
 }
@@ -54,7 +67,7 @@ pub async fn messages(
         let r = if count { parse_count_tokens(&body)? } else { parse_messages(&body)? };
         let messages: Vec<ChatMessage> =
             r.messages.iter().map(|m| ChatMessage { role: m.role.clone(), content: m.content.clone() }).collect();
-        render(&llm, &messages, r.prefill.as_deref(), r.params, special_in_content)
+        render(&llm, &messages, r.prefill.as_deref(), r.params, special_in_content, "output_config.format")
     })
     .await
 }
@@ -68,7 +81,7 @@ pub async fn conversation(
     special_in_content: bool,
 ) -> Result<Prepared, ApiError> {
     let llm = llm.clone();
-    on_pool(move || render(&llm, &messages, None, params, special_in_content)).await
+    on_pool(move || render(&llm, &messages, None, params, special_in_content, "response_format")).await
 }
 
 /// `messages` through the chat template up to where the assistant's answer begins, then
@@ -79,6 +92,7 @@ fn render(
     prefill: Option<&str>,
     params: GenParams,
     special_in_content: bool,
+    format_param: &str,
 ) -> Result<Prepared, ApiError> {
     let content_bytes: usize = messages.iter().map(|m| m.content.len()).sum::<usize>() + prefill.map_or(0, str::len);
     refuse_oversized(llm, content_bytes, "messages")?;
@@ -98,7 +112,8 @@ fn render(
         .encode_chat(&prompt, special_in_content)
         .map_err(|e| ApiError::invalid("messages", e.to_string()))?;
     let question_chars = messages.iter().rev().find(|m| m.role == "user").map(|m| m.content.chars().count() as u64);
-    Ok(Prepared { kind: Kind::Chat, tokens, params, question_chars })
+    let constraint = compile(llm, &params, format_param)?;
+    Ok(Prepared { kind: Kind::Chat, tokens, params, question_chars, constraint })
 }
 
 /// Parses, validates and tokenizes a completion request on the preparation pool. A raw prompt
@@ -117,7 +132,8 @@ pub async fn completion(llm: &Arc<Llm>, body: Vec<u8>) -> Result<Prepared, ApiEr
             return Err(ApiError::invalid("prompt", "'prompt' must not be empty"));
         }
         let question_chars = Some(r.prompt.chars().count() as u64);
-        Ok(Prepared { kind: Kind::Completion, tokens, params: r.params, question_chars })
+        let constraint = compile(&llm, &r.params, "response_format")?;
+        Ok(Prepared { kind: Kind::Completion, tokens, params: r.params, question_chars, constraint })
     })
     .await
 }

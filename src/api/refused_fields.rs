@@ -14,7 +14,6 @@ pub const REFUSED_FIELDS: &[(&str, &str)] = &[
     ("parallel_tool_calls", "tool calling is not supported"),
     ("functions", "function calling is not supported"),
     ("function_call", "function calling is not supported"),
-    ("response_format", "structured output (response_format) is not supported"),
     ("logit_bias", "logit_bias is not supported"),
     ("audio", "audio output is not supported"),
     ("modalities", "only text output is supported"),
@@ -27,7 +26,7 @@ pub const REFUSED_FIELDS: &[(&str, &str)] = &[
 ];
 
 /// Whether `f: v` asks for nothing this server lacks: what SDKs and agent frameworks send by
-/// default (`tools: []`, `tool_choice: "none"`, `response_format: {"type": "text"}`, ...), which
+/// default (`tools: []`, `tool_choice: "none"`, `logit_bias: {}`, ...), which
 /// is accepted as what it means.
 fn asks_nothing(m: &Map<String, Value>, f: &str, v: &Value) -> bool {
     let empty = |name: &str| m.get(name).is_none_or(|t| t.is_null() || t.as_array().is_some_and(Vec::is_empty));
@@ -36,7 +35,6 @@ fn asks_nothing(m: &Map<String, Value>, f: &str, v: &Value) -> bool {
         ("tools" | "functions", Value::Array(a)) => a.is_empty(),
         ("tool_choice" | "function_call", Value::String(s)) => s == "none" || (s == "auto" && no_tools),
         ("parallel_tool_calls", Value::Bool(_)) => no_tools,
-        ("response_format", Value::Object(o)) => o.len() == 1 && o.get("type").and_then(Value::as_str) == Some("text"),
         ("logit_bias", Value::Object(o)) => o.is_empty(),
         ("modalities", Value::Array(a)) => a.len() == 1 && a[0] == "text",
         _ => false,
@@ -78,7 +76,6 @@ mod tests {
             assert_eq!(check(ok).map_err(|e| e.message), Ok(()), "{ok}");
         }
         for (bad, param) in [
-            (r#"{"response_format": {"type": "json_object"}}"#, "response_format"),
             (r#"{"tools": [{"type": "function", "function": {"name": "f"}}]}"#, "tools"),
             (r#"{"tool_choice": "required"}"#, "tool_choice"),
             (r#"{"tools": [], "logit_bias": {"1": 5}}"#, "logit_bias"),

@@ -1,7 +1,7 @@
 //! What the api files share: the route table, the loaded model as the API sees it, the api's
 //! settings and the in-flight guard. A leaf: it imports no sibling.
 
-use crate::engine::Engine;
+use crate::engine::{Engine, GrammarVocab};
 use crate::metrics::Metrics;
 use crate::model::{ChatTemplate, ModelInfo, Tokenizer};
 use std::net::IpAddr;
@@ -217,6 +217,19 @@ pub struct Llm {
     /// Context length one sequence may really use (prompt plus completion): the model's or
     /// `--ctx`, bounded by what the KV budget holds.
     pub ctx: usize,
+    /// The vocabulary made ready for grammars, on the first request that has one (building it
+    /// takes a fraction of a second that no other request should pay at start-up).
+    pub grammar: std::sync::OnceLock<Result<GrammarVocab, String>>,
+}
+
+impl Llm {
+    /// The vocabulary for grammars, built on first use; the error says why it cannot be.
+    pub fn grammar_vocab(&self) -> Result<&GrammarVocab, &str> {
+        let built = self
+            .grammar
+            .get_or_init(|| GrammarVocab::new(&self.tokenizer, self.info.vocab_size).map_err(|e| e.to_string()));
+        built.as_ref().map_err(String::as_str)
+    }
 }
 
 pub fn unix_now() -> u64 {

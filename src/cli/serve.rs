@@ -41,6 +41,7 @@ pub fn run(s: Settings) -> Result<(), String> {
     let engine = Engine::start_with_head(loaded.model.clone(), loaded.tokenizer.clone(), engine_cfg, head);
     let metrics = Metrics::shared(s.metrics_history, BuildInfo::current("cpu", &loaded.name));
     let llm = Arc::new(Llm {
+        grammar: Default::default(),
         engine,
         tokenizer: loaded.tokenizer,
         template: loaded.template,

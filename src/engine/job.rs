@@ -1,5 +1,6 @@
 //! What the API layer hands the decode thread (a [`Job`]) and what it gets back ([`Event`]s).
 
+use super::constraint::Constraint;
 use super::draft::DraftRequest;
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
@@ -73,6 +74,8 @@ pub struct Job {
     pub draft: DraftRequest,
     /// Neither the model's eos tokens nor `stop_tokens` end the generation: only its length.
     pub ignore_eos: bool,
+    /// The grammar the answer must follow (compiled off the decode thread), if any.
+    pub constraint: Option<Constraint>,
 }
 
 impl Job {
@@ -94,6 +97,7 @@ pub struct JobSpec {
     pub submitted: Instant,
     pub draft: DraftRequest,
     pub ignore_eos: bool,
+    pub constraint: Option<Constraint>,
 }
 
 impl JobSpec {
@@ -107,6 +111,7 @@ impl JobSpec {
             submitted: Instant::now(),
             draft: DraftRequest::default(),
             ignore_eos: false,
+            constraint: None,
         }
     }
 
@@ -125,6 +130,7 @@ impl JobSpec {
             submitted: self.submitted,
             draft: self.draft,
             ignore_eos: self.ignore_eos,
+            constraint: self.constraint,
         };
         (job, rx)
     }

@@ -8,6 +8,7 @@
 
 #![forbid(unsafe_code)]
 
+pub mod constraint;
 pub mod detok;
 pub mod draft;
 #[cfg(test)]
@@ -28,6 +29,7 @@ pub mod step_pacer;
 #[cfg(test)]
 pub(crate) mod toy_model;
 
+pub use constraint::{Constraint, ConstraintError, Grammar, GrammarVocab};
 pub use detok::{StreamDecoder, TokenDecoder};
 pub use draft::{Depth, DraftConfig, DraftMode, DraftRequest};
 pub use job::{Event, FinishReason, GenStats, Job, JobSpec, KvSnapshot, SamplingParams, SpecCounts, MAX_TOP_LOGPROBS};

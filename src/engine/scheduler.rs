@@ -190,6 +190,7 @@ impl Scheduler {
             last_token: None,
             max_batch: 0,
             done: None,
+            masked: Vec::new(),
             job,
         });
         None
@@ -355,6 +356,11 @@ impl Scheduler {
             let depth = spec.choose_depth(cap, rows - 1, decoding - 1, &self.costs);
             let started = Instant::now();
             spec.drafter.draft(&s.history, depth, &mut spec.draft);
+            if let Some(c) = s.job.constraint.as_mut() {
+                // A draft token the grammar forbids would be rejected by verification anyway.
+                // Cutting there is exact because every draft is verified as a point mass.
+                spec.draft.truncate(c.allowed_prefix(&spec.draft));
+            }
             spec.drafted(started.elapsed(), spec.draft.len());
             s.feed.extend_from_slice(&spec.draft);
             rows += spec.draft.len();

@@ -1,6 +1,7 @@
 //! One sequence on the decode thread, and what happens to it when its logits come back:
 //! sampling, verification of a draft, streaming, and the decision to go on or end.
 
+use super::constraint::Constraint;
 use super::detok::{StreamDecoder, TokenDecoder};
 use super::job::{Event, FinishReason, Job};
 use super::kv_cache::SeqId;
@@ -36,11 +37,32 @@ pub(super) struct Seq {
     pub(super) max_batch: usize,
     /// Set when the sequence ends; it is removed after the step.
     pub(super) done: Option<(FinishReason, bool)>,
+    /// A logits row as the request's grammar allows it (reused; empty without a grammar).
+    pub(super) masked: Vec<f32>,
+}
+
+/// `row` with what the grammar forbids masked out (`row` itself without a grammar); `None`
+/// when the matcher failed, which ends the sequence with its error.
+fn constrain<'a>(
+    c: &mut Option<Constraint>,
+    masked: &'a mut Vec<f32>,
+    row: &'a [f32],
+    done: &mut Option<(FinishReason, bool)>,
+) -> Option<&'a [f32]> {
+    let Some(c) = c else { return Some(row) };
+    match c.mask(row, masked) {
+        Ok(()) => Some(&masked[..]),
+        Err(e) => {
+            *done = Some((FinishReason::Error(e.to_string()), false));
+            None
+        }
+    }
 }
 
 /// Samples the next token of `s` from its logits row, streams it, and decides whether the
 /// sequence goes on.
 pub(super) fn emit(s: &mut Seq, row: &[f32], eos: &[u32], decoder: &dyn TokenDecoder) {
+    let Some(row) = constrain(&mut s.job.constraint, &mut s.masked, row, &mut s.done) else { return };
     let picked = s.sampler.sample(row, s.job.logprobs, s.job.top_logprobs);
     deliver(s, picked, eos, decoder);
 }
@@ -48,7 +70,10 @@ pub(super) fn emit(s: &mut Seq, row: &[f32], eos: &[u32], decoder: &dyn TokenDec
 /// Walks the rows of a verify pass (row j follows draft token j): each draft token is kept or
 /// replaced by exact rejection sampling, up to the first replacement; a fully accepted draft
 /// earns a bonus token from its last row. Every token goes out as plain decoding would send it,
-/// and the sequence may end at any of them. Returns how many tokens were emitted.
+/// and the sequence may end at any of them. Under a grammar, row j is masked with the mask of
+/// its own prefix (the matcher has taken every token emitted before it), so that a draft token
+/// the grammar forbids has probability 0 and is rejected by the rule itself. Returns how many
+/// tokens were emitted.
 pub(super) fn verify(
     s: &mut Seq,
     rows: &[f32],
@@ -62,6 +87,7 @@ pub(super) fn verify(
     let (want, top) = (s.job.logprobs, s.job.top_logprobs);
     let mut emitted = 0;
     for (j, row) in rows.chunks_exact(vocab).enumerate().take(draft.len() + 1) {
+        let Some(row) = constrain(&mut s.job.constraint, &mut s.masked, row, &mut s.done) else { break };
         let (picked, accepted) = match draft.get(j) {
             Some(&d) => s.sampler.verify(row, d, None, want, top),
             None => (s.sampler.sample(row, want, top), false),
@@ -98,6 +124,10 @@ fn deliver(s: &mut Seq, picked: Sampled, eos: &[u32], decoder: &dyn TokenDecoder
         s.done = Some((FinishReason::Stop, true));
         return;
     }
+    if let Some(Err(e)) = s.job.constraint.as_mut().map(|c| c.accept(picked.id)) {
+        s.done = Some((FinishReason::Error(e.to_string()), false));
+        return;
+    }
     let ev = Event::Token {
         id: picked.id,
         text: s.detok.push(decoder, picked.id),
@@ -106,6 +136,9 @@ fn deliver(s: &mut Seq, picked: Sampled, eos: &[u32], decoder: &dyn TokenDecoder
     };
     if s.job.reply.try_send(ev).is_err() {
         s.done = Some((FinishReason::Cancelled, false));
+    } else if s.job.constraint.as_ref().is_some_and(Constraint::is_complete) {
+        // The grammar allows nothing more (a JSON value closed): the answer is complete.
+        s.done = Some((FinishReason::Stop, true));
     } else if s.generated >= s.max_new {
         s.done = Some((FinishReason::Length, true));
     } else {

@@ -62,6 +62,19 @@ assert m.content[0].type == "text", m
 m = client.beta.messages.create(model="demo", max_tokens=2, messages=messages, betas=["another-beta-2099"])
 assert m.content[0].type == "text", m
 
+# Structured output: the SDK's parse() with a Pydantic model.
+from pydantic import BaseModel, Field  # noqa: E402
+
+
+class City(BaseModel):
+    name: str = Field(max_length=16)
+    population: int
+
+
+p = client.messages.parse(model="demo", max_tokens=60, output_format=City,
+                          messages=[{"role": "user", "content": "Describe Paris."}])
+assert isinstance(p.parsed_output, City), p
+
 # Errors in Anthropic's shape, with the statuses of the OpenAI routes.
 try:
     client.messages.create(model="demo", max_tokens=5, messages=[{"role": "assistant", "content": "hi"}])
