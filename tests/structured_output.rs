@@ -1,5 +1,6 @@
-//! Structured outputs (`response_format`) against the real binary over real sockets: the
-//! official `openai` package (`tests/py/check_structured.py`), and greedy answers under a schema
+//! Structured outputs (`response_format`) and tool calls against the real binary over real
+//! sockets: the official `openai` package (`tests/py/check_structured.py`,
+//! `tests/py/check_tools.py`), and greedy answers under a schema
 //! that are the same with speculative decoding off and on (drafts checked against the grammar,
 //! each verify row masked with its own prefix's mask).
 
@@ -14,23 +15,29 @@ fn start() -> Server {
     Server::start(&["--model", model.to_str().unwrap(), "--threads", "1"])
 }
 
-#[test]
-fn openai_package_structured_outputs() {
+fn run_check(script: &str, done: &str) {
     let s = start();
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/py/check_structured.py");
-    let out = output_within(
-        python().arg(script).env("MTPLX_BASE_URL", format!("http://{}", s.addr)),
-        CHILD_DEADLINE,
-        "check_structured.py",
-    );
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/py").join(script);
+    let out =
+        output_within(python().arg(path).env("MTPLX_BASE_URL", format!("http://{}", s.addr)), CHILD_DEADLINE, script);
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(
-        out.status.success() && stdout.contains("structured ok"),
+        out.status.success() && stdout.contains(done),
         "{}\n--- stdout\n{stdout}\n--- stderr\n{}\n--- server log\n{}",
         out.status,
         String::from_utf8_lossy(&out.stderr),
         s.log.lock().unwrap().join("\n")
     );
+}
+
+#[test]
+fn openai_package_structured_outputs() {
+    run_check("check_structured.py", "structured ok");
+}
+
+#[test]
+fn openai_package_tool_calls() {
+    run_check("check_tools.py", "tools ok");
 }
 
 /// At temperature 0 an answer under a grammar is the same whatever drafts: none, n-gram, or the

@@ -65,6 +65,8 @@ async fn whole(mut gen: Generation) -> Result<Response, ApiError> {
     loop {
         match gen.next_piece().await {
             Piece::Delta { text: t, .. } => text.push_str(&t),
+            // Tools are refused on this route for now, so no call is ever found.
+            Piece::ToolCall { .. } => {}
             Piece::End(end) => {
                 if let Some(err) = &end.error {
                     if !end.timed_out || gen.completion_tokens == 0 {
@@ -118,6 +120,7 @@ async fn stream(mut gen: Generation, out: async_channel::Sender<Vec<u8>>, guard:
             Piece::Delta { text, .. } => {
                 (StreamEvent::ContentBlockDelta { index: 0, delta: Delta::TextDelta { text: &text } }.sse(), false)
             }
+            Piece::ToolCall { .. } => continue,
             Piece::End(end) => (end_events(&gen, &end), true),
         };
         let now = keep.now();

@@ -200,6 +200,7 @@ fn default_params() -> GenParams {
         draft: Default::default(),
         ignore_eos: false,
         format: None,
+        tools: None,
     }
 }
 

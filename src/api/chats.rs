@@ -292,6 +292,8 @@ async fn whole(mut gen: Generation, mut answer: Answer) -> Result<Response, ApiE
     loop {
         match gen.next_piece().await {
             Piece::Delta { text, .. } => answer.text.push_str(&text),
+            // The chat routes offer no tools, so no call is ever found.
+            Piece::ToolCall { .. } => {}
             Piece::End(end) => {
                 answer.completion_tokens = gen.completion_tokens;
                 let stored = answer.store(finish_reason(&end)).await?;
@@ -336,6 +338,7 @@ async fn stream(
                 }
                 keep.sent();
             }
+            Piece::ToolCall { .. } => {}
             Piece::End(end) => {
                 answer.completion_tokens = gen.completion_tokens;
                 let mut bytes = gen.chunk(None, false, &[], Some(&end));

@@ -8,7 +8,12 @@ use super::openai_request::GenParams;
 use super::record;
 use super::state::{unix_now, Llm};
 use super::stop::StopMatcher;
-use super::wire::{self, ChatChunkChoice, ChatDelta, ChatLogprobs, Chunk, TextChoice, TokenLogprob, Usage};
+use super::tool_calls::{CallParser, Found};
+use super::tools::ToolSpec;
+use super::wire::{
+    self, ChatChunkChoice, ChatDelta, ChatLogprobs, Chunk, FunctionDelta, TextChoice, TokenLogprob, ToolCallDelta,
+    Usage,
+};
 use crate::engine::{Event, FinishReason, GenStats};
 use crate::metrics::{FinishStatus, GenerationClock, Metrics};
 use serde_json::value::RawValue;
@@ -37,7 +42,17 @@ pub struct End {
 }
 
 pub enum Piece {
-    Delta { text: String, logprobs: Vec<TokenLogprob> },
+    Delta {
+        text: String,
+        logprobs: Vec<TokenLogprob>,
+    },
+    /// A whole tool call the answer made (only when the request offered tools).
+    ToolCall {
+        index: usize,
+        id: String,
+        name: String,
+        arguments: String,
+    },
     End(End),
 }
 
@@ -71,6 +86,8 @@ pub struct Generation {
     /// Observe the question and answer lengths in the record; the chat routes observe them
     /// when they accept and persist messages instead.
     pub observe_lengths: bool,
+    /// Finds the tool calls in the answer, when the request offered tools.
+    calls: Option<CallParser>,
 }
 
 impl Generation {
@@ -90,6 +107,7 @@ impl Generation {
         timeout: Option<Duration>,
     ) -> Generation {
         let stop = StopMatcher::new(params.stop.clone());
+        let params_offer_tools = params.tools.as_ref().is_some_and(ToolSpec::offered);
         // The deadline counts on the generation's clock; one too far to represent is none.
         let deadline =
             timeout.and_then(|t| submitted.checked_add(t)).map_or_else(async_io::Timer::never, async_io::Timer::at);
@@ -116,6 +134,7 @@ impl Generation {
             deadline,
             timeout,
             observe_lengths: true,
+            calls: params_offer_tools.then(CallParser::default),
         }
     }
 
@@ -187,6 +206,7 @@ impl Generation {
                     }
                     self.push_delta(tail, Vec::new());
                 }
+                self.flush_calls();
                 let end = self.finish(finish, Some(stats));
                 self.queued.push_back(Piece::End(end));
             }
@@ -199,6 +219,34 @@ impl Generation {
     }
 
     fn push_delta(&mut self, text: String, logprobs: Vec<TokenLogprob>) {
+        let Some(calls) = self.calls.as_mut() else { return self.push_text(text, logprobs) };
+        let found = calls.push(&text);
+        self.push_found(found, logprobs);
+    }
+
+    /// Text and calls the tool-call parser found, in order; `logprobs` go with the first text.
+    fn push_found(&mut self, found: Vec<Found>, mut logprobs: Vec<TokenLogprob>) {
+        for f in found {
+            match f {
+                Found::Text(t) => self.push_text(t, std::mem::take(&mut logprobs)),
+                Found::Call { name, arguments } => {
+                    self.clock.token(&self.metrics);
+                    let index = self.calls.as_ref().map_or(1, CallParser::calls) - 1;
+                    let id = format!("call_{}_{index}", self.id.rsplit('-').next().unwrap_or_default());
+                    self.queued.push_back(Piece::ToolCall { index, id, name, arguments });
+                }
+            }
+        }
+    }
+
+    /// The answer ended: text the tool-call parser still held comes out.
+    fn flush_calls(&mut self) {
+        if let Some(found) = self.calls.as_mut().map(CallParser::finish) {
+            self.push_found(found, Vec::new());
+        }
+    }
+
+    fn push_text(&mut self, text: String, logprobs: Vec<TokenLogprob>) {
         if text.is_empty() && logprobs.is_empty() {
             return;
         }
@@ -233,6 +281,7 @@ impl Generation {
         } else {
             let tail = self.stop.finish();
             self.push_delta(tail, Vec::new());
+            self.flush_calls();
             let error = self.timeout_error();
             let stats = self.record(FinishStatus::TimedOut, None, Some(error.message.clone()));
             End { finish_reason: "error", error: Some(error), stats, timed_out: true }
@@ -272,6 +321,9 @@ impl Generation {
             ),
         };
         let stats = self.record(status, stats, error.as_ref().map(|e| e.message.clone()));
+        // An answer that called tools ends for the caller to run them.
+        let called = self.calls.as_ref().is_some_and(|c| c.calls() > 0);
+        let finish_reason = if called && finish_reason == "stop" { "tool_calls" } else { finish_reason };
         End { finish_reason, error, stats, timed_out: false }
     }
 
@@ -330,7 +382,7 @@ impl Generation {
         let error = end.and_then(|e| e.error.as_ref()).map(ApiError::detail);
         match self.kind {
             Kind::Chat => {
-                let delta = ChatDelta { role: role.then_some("assistant"), content: delta_text };
+                let delta = ChatDelta { role: role.then_some("assistant"), content: delta_text, tool_calls: None };
                 let lp =
                     with_logprobs.then(|| ChatLogprobs { content: logprobs.iter().map(TokenLogprob::chat).collect() });
                 let choices = vec![ChatChunkChoice { index: 0, delta, logprobs: lp, finish_reason }];
@@ -343,6 +395,22 @@ impl Generation {
                 wire::sse_event(&Chunk { id, object, created, model, choices, usage: None, mtplx_stats, error })
             }
         }
+    }
+
+    /// A streamed tool call: one chunk that names it, one with its arguments.
+    pub fn tool_call_chunks(&self, index: usize, id: &str, name: &str, arguments: &str) -> Vec<u8> {
+        let chunk = |call: ToolCallDelta<'_>| {
+            let delta = ChatDelta { role: None, content: None, tool_calls: Some(vec![call]) };
+            let choices = vec![ChatChunkChoice { index: 0, delta, logprobs: None, finish_reason: None }];
+            let (id, model, created) = (self.id.as_str(), self.model_id(), self.created);
+            let object = self.object();
+            wire::sse_event(&Chunk { id, object, created, model, choices, usage: None, mtplx_stats: None, error: None })
+        };
+        let named = FunctionDelta { name: Some(name), arguments: "" };
+        let mut out = chunk(ToolCallDelta { index, id: Some(id), kind: Some("function"), function: named });
+        let args = FunctionDelta { name: None, arguments };
+        out.extend(chunk(ToolCallDelta { index, id: None, kind: None, function: args }));
+        out
     }
 
     /// The extra chunk of `stream_options.include_usage`: no choices, the usage.

@@ -42,6 +42,7 @@ fn params() -> GenParams {
         draft: Default::default(),
         ignore_eos: false,
         format: None,
+        tools: None,
     }
 }
 

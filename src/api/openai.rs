@@ -8,7 +8,8 @@ use super::generation::{Generation, Kind, Piece};
 use super::prepare::{self, Prepared};
 use super::state::{ApiConfig, InFlightGuard, Llm};
 use super::wire::{
-    self, ChatChoice, ChatLogprobs, ChatMessageOut, Completion, ModelCard, ModelList, TextChoice, TokenLogprob,
+    self, ChatChoice, ChatLogprobs, ChatMessageOut, Completion, FunctionOut, ModelCard, ModelList, TextChoice,
+    TokenLogprob, ToolCallOut,
 };
 use crate::engine::draft::DraftError;
 use crate::engine::{DraftMode, JobSpec, SubmitError};
@@ -201,12 +202,14 @@ pub(super) fn submit(
 pub(super) async fn whole(mut gen: Generation) -> Result<Response, ApiError> {
     let mut text = String::new();
     let mut logprobs: Vec<TokenLogprob> = Vec::new();
+    let mut calls: Vec<(String, String, String)> = Vec::new();
     loop {
         match gen.next_piece().await {
             Piece::Delta { text: t, logprobs: lp } => {
                 text.push_str(&t);
                 logprobs.extend(lp);
             }
+            Piece::ToolCall { id, name, arguments, .. } => calls.push((id, name, arguments)),
             Piece::End(end) => {
                 if let Some(err) = &end.error {
                     if gen.completion_tokens == 0 {
@@ -224,7 +227,20 @@ pub(super) async fn whole(mut gen: Generation) -> Result<Response, ApiError> {
                             .then(|| ChatLogprobs { content: logprobs.iter().map(TokenLogprob::chat).collect() });
                         let choice = ChatChoice {
                             index: 0,
-                            message: ChatMessageOut { role: "assistant", content: &text },
+                            message: ChatMessageOut {
+                                role: "assistant",
+                                content: (calls.is_empty() || !text.is_empty()).then_some(&*text),
+                                tool_calls: (!calls.is_empty()).then(|| {
+                                    calls
+                                        .iter()
+                                        .map(|(id, name, arguments)| ToolCallOut {
+                                            id,
+                                            kind: "function",
+                                            function: FunctionOut { name, arguments },
+                                        })
+                                        .collect()
+                                }),
+                            },
                             logprobs: lp,
                             finish_reason,
                         };

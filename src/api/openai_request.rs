@@ -2,7 +2,9 @@
 //! `param` and, for numbers, the allowed range in the message.
 
 use super::error::ApiError;
+use super::openai_agent_fields::{take_tools, weave_tool_turns};
 use super::refused_fields::refuse_unsupported;
+use super::tools::ToolSpec;
 use crate::engine::draft::MAX_DRAFT_DEPTH;
 use crate::engine::{DraftMode, DraftRequest, Grammar, SamplingParams};
 use serde_json::{Map, Value};
@@ -38,9 +40,11 @@ pub struct GenParams {
     /// Go on past the model's end-of-text tokens until `max_tokens` (vLLM's and llama-server's
     /// `ignore_eos`): benchmarks want generations of a set length whatever the model says.
     pub ignore_eos: bool,
-    /// The grammar the answer must follow (`response_format`), compiled when the request is
-    /// prepared.
+    /// The grammar the answer must follow (`response_format`, or the tools' calls), compiled
+    /// when the request is prepared.
     pub format: Option<Grammar>,
+    /// The tools offered, whose calls are looked for in the answer.
+    pub tools: Option<ToolSpec>,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -229,7 +233,7 @@ fn gen_params(m: &Map<String, Value>, max_tokens_fields: &[&str]) -> Result<GenP
     };
     let draft = draft_request(m)?;
     let ignore_eos = boolean(m, "ignore_eos")?;
-    let format = response_format(m)?;
+    let format = super::openai_agent_fields::response_format(m)?;
     Ok(GenParams {
         max_tokens,
         sampling,
@@ -240,56 +244,8 @@ fn gen_params(m: &Map<String, Value>, max_tokens_fields: &[&str]) -> Result<GenP
         draft,
         ignore_eos,
         format,
+        tools: None,
     })
-}
-
-/// `response_format`: `text` (no grammar), `json_object`, or `json_schema` with its `schema`
-/// (and `strict`, under which a keyword the compiler lacks is an error rather than ignored).
-fn response_format(m: &Map<String, Value>) -> Result<Option<Grammar>, ApiError> {
-    let o = match field(m, "response_format") {
-        None => return Ok(None),
-        Some(Value::Object(o)) => o,
-        Some(v) => {
-            let msg = format!("'response_format' must be an object with a 'type', not {}", type_name(v));
-            return Err(ApiError::invalid("response_format", msg));
-        }
-    };
-    match o.get("type").and_then(Value::as_str) {
-        Some("text") => Ok(None),
-        Some("json_object") => Ok(Some(Grammar::JsonObject)),
-        Some("json_schema") => {
-            let Some(Value::Object(js)) = field(o, "json_schema") else {
-                let msg = "'response_format.json_schema' is required with type json_schema: an object with 'name' and 'schema'";
-                return Err(ApiError::invalid("response_format.json_schema", msg));
-            };
-            let schema = match field(js, "schema") {
-                Some(v @ Value::Object(_)) => v.clone(),
-                Some(v) => {
-                    let msg = format!(
-                        "'response_format.json_schema.schema' must be a JSON schema object, not {}",
-                        type_name(v)
-                    );
-                    return Err(ApiError::invalid("response_format.json_schema.schema", msg));
-                }
-                None => {
-                    let msg = "'response_format.json_schema.schema' is required";
-                    return Err(ApiError::invalid("response_format.json_schema.schema", msg));
-                }
-            };
-            let strict = boolean(js, "strict").map_err(|mut e| {
-                e.param = Some("response_format.json_schema.strict".into());
-                e
-            })?;
-            Ok(Some(Grammar::JsonSchema { schema, strict }))
-        }
-        Some(t) => Err(ApiError::invalid(
-            "response_format.type",
-            format!("'response_format.type' must be one of text, json_object, json_schema; got '{t}'"),
-        )),
-        None => {
-            Err(ApiError::invalid("response_format.type", "'response_format.type' is required and must be a string"))
-        }
-    }
 }
 
 /// The `mtplx` extension object: drafting off, another drafter, or a lower depth.
@@ -324,11 +280,13 @@ fn message(i: usize, v: &Value) -> Result<ChatMessage, ApiError> {
         return Err(ApiError::invalid(&param, format!("'{param}' must be an object with 'role' and 'content'")));
     };
     let role = match o.get("role") {
-        Some(Value::String(r)) if matches!(r.as_str(), "system" | "developer" | "user" | "assistant") => r.clone(),
+        Some(Value::String(r)) if matches!(r.as_str(), "system" | "developer" | "user" | "assistant" | "tool") => {
+            r.clone()
+        }
         Some(Value::String(r)) => {
             return Err(ApiError::invalid(
                 &format!("{param}.role"),
-                format!("'{param}.role' must be one of system, developer, user, assistant; got '{r}'"),
+                format!("'{param}.role' must be one of system, developer, user, assistant, tool; got '{r}'"),
             ))
         }
         _ => {
@@ -367,11 +325,10 @@ fn message(i: usize, v: &Value) -> Result<ChatMessage, ApiError> {
 }
 
 pub fn parse_chat(body: &[u8]) -> Result<ChatRequest, ApiError> {
-    let m = parse_object(body)?;
-    let messages = match field(&m, "messages") {
-        Some(Value::Array(a)) if !a.is_empty() => {
-            a.iter().enumerate().map(|(i, v)| message(i, v)).collect::<Result<Vec<_>, _>>()?
-        }
+    let mut m = parse_object(body)?;
+    let tools = take_tools(&mut m)?;
+    let raw = match field(&m, "messages") {
+        Some(Value::Array(a)) if !a.is_empty() => a,
         Some(Value::Array(_)) => {
             return Err(ApiError::invalid("messages", "'messages' must hold at least one message"))
         }
@@ -380,7 +337,25 @@ pub fn parse_chat(body: &[u8]) -> Result<ChatRequest, ApiError> {
         }
         None => return Err(ApiError::invalid("messages", "'messages' is required")),
     };
-    let params = chat_params(&m)?;
+    let mut messages = raw.iter().enumerate().map(|(i, v)| message(i, v)).collect::<Result<Vec<_>, _>>()?;
+    weave_tool_turns(raw, &mut messages)?;
+    let mut params = chat_params(&m)?;
+    if let Some(t) = tools {
+        if t.offered() {
+            if params.format.is_some() {
+                let msg = "'response_format' cannot be combined with tools: the tools' calls are the answer's format";
+                return Err(ApiError::invalid("response_format", msg));
+            }
+            params.format = t.grammar();
+            match messages.first_mut() {
+                Some(first) if matches!(first.role.as_str(), "system" | "developer") => {
+                    first.content = format!("{}\n\n{}", first.content, t.preamble());
+                }
+                _ => messages.insert(0, ChatMessage { role: "system".into(), content: t.preamble() }),
+            }
+        }
+        params.tools = Some(t);
+    }
     Ok(ChatRequest { model: model(&m)?, messages, params })
 }
 
@@ -490,11 +465,7 @@ mod tests {
 
     #[test]
     fn fields_without_effect_here_are_refused_by_name() {
-        for (f, v) in [
-            ("tools", "[{\"type\":\"function\",\"function\":{\"name\":\"f\"}}]"),
-            ("tool_choice", "\"required\""),
-            ("logit_bias", "{\"50256\":-100}"),
-        ] {
+        for (f, v) in [("logit_bias", "{\"50256\":-100}"), ("functions", "[{\"name\":\"f\"}]")] {
             let body = format!(r#"{{"messages":[{{"role":"user","content":"hi"}}],"{f}":{v}}}"#);
             let e = chat(&body).unwrap_err();
             assert_eq!((e.status, e.param.as_deref(), e.code), (400, Some(f), Some("unsupported_parameter")), "{body}");

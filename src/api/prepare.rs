@@ -38,6 +38,8 @@ fn compile(llm: &Llm, params: &GenParams, param: &str) -> Result<Option<Constrai
     let vocab = llm
         .grammar_vocab()
         .map_err(|e| ApiError::new(500, "server_error", format!("structured output is unavailable: {e}")))?;
+    // A grammar made from the tools is the tools' fault when it does not compile.
+    let param = if params.tools.is_some() { "tools" } else { param };
     vocab.compile(g).map(Some).map_err(|e| ApiError::invalid(param, format!("'{param}': {e}")))
 }
 

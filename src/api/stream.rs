@@ -43,6 +43,9 @@ pub(super) async fn stream_every(
     while let Some(piece) = keep.next(&mut gen, &out).await {
         let (bytes, done) = match piece {
             Piece::Delta { text, logprobs } => (gen.chunk(Some(&text), false, &logprobs, None), false),
+            Piece::ToolCall { index, id, name, arguments } => {
+                (gen.tool_call_chunks(index, &id, &name, &arguments), false)
+            }
             Piece::End(end) => {
                 let mut b = gen.chunk(None, false, &[], Some(&end));
                 if gen.params.include_usage {

@@ -98,7 +98,45 @@ pub struct ChatChoice<'a> {
 #[derive(Serialize)]
 pub struct ChatMessageOut<'a> {
     pub role: &'static str,
-    pub content: &'a str,
+    /// `null` when the answer is only tool calls.
+    pub content: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tool_calls: Option<Vec<ToolCallOut<'a>>>,
+}
+
+/// A tool call of a whole answer.
+#[derive(Serialize)]
+pub struct ToolCallOut<'a> {
+    pub id: &'a str,
+    #[serde(rename = "type")]
+    pub kind: &'static str,
+    pub function: FunctionOut<'a>,
+}
+
+#[derive(Serialize)]
+pub struct FunctionOut<'a> {
+    pub name: &'a str,
+    /// The arguments object as a JSON string, as OpenAI sends them.
+    pub arguments: &'a str,
+}
+
+/// A piece of a streamed tool call: the first names it (`id`, `type`, `function.name`), the
+/// next carry `function.arguments` in pieces.
+#[derive(Serialize)]
+pub struct ToolCallDelta<'a> {
+    pub index: usize,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub id: Option<&'a str>,
+    #[serde(rename = "type", skip_serializing_if = "Option::is_none")]
+    pub kind: Option<&'static str>,
+    pub function: FunctionDelta<'a>,
+}
+
+#[derive(Serialize)]
+pub struct FunctionDelta<'a> {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub name: Option<&'a str>,
+    pub arguments: &'a str,
 }
 
 #[derive(Serialize)]
@@ -115,6 +153,8 @@ pub struct ChatDelta<'a> {
     pub role: Option<&'static str>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub content: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tool_calls: Option<Vec<ToolCallDelta<'a>>>,
 }
 
 #[derive(Serialize)]
