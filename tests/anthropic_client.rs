@@ -38,7 +38,7 @@ fn anthropic_package_messages() {
 }
 
 /// The stream as bytes: every event has an `event:` line naming its `data`'s type, a `ping`
-/// goes out before the first token, and the text deltas rebuild the whole answer's text.
+/// goes out before the first token (right after `message_start`), and the text deltas rebuild the whole answer's text.
 #[test]
 fn the_stream_names_every_event_and_pings() {
     let s = start();
@@ -64,7 +64,7 @@ fn the_stream_names_every_event_and_pings() {
         }
         names.push(name.to_string());
     }
-    assert_eq!(names[..3], ["message_start", "content_block_start", "ping"], "{names:?}");
+    assert_eq!(names[..3], ["message_start", "ping", "content_block_start"], "{names:?}");
     assert_eq!(names[names.len() - 3..], ["content_block_stop", "message_delta", "message_stop"], "{names:?}");
     assert_eq!(streamed, text);
 }

@@ -13,6 +13,7 @@ use super::state::{ApiConfig, InFlightGuard, Llm};
 use super::stream::KeepAlive;
 use crate::http::{Request, Response};
 use crate::metrics::Metrics;
+use serde_json::value::RawValue;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -49,6 +50,7 @@ fn stop_reason(gen: &Generation, end: &End) -> &'static str {
         // A request cut by the server's deadline was cut by a bound, as `max_tokens` cuts.
         _ if end.timed_out => "max_tokens",
         "length" => "max_tokens",
+        "tool_calls" => "tool_use",
         _ if gen.stop_sequence().is_some() => "stop_sequence",
         _ => "end_turn",
     }
@@ -58,27 +60,43 @@ fn usage(gen: &Generation) -> MessageUsage {
     MessageUsage { input_tokens: gen.prompt_tokens, output_tokens: gen.completion_tokens }
 }
 
-/// A non-streamed answer. A failure is its error's status; an answer the deadline cut after
-/// some text is a 200 that says `max_tokens`, as on the OpenAI routes.
+/// A tool call as Anthropic names it.
+fn tool_use_id(id: &str) -> String {
+    format!("toolu_{}", id.trim_start_matches("call_"))
+}
+
+/// A call's arguments as the JSON object they are (the parser made them from JSON).
+fn input(arguments: &str) -> Box<RawValue> {
+    RawValue::from_string(arguments.to_string()).unwrap_or_else(|_| RawValue::from_string("{}".into()).expect("JSON"))
+}
+
+/// A non-streamed answer: its text, then a `tool_use` block per call. A failure is its error's
+/// status; an answer the deadline cut after some text is a 200 that says `max_tokens`, as on
+/// the OpenAI routes.
 async fn whole(mut gen: Generation) -> Result<Response, ApiError> {
     let mut text = String::new();
+    let mut calls: Vec<(String, String, Box<RawValue>)> = Vec::new();
     loop {
         match gen.next_piece().await {
             Piece::Delta { text: t, .. } => text.push_str(&t),
-            // Tools are refused on this route for now, so no call is ever found.
-            Piece::ToolCall { .. } => {}
+            Piece::ToolCall { id, name, arguments, .. } => calls.push((tool_use_id(&id), name, input(&arguments))),
             Piece::End(end) => {
                 if let Some(err) = &end.error {
                     if !end.timed_out || gen.completion_tokens == 0 {
                         return Err(err.clone());
                     }
                 }
+                let mut content = Vec::new();
+                if !text.is_empty() || calls.is_empty() {
+                    content.push(ContentBlock::Text { text: &text });
+                }
+                content.extend(calls.iter().map(|(id, name, input)| ContentBlock::ToolUse { id, name, input }));
                 let message = Message {
                     id: &gen.id,
                     kind: "message",
                     role: "assistant",
                     model: gen.model_id(),
-                    content: vec![ContentBlock::Text { text: &text }],
+                    content,
                     stop_reason: Some(stop_reason(&gen, &end)),
                     stop_sequence: gen.stop_sequence(),
                     usage: usage(&gen),
@@ -90,8 +108,54 @@ async fn whole(mut gen: Generation) -> Result<Response, ApiError> {
     }
 }
 
-/// A streamed answer as Anthropic's named events: `message_start`, the text block's start and
-/// a `ping` at once, a `content_block_delta` per piece of text, then the block's stop,
+/// The content blocks of a stream: a text block opens at the first text and closes before a
+/// call; each call is a `tool_use` block of its own.
+#[derive(Default)]
+struct Blocks {
+    open_text: Option<usize>,
+    next: usize,
+}
+
+impl Blocks {
+    fn text(&mut self, text: &str) -> Vec<u8> {
+        let mut b = Vec::new();
+        let index = match self.open_text {
+            Some(i) => i,
+            None => {
+                let i = self.next;
+                self.next += 1;
+                self.open_text = Some(i);
+                b.extend(
+                    StreamEvent::ContentBlockStart { index: i, content_block: ContentBlock::Text { text: "" } }.sse(),
+                );
+                i
+            }
+        };
+        b.extend(StreamEvent::ContentBlockDelta { index, delta: Delta::TextDelta { text } }.sse());
+        b
+    }
+
+    fn call(&mut self, id: &str, name: &str, arguments: &str) -> Vec<u8> {
+        let mut b = self.close();
+        let index = self.next;
+        self.next += 1;
+        let (empty, id) = (input("{}"), tool_use_id(id));
+        let content_block = ContentBlock::ToolUse { id: &id, name, input: &empty };
+        b.extend(StreamEvent::ContentBlockStart { index, content_block }.sse());
+        b.extend(
+            StreamEvent::ContentBlockDelta { index, delta: Delta::InputJsonDelta { partial_json: arguments } }.sse(),
+        );
+        b.extend(StreamEvent::ContentBlockStop { index }.sse());
+        b
+    }
+
+    fn close(&mut self) -> Vec<u8> {
+        self.open_text.take().map(|index| StreamEvent::ContentBlockStop { index }.sse()).unwrap_or_default()
+    }
+}
+
+/// A streamed answer as Anthropic's named events: `message_start` and a `ping` at once, then
+/// the content blocks (`content_block_start`, its deltas, `content_block_stop`), then
 /// `message_delta` and `message_stop`; or an `error` event when the generation failed.
 async fn stream(mut gen: Generation, out: async_channel::Sender<Vec<u8>>, guard: InFlightGuard, every: Duration) {
     let _guard = guard;
@@ -109,19 +173,17 @@ async fn stream(mut gen: Generation, out: async_channel::Sender<Vec<u8>>, guard:
         mtplx_stats: None,
     };
     let mut bytes = StreamEvent::MessageStart { message: start }.sse();
-    bytes.extend(StreamEvent::ContentBlockStart { index: 0, content_block: ContentBlock::Text { text: "" } }.sse());
     bytes.extend_from_slice(PING);
     if out.send(bytes).await.is_err() {
         return;
     }
     keep.sent_at(now);
+    let mut blocks = Blocks::default();
     while let Some(piece) = keep.next(&mut gen, &out).await {
         let (bytes, done) = match piece {
-            Piece::Delta { text, .. } => {
-                (StreamEvent::ContentBlockDelta { index: 0, delta: Delta::TextDelta { text: &text } }.sse(), false)
-            }
-            Piece::ToolCall { .. } => continue,
-            Piece::End(end) => (end_events(&gen, &end), true),
+            Piece::Delta { text, .. } => (blocks.text(&text), false),
+            Piece::ToolCall { id, name, arguments, .. } => (blocks.call(&id, &name, &arguments), false),
+            Piece::End(end) => (end_events(&gen, &end, &mut blocks), true),
         };
         let now = keep.now();
         if out.send(bytes).await.is_err() || done {
@@ -131,11 +193,11 @@ async fn stream(mut gen: Generation, out: async_channel::Sender<Vec<u8>>, guard:
     }
 }
 
-fn end_events(gen: &Generation, end: &End) -> Vec<u8> {
+fn end_events(gen: &Generation, end: &End, blocks: &mut Blocks) -> Vec<u8> {
     if let (Some(err), false) = (&end.error, end.timed_out && gen.completion_tokens > 0) {
         return StreamEvent::Error { error: error_detail(err) }.sse();
     }
-    let mut b = StreamEvent::ContentBlockStop { index: 0 }.sse();
+    let mut b = blocks.close();
     let delta = MessageDeltaBody { stop_reason: Some(stop_reason(gen, end)), stop_sequence: gen.stop_sequence() };
     b.extend(StreamEvent::MessageDelta { delta, usage: usage(gen) }.sse());
     b.extend(StreamEvent::MessageStop { mtplx_stats: Some(&end.stats) }.sse());

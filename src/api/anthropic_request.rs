@@ -2,6 +2,7 @@
 //! the plain structs the OpenAI routes make: both APIs become one internal request, so there is
 //! one generation path. Every refusal names the field in `param` and the bound it broke.
 
+use super::anthropic_tools::{tool_block, tool_spec};
 use super::error::ApiError;
 use super::openai_request::{
     boolean, draft_request, field, integer, model, number, parse_object, stop_list, type_name, ChatMessage, GenParams,
@@ -41,7 +42,13 @@ pub fn parse_messages(body: &[u8]) -> Result<MessagesRequest, ApiError> {
     if field(&m, "max_tokens").is_none() {
         return Err(ApiError::invalid("max_tokens", "'max_tokens' is required"));
     }
-    Ok(MessagesRequest { params: params(&m)?, ..r })
+    let p = params(&m)?;
+    if p.format.is_some() && r.params.format.is_some() {
+        let msg = "'output_config.format' cannot be combined with tools: the tools' calls are the answer's format";
+        return Err(ApiError::invalid("output_config.format", msg));
+    }
+    let params = GenParams { format: p.format.or(r.params.format), tools: r.params.tools.clone(), ..p };
+    Ok(MessagesRequest { params, ..r })
 }
 
 /// A `/v1/messages/count_tokens` body: the conversation only; sampling fields are not read.
@@ -52,7 +59,7 @@ pub fn parse_count_tokens(body: &[u8]) -> Result<MessagesRequest, ApiError> {
 fn conversation(m: &Map<String, Value>) -> Result<MessagesRequest, ApiError> {
     refuse_unsupported(m)?;
     let mut messages = Vec::new();
-    if let Some(system) = text_of(field(m, "system"), "system", true)? {
+    if let Some(system) = text_of(field(m, "system"), "system", None)? {
         if !system.is_empty() {
             messages.push(ChatMessage { role: "system".into(), content: system });
         }
@@ -68,8 +75,9 @@ fn conversation(m: &Map<String, Value>) -> Result<MessagesRequest, ApiError> {
         None => return Err(ApiError::invalid("messages", "'messages' is required")),
     };
     let first_turn = messages.len();
+    let mut calls = Vec::new();
     for (i, v) in turns.iter().enumerate() {
-        let (role, content) = turn(i, v)?;
+        let (role, content) = turn(i, v, &mut calls)?;
         if i == 0 && role != "user" {
             return Err(ApiError::invalid(
                 "messages[0].role",
@@ -94,11 +102,24 @@ fn conversation(m: &Map<String, Value>) -> Result<MessagesRequest, ApiError> {
         Some(last) if last.role == "assistant" => messages.pop().map(|m| m.content).filter(|c| !c.is_empty()),
         _ => None,
     };
-    Ok(MessagesRequest { model: model(m)?, messages, prefill, params: default_params() })
+    let mut params = default_params();
+    if let Some(t) = tool_spec(m)? {
+        if t.offered() {
+            match messages.first_mut() {
+                Some(first) if first.role == "system" => {
+                    first.content = format!("{}\n\n{}", first.content, t.preamble())
+                }
+                _ => messages.insert(0, ChatMessage { role: "system".into(), content: t.preamble() }),
+            }
+            params.format = t.grammar();
+        }
+        params.tools = Some(t);
+    }
+    Ok(MessagesRequest { model: model(m)?, messages, prefill, params })
 }
 
-/// One turn's role and its text.
-fn turn(i: usize, v: &Value) -> Result<(&'static str, String), ApiError> {
+/// One turn's role and its text; `calls` holds the ids of the tool calls made so far.
+fn turn(i: usize, v: &Value, calls: &mut Vec<String>) -> Result<(&'static str, String), ApiError> {
     let param = format!("messages[{i}]");
     let Value::Object(o) = v else {
         return Err(ApiError::invalid(&param, format!("'{param}' must be an object with 'role' and 'content'")));
@@ -116,15 +137,20 @@ fn turn(i: usize, v: &Value) -> Result<(&'static str, String), ApiError> {
             return Err(ApiError::invalid(&p, format!("'{p}' is required and must be a string")));
         }
     };
-    let content = text_of(o.get("content"), &format!("{param}.content"), false)?.unwrap_or_default();
+    let content = text_of(o.get("content"), &format!("{param}.content"), Some((role, calls)))?.unwrap_or_default();
     Ok((role, content))
 }
 
 /// The text of `content`: a string, or an array of content blocks of which the text blocks
-/// count. `None` when absent (allowed only where `optional`).
-fn text_of(content: Option<&Value>, param: &str, optional: bool) -> Result<Option<String>, ApiError> {
+/// count, and in a turn (`turn`: its role and the calls so far) the tool blocks. `None` when
+/// absent, which only the system prompt (no `turn`) may be.
+fn text_of(
+    content: Option<&Value>,
+    param: &str,
+    mut turn: Option<(&str, &mut Vec<String>)>,
+) -> Result<Option<String>, ApiError> {
     let blocks = match content {
-        None | Some(Value::Null) if optional => return Ok(None),
+        None | Some(Value::Null) if turn.is_none() => return Ok(None),
         Some(Value::String(s)) => return Ok(Some(s.clone())),
         Some(Value::Array(a)) => a,
         _ => return Err(ApiError::invalid(param, format!("'{param}' must be a string or an array of content blocks"))),
@@ -144,9 +170,14 @@ fn text_of(content: Option<&Value>, param: &str, optional: bool) -> Result<Optio
             }
             // An earlier answer's reasoning: this model has none to continue, so it is dropped.
             Some("thinking" | "redacted_thinking") => {}
-            Some(kind @ ("tool_use" | "tool_result" | "server_tool_use")) => {
-                return Err(ApiError::invalid(&p, format!("'{p}' is a {kind} block; tool use is not supported yet"))
-                    .code("unsupported_parameter"))
+            Some("tool_use" | "tool_result") if turn.is_some() => {
+                let (role, calls) = turn.as_mut().expect("checked");
+                if let Some(t) = tool_block(b, &p, role, calls)? {
+                    if !text.is_empty() {
+                        text.push_str(BLOCK_SEPARATOR);
+                    }
+                    text.push_str(&t);
+                }
             }
             Some(kind) => {
                 return Err(ApiError::invalid(
@@ -160,25 +191,12 @@ fn text_of(content: Option<&Value>, param: &str, optional: bool) -> Result<Optio
     Ok(Some(text))
 }
 
-/// The 400 for a field this server has not the effect of (tools until they are supported):
-/// the values that ask for nothing (`tools: []`, `tool_choice: {"type": "none"}`) pass.
+/// The 400 for a field this server has not the effect of, and for a `metadata` that is no object.
 fn refuse_unsupported(m: &Map<String, Value>) -> Result<(), ApiError> {
-    let asks_nothing = |f: &str, v: &Value| match f {
-        "tools" => v.as_array().is_some_and(Vec::is_empty),
-        "tool_choice" => v.get("type").and_then(Value::as_str) == Some("none"),
-        _ => false,
-    };
-    let tools: &[(&str, &str)] =
-        &[("tools", "tool use is not supported yet"), ("tool_choice", "tool use is not supported yet")];
-    for (f, why) in tools.iter().chain(REFUSED) {
-        if let Some(v) = field(m, f) {
-            if !asks_nothing(f, v) {
-                return Err(ApiError::invalid(
-                    f,
-                    format!("'{f}' is not supported by this server ({why}); remove it from the request"),
-                )
-                .code("unsupported_parameter"));
-            }
+    for (f, why) in REFUSED {
+        if field(m, f).is_some() {
+            let msg = format!("'{f}' is not supported by this server ({why}); remove it from the request");
+            return Err(ApiError::invalid(f, msg).code("unsupported_parameter"));
         }
     }
     if let Some(v) = field(m, "metadata") {
@@ -319,14 +337,15 @@ mod tests {
             (
                 r#"{"max_tokens":9,"messages":[{"role":"user","content":[{"type":"tool_result","tool_use_id":"t"}]}]}"#
                     .into(),
-                "messages[0].content[0]",
-                "tool_result",
+                "messages[0].content[0].tool_use_id",
+                "answers no tool_use",
             ),
             (
-                format!(r#"{{"max_tokens":9,"messages":{user},"tools":[{{"name":"f","input_schema":{{}}}}]}}"#),
-                "tools",
-                "not supported",
+                format!(r#"{{"max_tokens":9,"messages":{user},"tools":[{{"name":"f"}}]}}"#),
+                "tools[0].input_schema",
+                "required",
             ),
+            (format!(r#"{{"max_tokens":9,"messages":{user},"mcp_servers":[]}}"#), "mcp_servers", "not supported"),
             (format!(r#"{{"max_tokens":9,"messages":{user},"stop_sequences":"x"}}"#), "stop_sequences", "array"),
             (format!(r#"{{"max_tokens":9,"messages":{user},"metadata":"x"}}"#), "metadata", "object"),
             (format!(r#"{{"max_tokens":9,"messages":{user},"system":5}}"#), "system", "string or an array"),

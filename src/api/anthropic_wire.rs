@@ -27,7 +27,15 @@ pub struct Message<'a> {
 #[derive(Serialize)]
 #[serde(tag = "type", rename_all = "snake_case")]
 pub enum ContentBlock<'a> {
-    Text { text: &'a str },
+    Text {
+        text: &'a str,
+    },
+    /// A tool call: `input` is the arguments object.
+    ToolUse {
+        id: &'a str,
+        name: &'a str,
+        input: &'a RawValue,
+    },
 }
 
 #[derive(Serialize, Clone, Copy, Debug, PartialEq, Eq)]
@@ -45,7 +53,13 @@ pub struct TokenCount {
 #[derive(Serialize)]
 #[serde(tag = "type", rename_all = "snake_case")]
 pub enum Delta<'a> {
-    TextDelta { text: &'a str },
+    TextDelta {
+        text: &'a str,
+    },
+    /// A piece of a tool call's `input`, as JSON text.
+    InputJsonDelta {
+        partial_json: &'a str,
+    },
 }
 
 #[derive(Serialize)]

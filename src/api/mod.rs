@@ -14,6 +14,7 @@
 pub mod admission;
 pub mod anthropic;
 pub mod anthropic_request;
+pub mod anthropic_tools;
 pub mod anthropic_wire;
 pub mod app;
 pub mod chats;

@@ -63,17 +63,51 @@ m = client.beta.messages.create(model="demo", max_tokens=2, messages=messages, b
 assert m.content[0].type == "text", m
 
 # Structured output: the SDK's parse() with a Pydantic model.
-from pydantic import BaseModel, Field  # noqa: E402
+from pydantic import BaseModel, ConfigDict  # noqa: E402
 
 
 class City(BaseModel):
-    name: str = Field(max_length=16)
-    population: int
+    # The SDK moves constraints such as maxLength into the description before sending the
+    # schema, so they do not bind the answer: nothing here relies on one (an integer could run
+    # on for ever). No other keys, so that the object can close.
+    model_config = ConfigDict(extra="forbid")
+    name: str
+    capital: bool
 
 
-p = client.messages.parse(model="demo", max_tokens=60, output_format=City,
+p = client.messages.parse(model="demo", max_tokens=60, output_format=City, extra_body={"temperature": 0},
                           messages=[{"role": "user", "content": "Describe Paris."}])
 assert isinstance(p.parsed_output, City), p
+
+# Tools: a forced call comes back as a tool_use block whose input is a dict, streamed too.
+tools = [{"name": "get_weather", "description": "The weather in a city",
+          "input_schema": {"type": "object", "properties": {"city": {"type": "string", "maxLength": 20}},
+                           "required": ["city"], "additionalProperties": False}}]
+m = client.messages.create(model="demo", max_tokens=60, tools=tools, messages=messages,
+                           tool_choice={"type": "any", "disable_parallel_tool_use": True})
+assert m.stop_reason == "tool_use", m
+uses = [b for b in m.content if b.type == "tool_use"]
+assert len(uses) == 1 and uses[0].name == "get_weather" and isinstance(uses[0].input, dict), m.content
+assert isinstance(uses[0].input.get("city"), str) and uses[0].id.startswith("toolu_"), uses
+with client.messages.stream(model="demo", max_tokens=60, tools=tools, messages=messages,
+                            tool_choice={"type": "tool", "name": "get_weather", "disable_parallel_tool_use": True}) as stream:
+    final = stream.get_final_message()
+streamed = [b for b in final.content if b.type == "tool_use"]
+assert streamed and all(isinstance(b.input, dict) and b.name == "get_weather" for b in streamed), final.content
+assert final.stop_reason == "tool_use", final
+# The result goes back, and the conversation goes on.
+turn = messages + [{"role": "assistant", "content": [{"type": "tool_use", "id": uses[0].id, "name": "get_weather",
+                                                      "input": uses[0].input}]},
+                   {"role": "user", "content": [{"type": "tool_result", "tool_use_id": uses[0].id, "content": "21 C"}]}]
+m = client.messages.create(model="demo", max_tokens=6, tools=tools, messages=turn, tool_choice={"type": "none"})
+assert m.content[0].type == "text" and m.stop_reason in ("end_turn", "max_tokens"), m
+try:
+    client.messages.create(model="demo", max_tokens=6, messages=messages + [
+        {"role": "assistant", "content": "ok"},
+        {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "toolu_none", "content": "x"}]}])
+    raise AssertionError("a tool_result answering no call was accepted")
+except anthropic.BadRequestError as e:
+    assert "answers no tool_use" in e.body["error"]["message"], e.body
 
 # Errors in Anthropic's shape, with the statuses of the OpenAI routes.
 try:
