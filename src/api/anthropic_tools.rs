@@ -31,12 +31,7 @@ pub fn tool_spec(m: &Map<String, Value>) -> Result<Option<ToolSpec>, ApiError> {
             (choice, parallel)
         }
     };
-    if tools.is_empty() && matches!(choice, ToolChoice::None | ToolChoice::Auto) {
-        return Ok(None);
-    }
-    let spec = ToolSpec { tools, choice, parallel };
-    spec.check("tools", "tool_choice")?;
-    Ok(Some(spec))
+    ToolSpec::offer(tools, choice, parallel)
 }
 
 /// One client tool: `{"name", "description", "input_schema"}`. Anthropic's server tools (web

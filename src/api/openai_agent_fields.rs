@@ -90,17 +90,15 @@ pub(super) fn take_tools(m: &mut Map<String, Value>) -> Result<Option<ToolSpec>,
             return Err(ApiError::invalid("tool_choice", msg));
         }
     };
-    let mut rest = Map::new();
-    if let Some(v) = m.remove("parallel_tool_calls") {
-        rest.insert("parallel_tool_calls".into(), v);
-    }
-    let parallel = field(&rest, "parallel_tool_calls").is_none() || boolean(&rest, "parallel_tool_calls")?;
-    if tools.is_empty() && matches!(choice, ToolChoice::None | ToolChoice::Auto) {
-        return Ok(None);
-    }
-    let spec = ToolSpec { tools, choice, parallel };
-    spec.check("tools", "tool_choice")?;
-    Ok(Some(spec))
+    let parallel = match m.remove("parallel_tool_calls") {
+        None | Some(Value::Null) => true,
+        Some(Value::Bool(b)) => b,
+        Some(v) => {
+            let msg = format!("'parallel_tool_calls' must be a boolean, not {}", type_name(&v));
+            return Err(ApiError::invalid("parallel_tool_calls", msg));
+        }
+    };
+    ToolSpec::offer(tools, choice, parallel)
 }
 
 /// One entry of `tools`: `{"type": "function", "function": {"name", "description", "parameters"}}`.

@@ -80,6 +80,17 @@ pub fn check_name(name: &str, param: &str) -> Result<(), ApiError> {
 }
 
 impl ToolSpec {
+    /// What a request offers, checked (see [`ToolSpec::check`]); `None` when it offers no tool.
+    /// Both APIs' parsers end here.
+    pub fn offer(tools: Vec<Tool>, choice: ToolChoice, parallel: bool) -> Result<Option<ToolSpec>, ApiError> {
+        if tools.is_empty() && matches!(choice, ToolChoice::None | ToolChoice::Auto) {
+            return Ok(None);
+        }
+        let spec = ToolSpec { tools, choice, parallel };
+        spec.check("tools", "tool_choice")?;
+        Ok(Some(spec))
+    }
+
     /// Refuses two tools of one name and a `Named` choice that names no tool.
     pub fn check(&self, tools_param: &str, choice_param: &str) -> Result<(), ApiError> {
         if self.tools.len() > MAX_TOOLS {
