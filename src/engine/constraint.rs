@@ -116,11 +116,15 @@ impl GrammarVocab {
     /// The vocabulary of `tok` for logits `width` wide; the end of an answer is any of the
     /// tokenizer's end tokens.
     pub fn new(tok: &Tokenizer, width: usize) -> Result<GrammarVocab, ConstraintError> {
-        let eos = tok.eos_tokens().to_vec();
+        GrammarVocab::from_bytes(&token_bytes(tok, width), tok.eos_tokens())
+    }
+
+    /// The vocabulary whose id `i` spells `tokens[i]` (control tokens start with llguidance's
+    /// marker byte), ending answers with any of `eos`.
+    pub fn from_bytes(tokens: &[Vec<u8>], eos: &[u32]) -> Result<GrammarVocab, ConstraintError> {
         let first = *eos.first().ok_or_else(|| ConstraintError::Vocabulary("the tokenizer has no end token".into()))?;
-        let tokens = token_bytes(tok, width);
         let info = TokRxInfo::new(tokens.len() as u32, first);
-        let trie = TokTrie::from(&info, &tokens).with_eos_tokens(&eos);
+        let trie = TokTrie::from(&info, tokens).with_eos_tokens(eos);
         let env: TokEnv = Arc::new(Vocab { trie });
         let mut factory = ParserFactory::new_simple(&env).map_err(|e| ConstraintError::Vocabulary(e.to_string()))?;
         factory.quiet();

@@ -1,7 +1,7 @@
 //! Speculative decoding through the real scheduler on toy models: greedy output token for token
 //! the plain output at every depth, mixed with plain sequences in one batch; sampled output
-//! distributed as plain sampling; the cache after rejections as good as a fresh prefill; and the
-//! sampler's verification rule against its definition.
+//! distributed as plain sampling, with and without a grammar; the cache after rejections as good
+//! as a fresh prefill; and the sampler's verification rule against its definition.
 
 use super::draft::{Depth, DraftConfig, DraftMode, DraftRequest};
 use super::job::{Event, FinishReason, Job, JobSpec, SamplingParams};
@@ -332,4 +332,118 @@ fn sampled_output_through_the_engine_is_distributed_as_plain_sampling() {
         }
     }
     assert!(chi < chi_bound(df.saturating_sub(1).max(1)), "chi-square {chi:.1} over {df} cells");
+}
+
+#[test]
+fn under_a_grammar_sampled_output_is_distributed_as_plain_sampling() {
+    use super::constraint::{Grammar, GrammarVocab};
+    // The toy's ids below 256 spell their byte; the rest are control tokens, the last the end.
+    let eos = TOY_VOCAB as u32 - 1;
+    let tokens: Vec<Vec<u8>> =
+        (0..TOY_VOCAB).map(|i| if i < 256 { vec![i as u8] } else { format!("\u{ff}<toy{i}>").into_bytes() }).collect();
+    let vocab = GrammarVocab::from_bytes(&tokens, &[eos]).unwrap();
+    let grammar = Grammar::Lark("start: /[a-h]{4}/".into());
+    let model = echo_model();
+    let params = |seed| SamplingParams { temperature: 1.0, seed: Some(seed), ..Default::default() };
+    let (runs, prompts) = (4000u64, 4u64);
+    let letter = |i: u64| b'a' as u32 + (i % 8) as u32;
+    // Cells: the prompt, and the letter at generated position 1, then at position 2 (both come
+    // from verify rows whenever a draft was made).
+    let mut hist = [[vec![0u64; 32], vec![0u64; 32]], [vec![0u64; 32], vec![0u64; 32]]];
+    let mut drafted = 0;
+    for (k, mode) in [DraftMode::None, DraftMode::Ngram].into_iter().enumerate() {
+        let e = engine(&model, DraftConfig { mode, depth: Depth::Fixed(3) });
+        for seed in 0..runs {
+            // The prompt repeats with the toy's period and holds a byte the grammar forbids, so
+            // the model puts most of its mass on that byte every fifth position and the n-gram
+            // drafts propose it: the mask must take that mass away and the cut must be exact.
+            let v = seed % prompts;
+            let unit = [letter(v), letter(v + 3), 200 + v as u32, letter(v + 5), letter(v + 1)];
+            let p: Vec<u32> = unit.iter().chain(&unit).copied().collect();
+            let spec = JobSpec {
+                draft: DraftRequest { mode: Some(mode), max_depth: None },
+                constraint: Some(vocab.compile(&grammar).unwrap()),
+                ..JobSpec::new(p, params(seed * 2 + k as u64), 6)
+            };
+            let (j, rx) = spec.build();
+            e.submit(j).unwrap();
+            let o = collect(&rx);
+            assert_eq!(o.tokens.len(), 4, "the grammar ends the answer at four letters: {:?}", o.tokens);
+            assert!(o.tokens.iter().all(|t| (b'a' as u32..=b'h' as u32).contains(t)), "{:?}", o.tokens);
+            assert_eq!(o.finish, FinishReason::Stop);
+            for (pos, h) in hist[k].iter_mut().enumerate() {
+                h[(v * 8) as usize + (o.tokens[pos + 1] - b'a' as u32) as usize] += 1;
+            }
+            drafted += o.stats.spec.drafted;
+        }
+    }
+    assert!(drafted > runs as usize / 4, "too few drafts were verified: {drafted}");
+    let [plain, drafting] = &hist;
+    for (pos, (plain, drafting)) in plain.iter().zip(drafting).enumerate() {
+        let (mut chi, mut df) = (0.0, 0usize);
+        for (&a, &b) in plain.iter().zip(drafting) {
+            let (a, b) = (a as f64, b as f64);
+            if a + b >= 10.0 {
+                chi += (a - b).powi(2) / (a + b);
+                df += 1;
+            }
+        }
+        assert!(
+            chi < chi_bound(df.saturating_sub(1).max(1)),
+            "position {}: chi-square {chi:.1} over {df} cells",
+            pos + 1
+        );
+    }
+}
+
+#[test]
+fn verification_under_a_mask_draws_from_the_masked_target_whatever_the_draft() {
+    // A mask as a grammar leaves it: the upper half of the vocabulary forbidden. Drafts that put
+    // their mass there (an unmasked head, a point mass on a forbidden id) must be rejected by the
+    // rule itself, and what comes out is the masked target.
+    let mut logits: Vec<f32> = (0..24).map(|i| ((i * 5 % 7) as f32) * 0.4).collect();
+    logits[12..].fill(f32::NEG_INFINITY);
+    let params = SamplingParams { temperature: 1.0, seed: Some(3), ..Default::default() };
+    let p = target(&logits, &params);
+    // Half its mass forbidden, half on two allowed ids, more than the target gives them.
+    let head: Vec<(u32, f32)> = (0..24)
+        .map(|i| {
+            (
+                i as u32,
+                if i >= 12 {
+                    0.5 / 12.0
+                } else if i < 2 {
+                    0.25
+                } else {
+                    0.0
+                },
+            )
+        })
+        .collect();
+    let n = 40_000;
+    for (name, q) in [("unmasked head", Some(head)), ("forbidden point mass", None)] {
+        let mut draft_rng = super::sampler::Rng::new(7);
+        let mut s = Sampler::new(&params);
+        let mut counts = [0u64; 24];
+        for _ in 0..n {
+            let d = match &q {
+                Some(q) => {
+                    let mut u = draft_rng.next_f64() * q.iter().map(|e| e.1 as f64).sum::<f64>();
+                    q.iter()
+                        .find(|e| {
+                            u -= e.1 as f64;
+                            u < 0.0
+                        })
+                        .map_or(23, |e| e.0)
+                }
+                None => 20,
+            };
+            let (picked, ok) = s.verify(&logits, d, q.as_deref(), false, 0);
+            assert!(!(ok && d >= 12), "{name}: forbidden draft {d} kept");
+            counts[picked.id as usize] += 1;
+        }
+        assert!(counts[12..].iter().all(|&c| c == 0), "{name}: a forbidden id came out");
+        let (chi, df) = chi_square(&counts[..12], &p[..12]);
+        assert!(chi < chi_bound(df), "{name}: chi-square {chi:.1} over {df} df");
+    }
 }
