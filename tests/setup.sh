@@ -27,6 +27,8 @@ command -v chromium >/dev/null 2>&1 || need_apt+=(chromium)
 command -v chromedriver >/dev/null 2>&1 || need_apt+=(chromium-driver)
 # The chat tests start throwaway PostgreSQL clusters with the server binaries (src/store/pg_cluster.rs).
 ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || need_apt+=(postgresql)
+# The grammar's conformance corpus (src/engine/constraint_conformance_tests.rs).
+[ -d /usr/share/json-schema-test-suite/tests/draft7 ] || need_apt+=(json-schema-test-suite)
 if [ ${#need_apt[@]} -gt 0 ]; then
   SUDO=""; [ "$(id -u)" = 0 ] || SUDO="sudo"
   $SUDO apt-get update -qq

@@ -244,3 +244,7 @@ impl Constraint {
 #[cfg(test)]
 #[path = "constraint_tests.rs"]
 mod tests;
+
+#[cfg(test)]
+#[path = "constraint_conformance_tests.rs"]
+mod conformance_tests;

@@ -4,7 +4,7 @@ use crate::model::{ModelFiles, Tokenizer};
 use std::path::Path;
 use std::sync::OnceLock;
 
-fn demo() -> &'static (Tokenizer, GrammarVocab) {
+pub(super) fn demo() -> &'static (Tokenizer, GrammarVocab) {
     static DEMO: OnceLock<(Tokenizer, GrammarVocab)> = OnceLock::new();
     DEMO.get_or_init(|| {
         let files = ModelFiles::open(demo_model_path()).unwrap();
