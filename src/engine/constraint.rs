@@ -217,11 +217,25 @@ impl Constraint {
         let allowed = self.matcher.compute_mask().map_err(|e| ConstraintError::Matcher(first_line(&e.to_string())))?;
         out.clear();
         out.extend_from_slice(row);
-        for (id, l) in out.iter_mut().enumerate() {
-            if !allowed.is_allowed(id as TokenId) {
-                *l = f32::NEG_INFINITY;
+        // A word of the mask at a time: most words are all allowed or all forbidden, and
+        // testing 262,144 ids one by one would cost more than computing the mask.
+        let words = allowed.as_slice();
+        let mut chunks = out.chunks_mut(32);
+        for (chunk, &w) in chunks.by_ref().zip(words) {
+            match w {
+                u32::MAX => {}
+                0 => chunk.fill(f32::NEG_INFINITY),
+                _ => {
+                    for (b, l) in chunk.iter_mut().enumerate() {
+                        if w >> b & 1 == 0 {
+                            *l = f32::NEG_INFINITY;
+                        }
+                    }
+                }
             }
         }
+        // Ids past the grammar's vocabulary are never allowed.
+        chunks.for_each(|c| c.fill(f32::NEG_INFINITY));
         Ok(())
     }
 
