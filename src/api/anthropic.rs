@@ -75,11 +75,16 @@ fn input(arguments: &str) -> Box<RawValue> {
 /// the OpenAI routes.
 async fn whole(mut gen: Generation) -> Result<Response, ApiError> {
     let mut text = String::new();
-    let mut calls: Vec<(String, String, Box<RawValue>)> = Vec::new();
+    let mut calls: Vec<(String, String, String)> = Vec::new();
     loop {
         match gen.next_piece().await {
             Piece::Delta { text: t, .. } => text.push_str(&t),
-            Piece::ToolCall { id, name, arguments, .. } => calls.push((tool_use_id(&id), name, input(&arguments))),
+            Piece::ToolCall { id, name: Some(name), arguments, .. } => calls.push((tool_use_id(&id), name, arguments)),
+            Piece::ToolCall { arguments, .. } => {
+                if let Some(c) = calls.last_mut() {
+                    c.2.push_str(&arguments);
+                }
+            }
             Piece::End(end) => {
                 if let Some(err) = &end.error {
                     if !end.timed_out || gen.completion_tokens == 0 {
@@ -90,7 +95,12 @@ async fn whole(mut gen: Generation) -> Result<Response, ApiError> {
                 if !text.is_empty() || calls.is_empty() {
                     content.push(ContentBlock::Text { text: &text });
                 }
-                content.extend(calls.iter().map(|(id, name, input)| ContentBlock::ToolUse { id, name, input }));
+                let inputs: Vec<Box<RawValue>> = calls.iter().map(|c| input(&c.2)).collect();
+                content.extend(calls.iter().zip(&inputs).map(|((id, name, _), input)| ContentBlock::ToolUse {
+                    id,
+                    name,
+                    input,
+                }));
                 let message = Message {
                     id: &gen.id,
                     kind: "message",
@@ -112,45 +122,49 @@ async fn whole(mut gen: Generation) -> Result<Response, ApiError> {
 /// call; each call is a `tool_use` block of its own.
 #[derive(Default)]
 struct Blocks {
-    open_text: Option<usize>,
+    /// The block being written: its index, and whether it is text (else a `tool_use`).
+    open: Option<(usize, bool)>,
     next: usize,
 }
 
 impl Blocks {
+    fn start(&mut self, block: ContentBlock<'_>, text: bool) -> (usize, Vec<u8>) {
+        let mut b = self.close();
+        let index = self.next;
+        self.next += 1;
+        self.open = Some((index, text));
+        b.extend(StreamEvent::ContentBlockStart { index, content_block: block }.sse());
+        (index, b)
+    }
+
     fn text(&mut self, text: &str) -> Vec<u8> {
-        let mut b = Vec::new();
-        let index = match self.open_text {
-            Some(i) => i,
-            None => {
-                let i = self.next;
-                self.next += 1;
-                self.open_text = Some(i);
-                b.extend(
-                    StreamEvent::ContentBlockStart { index: i, content_block: ContentBlock::Text { text: "" } }.sse(),
-                );
-                i
-            }
+        let (index, mut b) = match self.open {
+            Some((i, true)) => (i, Vec::new()),
+            _ => self.start(ContentBlock::Text { text: "" }, true),
         };
         b.extend(StreamEvent::ContentBlockDelta { index, delta: Delta::TextDelta { text } }.sse());
         b
     }
 
-    fn call(&mut self, id: &str, name: &str, arguments: &str) -> Vec<u8> {
-        let mut b = self.close();
-        let index = self.next;
-        self.next += 1;
-        let (empty, id) = (input("{}"), tool_use_id(id));
-        let content_block = ContentBlock::ToolUse { id: &id, name, input: &empty };
-        b.extend(StreamEvent::ContentBlockStart { index, content_block }.sse());
-        b.extend(
-            StreamEvent::ContentBlockDelta { index, delta: Delta::InputJsonDelta { partial_json: arguments } }.sse(),
-        );
-        b.extend(StreamEvent::ContentBlockStop { index }.sse());
+    /// A piece of a call: a new `tool_use` block when it names the tool, then its input's JSON.
+    fn call(&mut self, id: &str, name: Option<&str>, arguments: &str) -> Vec<u8> {
+        let (index, mut b) = match (name, self.open) {
+            (Some(name), _) => {
+                let (empty, id) = (input("{}"), tool_use_id(id));
+                self.start(ContentBlock::ToolUse { id: &id, name, input: &empty }, false)
+            }
+            (None, Some((i, false))) => (i, Vec::new()),
+            (None, _) => return Vec::new(),
+        };
+        if !arguments.is_empty() {
+            let delta = Delta::InputJsonDelta { partial_json: arguments };
+            b.extend(StreamEvent::ContentBlockDelta { index, delta }.sse());
+        }
         b
     }
 
     fn close(&mut self) -> Vec<u8> {
-        self.open_text.take().map(|index| StreamEvent::ContentBlockStop { index }.sse()).unwrap_or_default()
+        self.open.take().map(|(index, _)| StreamEvent::ContentBlockStop { index }.sse()).unwrap_or_default()
     }
 }
 
@@ -182,7 +196,7 @@ async fn stream(mut gen: Generation, out: async_channel::Sender<Vec<u8>>, guard:
     while let Some(piece) = keep.next(&mut gen, &out).await {
         let (bytes, done) = match piece {
             Piece::Delta { text, .. } => (blocks.text(&text), false),
-            Piece::ToolCall { id, name, arguments, .. } => (blocks.call(&id, &name, &arguments), false),
+            Piece::ToolCall { id, name, arguments, .. } => (blocks.call(&id, name.as_deref(), &arguments), false),
             Piece::End(end) => (end_events(&gen, &end, &mut blocks), true),
         };
         let now = keep.now();

@@ -46,11 +46,12 @@ pub enum Piece {
         text: String,
         logprobs: Vec<TokenLogprob>,
     },
-    /// A whole tool call the answer made (only when the request offered tools).
+    /// Part of a tool call the answer made (only when the request offered tools): its first
+    /// piece has the name, each piece more of the arguments' JSON text.
     ToolCall {
         index: usize,
         id: String,
-        name: String,
+        name: Option<String>,
         arguments: String,
     },
     End(End),
@@ -229,14 +230,17 @@ impl Generation {
         for f in found {
             match f {
                 Found::Text(t) => self.push_text(t, std::mem::take(&mut logprobs)),
-                Found::Call { name, arguments } => {
-                    self.clock.token(&self.metrics);
-                    let index = self.calls.as_ref().map_or(1, CallParser::calls) - 1;
-                    let id = format!("call_{}_{index}", self.id.rsplit('-').next().unwrap_or_default());
-                    self.queued.push_back(Piece::ToolCall { index, id, name, arguments });
-                }
+                Found::Call { name } => self.push_call(Some(name), String::new()),
+                Found::Args(arguments) => self.push_call(None, arguments),
             }
         }
+    }
+
+    fn push_call(&mut self, name: Option<String>, arguments: String) {
+        self.clock.token(&self.metrics);
+        let index = self.calls.as_ref().map_or(1, CallParser::calls) - 1;
+        let id = format!("call_{}_{index}", self.id.rsplit('-').next().unwrap_or_default());
+        self.queued.push_back(Piece::ToolCall { index, id, name, arguments });
     }
 
     /// The answer ended: text the tool-call parser still held comes out.
@@ -397,8 +401,9 @@ impl Generation {
         }
     }
 
-    /// A streamed tool call: one chunk that names it, one with its arguments.
-    pub fn tool_call_chunks(&self, index: usize, id: &str, name: &str, arguments: &str) -> Vec<u8> {
+    /// A streamed piece of a tool call: a chunk that names it (with its id and type) when it
+    /// begins, then chunks of its arguments.
+    pub fn tool_call_chunks(&self, index: usize, id: &str, name: Option<&str>, arguments: &str) -> Vec<u8> {
         let chunk = |call: ToolCallDelta<'_>| {
             let delta = ChatDelta { role: None, content: None, tool_calls: Some(vec![call]) };
             let choices = vec![ChatChunkChoice { index: 0, delta, logprobs: None, finish_reason: None }];
@@ -406,11 +411,11 @@ impl Generation {
             let object = self.object();
             wire::sse_event(&Chunk { id, object, created, model, choices, usage: None, mtplx_stats: None, error: None })
         };
-        let named = FunctionDelta { name: Some(name), arguments: "" };
-        let mut out = chunk(ToolCallDelta { index, id: Some(id), kind: Some("function"), function: named });
-        let args = FunctionDelta { name: None, arguments };
-        out.extend(chunk(ToolCallDelta { index, id: None, kind: None, function: args }));
-        out
+        if name.is_some() {
+            let named = FunctionDelta { name, arguments };
+            return chunk(ToolCallDelta { index, id: Some(id), kind: Some("function"), function: named });
+        }
+        chunk(ToolCallDelta { index, id: None, kind: None, function: FunctionDelta { name: None, arguments } })
     }
 
     /// The extra chunk of `stream_options.include_usage`: no choices, the usage.

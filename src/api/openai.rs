@@ -209,7 +209,12 @@ pub(super) async fn whole(mut gen: Generation) -> Result<Response, ApiError> {
                 text.push_str(&t);
                 logprobs.extend(lp);
             }
-            Piece::ToolCall { id, name, arguments, .. } => calls.push((id, name, arguments)),
+            Piece::ToolCall { id, name: Some(name), arguments, .. } => calls.push((id, name, arguments)),
+            Piece::ToolCall { arguments, .. } => {
+                if let Some(c) = calls.last_mut() {
+                    c.2.push_str(&arguments);
+                }
+            }
             Piece::End(end) => {
                 if let Some(err) = &end.error {
                     if gen.completion_tokens == 0 {

@@ -44,7 +44,7 @@ pub(super) async fn stream_every(
         let (bytes, done) = match piece {
             Piece::Delta { text, logprobs } => (gen.chunk(Some(&text), false, &logprobs, None), false),
             Piece::ToolCall { index, id, name, arguments } => {
-                (gen.tool_call_chunks(index, &id, &name, &arguments), false)
+                (gen.tool_call_chunks(index, &id, name.as_deref(), &arguments), false)
             }
             Piece::End(end) => {
                 let mut b = gen.chunk(None, false, &[], Some(&end));

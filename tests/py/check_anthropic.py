@@ -91,7 +91,11 @@ assert len(uses) == 1 and uses[0].name == "get_weather" and isinstance(uses[0].i
 assert isinstance(uses[0].input.get("city"), str) and uses[0].id.startswith("toolu_"), uses
 with client.messages.stream(model="demo", max_tokens=60, tools=tools, messages=messages,
                             tool_choice={"type": "tool", "name": "get_weather", "disable_parallel_tool_use": True}) as stream:
+    partial = [e.delta.partial_json for e in stream
+               if e.type == "content_block_delta" and e.delta.type == "input_json_delta"]
     final = stream.get_final_message()
+# The input arrives in pieces as it is generated.
+assert len(partial) > 1, partial
 streamed = [b for b in final.content if b.type == "tool_use"]
 assert streamed and all(isinstance(b.input, dict) and b.name == "get_weather" for b in streamed), final.content
 assert final.stop_reason == "tool_use", final

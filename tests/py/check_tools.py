@@ -1,7 +1,7 @@
 """Tool calls through the official `openai` package: each `tool_choice` value, two parallel
-calls with indexes 0 and 1, a streamed call assembled by the SDK's stream helper, a result sent
-back through the chat template, and the refusals (an unknown tool in `tool_choice`, a bad tool
-name, a tool result that answers no call)."""
+calls with indexes 0 and 1, a streamed call (its arguments in pieces) assembled by the SDK's
+stream helper, a result sent back through the chat template, and the refusals (an unknown tool
+in `tool_choice`, a bad tool name, a tool result that answers no call)."""
 import json
 import os
 
@@ -58,10 +58,15 @@ assert len(calls) >= 2 and len({x.id for x in calls}) == len(calls), calls
 # Streamed: the SDK's stream helper assembles the call; the raw chunks carry index 0 and 1.
 with client.chat.completions.stream(model="demo", messages=ask, tools=tools, tool_choice="required",
                                     max_tokens=80, temperature=0) as stream:
-    indexes = [tc.index for ev in stream if ev.type == "chunk" and ev.chunk.choices
-               for tc in (ev.chunk.choices[0].delta.tool_calls or [])]
+    deltas = [tc for ev in stream if ev.type == "chunk" and ev.chunk.choices
+              for tc in (ev.chunk.choices[0].delta.tool_calls or [])]
     final = stream.get_final_completion()
+indexes = [tc.index for tc in deltas]
 assert sorted(set(indexes)) == list(range(len(calls))), indexes
+# The name comes once, with the id; the arguments follow in pieces as they are generated.
+assert [tc.function.name for tc in deltas if tc.function.name] == [x.function.name for x in calls], deltas
+pieces = [tc.function.arguments for tc in deltas if tc.index == 0 and tc.function.arguments]
+assert len(pieces) > 1 and "".join(pieces) == calls[0].function.arguments, pieces
 streamed = final.choices[0].message.tool_calls
 assert [(x.function.name, x.function.arguments) for x in streamed] == \
     [(x.function.name, x.function.arguments) for x in calls], (streamed, calls)
