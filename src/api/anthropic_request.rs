@@ -4,9 +4,9 @@
 
 use super::anthropic_tools::{tool_block, tool_spec};
 use super::error::ApiError;
-use super::openai_request::{
-    boolean, draft_request, field, integer, model, number, parse_object, stop_list, type_name, ChatMessage, GenParams,
-};
+use super::openai_agent_fields::answer_rule;
+use super::openai_request::{draft_request, integer, model, number, parse_object, stop_list, GenParams};
+use super::request_fields::{boolean, field, type_name, ChatMessage};
 use crate::engine::{Grammar, SamplingParams};
 use serde_json::{Map, Value};
 
@@ -43,11 +43,12 @@ pub fn parse_messages(body: &[u8]) -> Result<MessagesRequest, ApiError> {
         return Err(ApiError::invalid("max_tokens", "'max_tokens' is required"));
     }
     let p = params(&m)?;
-    if p.format.is_some() && r.params.format.is_some() {
-        let msg = "'output_config.format' cannot be combined with tools: the tools' calls are the answer's format";
-        return Err(ApiError::invalid("output_config.format", msg));
-    }
-    let params = GenParams { format: p.format.or(r.params.format), tools: r.params.tools.clone(), ..p };
+    // With tools, an answer format is the other branch of the tools' grammar.
+    let format = match (&p.format, &r.params.tools) {
+        (Some(f), Some(t)) if t.offered() => t.grammar(answer_rule(Some(f), "output_config.format")?.as_deref()),
+        _ => p.format.clone().or(r.params.format),
+    };
+    let params = GenParams { format, tools: r.params.tools.clone(), ..p };
     Ok(MessagesRequest { params, ..r })
 }
 
@@ -111,7 +112,7 @@ fn conversation(m: &Map<String, Value>) -> Result<MessagesRequest, ApiError> {
                 }
                 _ => messages.insert(0, ChatMessage { role: "system".into(), content: t.preamble() }),
             }
-            params.format = t.grammar();
+            params.format = t.grammar(None);
         }
         params.tools = Some(t);
     }
@@ -367,6 +368,10 @@ mod tests {
         let e = parse(r#"{"max_tokens":9,"messages":[{"role":"user","content":"Hi"}],"output_format":{"type":"xml"}}"#)
             .unwrap_err();
         assert_eq!(e.param.as_deref(), Some("output_format"));
+        // With tools, the format is the answer's branch of the tools' grammar.
+        let r = parse(r#"{"max_tokens":9,"messages":[{"role":"user","content":"Hi"}],"tools":[{"name":"f","input_schema":{"type":"object"}}],"output_config":{"format":{"type":"json_schema","schema":{"type":"object","properties":{"verdict":{"type":"boolean"}}}}}}"#).unwrap();
+        let Some(Grammar::Lark(g)) = r.params.format else { panic!("{:?}", r.params.format) };
+        assert!(g.contains("start: answer | call") && g.contains("verdict") && g.contains("<tool_call>"), "{g}");
     }
 
     #[test]

@@ -3,7 +3,7 @@
 //! tool syntax (`tools::SYNTAX`), each result answering a call made earlier.
 
 use super::error::ApiError;
-use super::openai_request::{field, type_name};
+use super::request_fields::{field, type_name};
 use super::tools::{check_name, render_call, render_result, Tool, ToolChoice, ToolSpec};
 use serde_json::{Map, Value};
 

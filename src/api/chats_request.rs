@@ -3,7 +3,8 @@
 //! a chat stores them as its defaults and a message may override them for its turn.
 
 use super::error::ApiError;
-use super::openai_request::{chat_params, parse_object, type_name, GenParams};
+use super::openai_request::{chat_params, parse_object, GenParams};
+use super::request_fields::type_name;
 use super::wire::ErrorDetail;
 use crate::store::{Chat, Message, MAX_PAGE_SIZE};
 use serde::Serialize;

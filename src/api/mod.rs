@@ -33,6 +33,7 @@ pub mod openai_request;
 pub mod prepare;
 pub mod record;
 pub mod refused_fields;
+pub mod request_fields;
 pub mod router;
 pub mod state;
 pub mod stop;

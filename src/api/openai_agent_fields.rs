@@ -4,7 +4,7 @@
 //! (`tools::SYNTAX`).
 
 use super::error::ApiError;
-use super::openai_request::{boolean, field, type_name, ChatMessage};
+use super::request_fields::{boolean, field, type_name, ChatMessage};
 use super::tools::{check_name, render_call, render_result, Tool, ToolChoice, ToolSpec};
 use crate::engine::Grammar;
 use serde_json::{Map, Value};
@@ -173,4 +173,9 @@ pub(super) fn weave_tool_turns(raw: &[Value], messages: &mut [ChatMessage]) -> R
         }
     }
     Ok(())
+}
+
+/// An answer format to combine with tools, as a grammar rule (`param` names it for the 400).
+pub(super) fn answer_rule(format: Option<&Grammar>, param: &str) -> Result<Option<String>, ApiError> {
+    format.map(Grammar::lark_rule).transpose().map_err(|e| ApiError::invalid(param, format!("'{param}': {e}")))
 }

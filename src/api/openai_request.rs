@@ -2,8 +2,9 @@
 //! `param` and, for numbers, the allowed range in the message.
 
 use super::error::ApiError;
-use super::openai_agent_fields::{take_tools, weave_tool_turns};
+use super::openai_agent_fields::{answer_rule, take_tools, weave_tool_turns};
 use super::refused_fields::refuse_unsupported;
+use super::request_fields::{boolean, field, type_name, ChatMessage};
 use super::tools::ToolSpec;
 use crate::engine::draft::MAX_DRAFT_DEPTH;
 use crate::engine::{DraftMode, DraftRequest, Grammar, SamplingParams};
@@ -17,12 +18,6 @@ pub use crate::engine::MAX_TOP_LOGPROBS;
 pub const MAX_COMPLETION_LOGPROBS: usize = 5;
 /// Longest stop sequence accepted, in bytes; longer ones are almost surely mistakes.
 pub const MAX_STOP_BYTES: usize = 256;
-
-#[derive(Debug, Clone, PartialEq)]
-pub struct ChatMessage {
-    pub role: String,
-    pub content: String,
-}
 
 /// Sampling and length settings shared by both generation routes.
 #[derive(Debug, Clone, PartialEq)]
@@ -76,22 +71,6 @@ pub fn parse_object(body: &[u8]) -> Result<Map<String, Value>, ApiError> {
     }
 }
 
-pub fn type_name(v: &Value) -> &'static str {
-    match v {
-        Value::Null => "null",
-        Value::Bool(_) => "a boolean",
-        Value::Number(_) => "a number",
-        Value::String(_) => "a string",
-        Value::Array(_) => "an array",
-        Value::Object(_) => "an object",
-    }
-}
-
-/// A field that is absent or null is `None`.
-pub(super) fn field<'a>(m: &'a Map<String, Value>, name: &str) -> Option<&'a Value> {
-    m.get(name).filter(|v| !v.is_null())
-}
-
 pub(super) fn number(m: &Map<String, Value>, name: &str, lo: f64, hi: f64, default: f64) -> Result<f32, ApiError> {
     match field(m, name) {
         None => Ok(default as f32),
@@ -121,14 +100,6 @@ pub(super) fn integer(m: &Map<String, Value>, name: &str, lo: u64, hi: u64) -> R
             name,
             format!("'{name}' must be an integer between {lo} and {hi}, not {}", type_name(v)),
         )),
-    }
-}
-
-pub(super) fn boolean(m: &Map<String, Value>, name: &str) -> Result<bool, ApiError> {
-    match field(m, name) {
-        None => Ok(false),
-        Some(Value::Bool(b)) => Ok(*b),
-        Some(v) => Err(ApiError::invalid(name, format!("'{name}' must be a boolean, not {}", type_name(v)))),
     }
 }
 
@@ -342,11 +313,7 @@ pub fn parse_chat(body: &[u8]) -> Result<ChatRequest, ApiError> {
     let mut params = chat_params(&m)?;
     if let Some(t) = tools {
         if t.offered() {
-            if params.format.is_some() {
-                let msg = "'response_format' cannot be combined with tools: the tools' calls are the answer's format";
-                return Err(ApiError::invalid("response_format", msg));
-            }
-            params.format = t.grammar();
+            params.format = t.grammar(answer_rule(params.format.as_ref(), "response_format")?.as_deref());
             match messages.first_mut() {
                 Some(first) if matches!(first.role.as_str(), "system" | "developer") => {
                     first.content = format!("{}\n\n{}", first.content, t.preamble());

@@ -32,6 +32,8 @@ enum State {
 pub struct CallParser {
     pending: String,
     state: State,
+    /// The current call's arguments passed on so far.
+    args: String,
     /// Calls found so far: text that is only whitespace after one is dropped.
     calls: usize,
 }
@@ -42,6 +44,11 @@ fn open() -> &'static str {
 
 fn close() -> &'static str {
     SYNTAX.close.trim_start()
+}
+
+/// What ends a call's arguments: the brace of the call's object, then the closing marker.
+fn closing() -> String {
+    format!("}}{}", SYNTAX.close)
 }
 
 /// How the grammar writes a call's body up to its name (compact JSON, name first).
@@ -75,9 +82,10 @@ impl CallParser {
                         }
                         continue;
                     }
-                    let keep = held(&self.pending, &format!("}}{}", SYNTAX.close));
+                    let keep = held(&self.pending, &closing());
                     let args: String = self.pending.drain(..self.pending.len() - keep).collect();
                     if !args.is_empty() {
+                        self.args.push_str(&args);
                         out.push(Found::Args(args));
                     }
                     break;
@@ -90,6 +98,7 @@ impl CallParser {
                             let used = self.pending.len() - rest.len() + end + args_prefix().len();
                             self.pending.drain(..used);
                             self.calls += 1;
+                            self.args.clear();
                             self.state = State::Arguments;
                             out.push(Found::Call { name });
                             continue;
@@ -130,8 +139,17 @@ impl CallParser {
         let rest = std::mem::take(&mut self.pending);
         let mut out = Vec::new();
         match std::mem::take(&mut self.state) {
-            State::Arguments if !rest.is_empty() => out.push(Found::Args(rest)),
-            State::Arguments => {}
+            State::Arguments => {
+                // Held back as a possible closing: it was one when the arguments are whole
+                // without it (the marker itself was cut).
+                let keep = held(&rest, &closing());
+                let cut = &rest[..rest.len() - keep];
+                let whole = serde_json::from_str::<Value>(&format!("{}{cut}", self.args)).is_ok();
+                let args = if whole { cut.to_string() } else { rest };
+                if !args.is_empty() {
+                    out.push(Found::Args(args));
+                }
+            }
             State::Opened => self.text(format!("{}{rest}", open()), &mut out),
             State::Outside => self.text(rest, &mut out),
         }
@@ -253,5 +271,10 @@ mod tests {
     fn a_call_cut_short_ends_with_what_was_written() {
         let (out, _) = joined(run(&["<tool_call>\n{\"name\":\"f\",\"arguments\":{\"a\":", "12"]));
         assert_eq!(out, [Found::Call { name: "f".into() }, Found::Args("{\"a\":12".into())]);
+        // Cut inside its closing: the arguments were whole.
+        let (out, _) = joined(run(&["<tool_call>\n{\"name\":\"f\",\"arguments\":{\"a\":{}}", "}\n</tool"]));
+        assert_eq!(out, [Found::Call { name: "f".into() }, Found::Args("{\"a\":{}}".into())]);
+        let (out, _) = joined(run(&["<tool_call>\n{\"name\":\"f\",\"arguments\":{\"a\":{}", "}"]));
+        assert_eq!(out, [Found::Call { name: "f".into() }, Found::Args("{\"a\":{}}".into())]);
     }
 }

@@ -145,8 +145,10 @@ impl ToolSpec {
 
     /// The grammar of the answer: with `Required` or `Named`, calls from the first token; with
     /// `Auto`, free text in which a call, once its opening is written, must be well formed (a
-    /// lazy grammar). `None` when nothing is offered.
-    pub fn grammar(&self) -> Option<Grammar> {
+    /// lazy grammar), or, when the request also sets an answer format, either calls or an answer
+    /// in that format (`answer`, a rule from [`Grammar::lark_rule`]). `None` when nothing is
+    /// offered.
+    pub fn grammar(&self, answer: Option<&str>) -> Option<Grammar> {
         if !self.offered() {
             return None;
         }
@@ -163,17 +165,18 @@ impl ToolSpec {
             .collect();
         let schema = json!({"anyOf": calls, "x-guidance": {"whitespace_flexible": false, "lenient": true}});
         let (open, close) = (lark_string(SYNTAX.open), lark_string(SYNTAX.close));
-        let src = match self.choice {
-            ToolChoice::Auto => format!(
+        let repeat = if self.parallel { "call (\"\\n\" call)*" } else { "call" };
+        let src = match (&self.choice, answer) {
+            (ToolChoice::Auto, Some(answer)) => {
+                format!("start: answer | {repeat}\nanswer: {answer}\ncall: {open} %json {schema} {close}\n")
+            }
+            (ToolChoice::Auto, None) => format!(
                 "%llguidance {{}}\nstart: call{more} text\ntext: TEXT\nTEXT: /(.|\\n)*/\n\
                  trigger[lazy]: TEXT {open_trimmed}\ncall: trigger \"\\n\" %json {schema} {close}\n",
                 more = if self.parallel { "*" } else { "?" },
                 open_trimmed = lark_string(SYNTAX.open.trim_end()),
             ),
-            _ => format!(
-                "start: call{more}\ncall: {open} %json {schema} {close}\n",
-                more = if self.parallel { " (\"\\n\" call)*" } else { "" }
-            ),
+            _ => format!("start: {repeat}\ncall: {open} %json {schema} {close}\n"),
         };
         Some(Grammar::Lark(src))
     }
@@ -220,11 +223,22 @@ mod tests {
 
     #[test]
     fn grammars_follow_the_choice() {
-        assert_eq!(spec(ToolChoice::None, true).grammar(), None);
-        let Some(Grammar::Lark(named)) = spec(ToolChoice::Named("get_time".into()), false).grammar() else { panic!() };
+        assert_eq!(spec(ToolChoice::None, true).grammar(None), None);
+        let Some(Grammar::Lark(named)) = spec(ToolChoice::Named("get_time".into()), false).grammar(None) else {
+            panic!()
+        };
         assert!(named.contains("get_time") && !named.contains("get_weather") && !named.contains("[lazy]"), "{named}");
-        let Some(Grammar::Lark(auto)) = spec(ToolChoice::Auto, true).grammar() else { panic!() };
+        let Some(Grammar::Lark(auto)) = spec(ToolChoice::Auto, true).grammar(None) else { panic!() };
         assert!(auto.contains("[lazy]") && auto.contains("get_weather") && auto.contains("get_time"), "{auto}");
+        // With an answer format: calls or an answer in it, from the first token.
+        let rule = Grammar::JsonObject.lark_rule().unwrap();
+        let Some(Grammar::Lark(both)) = spec(ToolChoice::Auto, false).grammar(Some(&rule)) else { panic!() };
+        assert!(
+            both.starts_with("start: answer | call\n") && both.contains(&rule) && !both.contains("[lazy]"),
+            "{both}"
+        );
+        let Some(Grammar::Lark(required)) = spec(ToolChoice::Required, true).grammar(Some(&rule)) else { panic!() };
+        assert!(!required.contains("answer"), "a required call leaves no room for an answer: {required}");
     }
 
     #[test]

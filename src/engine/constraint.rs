@@ -36,6 +36,24 @@ pub enum Grammar {
     Lark(String),
 }
 
+impl Grammar {
+    /// The grammar as a rule's body to embed in a larger Lark grammar (`%json {...}` with this
+    /// module's options), checked against the schema limits; a Lark grammar cannot be embedded.
+    pub fn lark_rule(&self) -> Result<String, ConstraintError> {
+        let schema = match self {
+            Grammar::JsonObject => compact(json!({"type": "object"}), true),
+            Grammar::JsonSchema { schema, strict } => {
+                check_schema(schema)?;
+                compact(schema.clone(), *strict)
+            }
+            Grammar::Lark(_) => {
+                return Err(ConstraintError::Compile("a Lark grammar cannot be combined with tools".into()))
+            }
+        };
+        Ok(format!("%json {schema}"))
+    }
+}
+
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum ConstraintError {
     /// The schema's JSON is larger than [`MAX_SCHEMA_BYTES`] (or a grammar than [`MAX_GRAMMAR_BYTES`]).

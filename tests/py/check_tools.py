@@ -95,4 +95,17 @@ try:
     raise AssertionError("a bad tool name was accepted")
 except openai.BadRequestError as e:
     assert e.body["param"] == "tools[0].function.name", e.body
+# A format with tools: the answer is calls, or JSON of that schema from its first token.
+verdict = {"type": "json_schema", "json_schema": {"name": "v", "strict": True, "schema": {
+    "type": "object", "properties": {"answer": {"type": "string", "maxLength": 30}},
+    "required": ["answer"], "additionalProperties": False}}}
+for question in ["What is the weather in Paris?", "Say hello."]:
+    r = create(messages=[{"role": "user", "content": question}], response_format=verdict, max_tokens=80,
+               parallel_tool_calls=False)
+    c = r.choices[0]
+    if c.message.tool_calls:
+        assert c.finish_reason == "tool_calls" and not c.message.content, c
+        assert len(c.message.tool_calls) == 1 and isinstance(json.loads(c.message.tool_calls[0].function.arguments), dict), c
+    else:
+        assert c.finish_reason == "stop" and set(json.loads(c.message.content)) == {"answer"}, c
 print("tools ok")
