@@ -1,6 +1,6 @@
 //! What grammars cost (run: `cargo bench --bench grammar_bench`), on three vocabularies: the demo
-//! model's (49,152 ids), Gemma 3's first 151,936 ids (the width of a Qwen 2.5 vocabulary) and
-//! Gemma 3's whole 262,144. Per vocabulary: the one-time preparation, the compile time of each
+//! model's (49,152 ids), Qwen 3's (the committed tokenizer.json, 151,669 tokens in logits
+//! 151,936 wide) and Gemma 3's (262,144). Per vocabulary: the one-time preparation, the compile time of each
 //! schema of the JSON Schema Test Suite's draft 7 that compiles strictly (p50, p99), and the
 //! time of one step's mask (computing it and applying it to a logits row, as the decode thread
 //! does) while every valid instance of those schemas is walked token by token (p50, p99). Needs
@@ -10,11 +10,12 @@
 use mtplx_lite::engine::constraint::{token_bytes, Grammar, GrammarVocab};
 use mtplx_lite::model::{catalogue, fetch, ModelFiles, Tokenizer};
 use serde_json::Value;
+use std::path::Path;
 use std::time::Instant;
 
 /// Where Debian puts the suite's draft-7 cases.
 const SUITE_DRAFT7: &str = "/usr/share/json-schema-test-suite/tests/draft7";
-/// A Qwen 2.5 vocabulary's width, cut from Gemma's ids: a real ~150k vocabulary's trie.
+/// Qwen 3's logits width (its embedding's rows; the tokenizer has 151,669 tokens).
 const QWEN_WIDTH: usize = 151_936;
 
 fn tokenizer(name: &str) -> (Tokenizer, usize) {
@@ -49,31 +50,6 @@ fn corpus() -> Vec<(Value, Vec<String>)> {
     out
 }
 
-/// The first id spelling each single byte (the byte-fallback tokens), where one does.
-fn single_bytes(bytes: &[Vec<u8>]) -> Vec<Option<u32>> {
-    let mut ids = vec![None; 256];
-    for (id, b) in bytes.iter().enumerate().rev() {
-        if let [b] = b[..] {
-            ids[b as usize] = Some(id as u32);
-        }
-    }
-    ids
-}
-
-/// `ids` with every id the (cut) vocabulary lacks spelled byte by byte, from the full
-/// vocabulary's bytes of it: another tokenization of the same text, which the grammar allows.
-fn spell(ids: Vec<u32>, full: &[Vec<u8>], width: usize, byte_ids: &[Option<u32>]) -> Vec<u32> {
-    let mut out = Vec::with_capacity(ids.len());
-    for id in ids {
-        if (id as usize) < width {
-            out.push(id);
-        } else {
-            out.extend(full[id as usize].iter().filter_map(|&b| byte_ids[b as usize]));
-        }
-    }
-    out
-}
-
 fn pct(v: &mut [f64], p: f64) -> f64 {
     v.sort_by(f64::total_cmp);
     v[((v.len() - 1) as f64 * p).round() as usize]
@@ -83,23 +59,25 @@ fn main() {
     let corpus = corpus();
     let (demo, demo_width) = tokenizer(catalogue::DEMO.name);
     let (gemma, gemma_width) = tokenizer("gemma3-270m");
-    let (demo_bytes, gemma_bytes) = (token_bytes(&demo, demo_width), token_bytes(&gemma, gemma_width));
-    let cases: [(&str, &Tokenizer, &[Vec<u8>], usize); 3] = [
-        ("demo (49,152)", &demo, &demo_bytes, demo_width),
-        ("gemma cut to 151,936", &gemma, &gemma_bytes, QWEN_WIDTH),
-        ("gemma (262,144)", &gemma, &gemma_bytes, gemma_width),
+    let qwen_dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/tokenizers/qwen3");
+    let qwen =
+        Tokenizer::from_json_files(&qwen_dir.join("tokenizer.json"), Some(&qwen_dir.join("tokenizer_config.json")))
+            .unwrap();
+    let cases: [(&str, &Tokenizer, usize); 3] = [
+        ("demo (49,152)", &demo, demo_width),
+        ("qwen3 (151,936)", &qwen, QWEN_WIDTH),
+        ("gemma3 (262,144)", &gemma, gemma_width),
     ];
     println!(
         "{:22} {:>9} {:>9} {:>14} {:>14} {:>8} {:>14} {:>14}",
         "vocabulary", "prep ms", "compiled", "compile p50 ms", "compile p99 ms", "masks", "mask p50 µs", "mask p99 µs"
     );
-    for (name, tok, full, width) in cases {
-        let bytes = &full[..width];
+    for (name, tok, width) in cases {
+        let bytes = token_bytes(tok, width);
         let t = Instant::now();
-        let vocab = GrammarVocab::from_bytes(bytes, tok.eos_tokens()).unwrap();
+        let vocab = GrammarVocab::from_bytes(&bytes, tok.eos_tokens()).unwrap();
         let prep = t.elapsed().as_secs_f64() * 1e3;
         let (mut compile, mut mask) = (Vec::new(), Vec::new());
-        let byte_ids = single_bytes(bytes);
         let row = vec![0.0f32; width];
         let mut masked = Vec::with_capacity(width);
         for (schema, valid) in &corpus {
@@ -110,7 +88,7 @@ fn main() {
             }
             compile.push(t.elapsed().as_secs_f64() * 1e3);
             for text in valid {
-                let ids = spell(tok.encode(text, false).unwrap(), full, width, &byte_ids);
+                let ids = tok.encode(text, false).unwrap();
                 let mut c = vocab.compile(&g).unwrap();
                 for id in ids {
                     if c.is_complete() {

@@ -280,3 +280,7 @@ mod tests;
 #[cfg(test)]
 #[path = "constraint_conformance_tests.rs"]
 mod conformance_tests;
+
+#[cfg(test)]
+#[path = "constraint_vocab_tests.rs"]
+mod vocab_tests;
