@@ -33,9 +33,8 @@ pub mod series;
 pub mod server_state;
 
 pub use generation_outcome::{DecodeSpan, GenerationClock, GenerationOutcome, SpecStats};
-pub use negotiate::negotiate_or;
-pub use prometheus::{
-    negotiate, negotiate_stream, Format, StreamFormat, JSON_CONTENT_TYPE, NDJSON_CONTENT_TYPE,
+pub use negotiate::{
+    negotiate, negotiate_or, negotiate_stream, Format, StreamFormat, JSON_CONTENT_TYPE, NDJSON_CONTENT_TYPE,
     OPENMETRICS_CONTENT_TYPE, PROMETHEUS_CONTENT_TYPE, SSE_CONTENT_TYPE,
 };
 pub use request_log::{Entry, RequestLog, Subscription};

@@ -9,36 +9,7 @@
 
 use std::fmt::Write as _;
 
-pub use super::negotiate::{negotiate, negotiate_stream, StreamFormat};
-
-/// `Content-Type` of the Prometheus text format.
-pub const PROMETHEUS_CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
-/// `Content-Type` of OpenMetrics 1.0.
-pub const OPENMETRICS_CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
-/// `Content-Type` of the JSON envelope.
-pub const JSON_CONTENT_TYPE: &str = "application/json";
-/// `Content-Type` of the live stream as Server-Sent Events.
-pub const SSE_CONTENT_TYPE: &str = "text/event-stream";
-/// `Content-Type` of the live stream as newline-delimited JSON.
-pub const NDJSON_CONTENT_TYPE: &str = "application/x-ndjson";
-
-/// What `GET /metrics` answers with.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Format {
-    Prometheus,
-    OpenMetrics,
-    Json,
-}
-
-impl Format {
-    pub fn content_type(self) -> &'static str {
-        match self {
-            Format::Prometheus => PROMETHEUS_CONTENT_TYPE,
-            Format::OpenMetrics => OPENMETRICS_CONTENT_TYPE,
-            Format::Json => JSON_CONTENT_TYPE,
-        }
-    }
-}
+use super::negotiate::Format;
 
 /// Metric type, as written in `# TYPE`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -3,8 +3,9 @@
 
 use super::help;
 use super::histogram::{Histogram, MAX_BUCKETS};
+use super::negotiate::Format;
 use super::process::ProcessStats;
-use super::prometheus::{write_f64, write_header, write_i64, write_u64, Format, Kind};
+use super::prometheus::{write_f64, write_header, write_i64, write_u64, Kind};
 use super::registry::{Counter, Gauge, RouteCounter, METHODS};
 use super::series::Metrics;
 use std::sync::Arc;

@@ -9,7 +9,7 @@
 
 use std::sync::{Arc, Mutex};
 
-use super::prometheus::Format;
+use super::negotiate::Format;
 
 /// One cached exposition: the values it shows and its text.
 struct Entry {

@@ -10,7 +10,7 @@ use std::collections::VecDeque;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use super::prometheus::StreamFormat;
+use super::negotiate::StreamFormat;
 use super::registry::{Counter, Gauge};
 use super::request_record::{sse_frame, RequestRecord, KEEP_ALIVE, KEEP_ALIVE_INTERVAL, NDJSON_KEEP_ALIVE};
 

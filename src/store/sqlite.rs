@@ -5,14 +5,10 @@
 //! transactions take the write lock at `BEGIN`, so that two processes sharing a file queue
 //! behind `busy_timeout` instead of failing on a lock upgrade.
 
-use super::sqlite_checkpoint::Checkpointer;
+use super::sqlite_checkpoint::{Checkpointer, BUSY_TIMEOUT};
 use super::{migrations, Chat, Message, Page, Store, StoreError, Turn};
 use rusqlite::{params, Connection, OptionalExtension, Row, TransactionBehavior};
 use std::path::Path;
-use std::time::Duration;
-
-/// How long a write waits for another process's lock on the file before failing.
-pub const BUSY_TIMEOUT: Duration = Duration::from_secs(10);
 
 pub struct SqliteStore {
     conn: Connection,

@@ -7,13 +7,15 @@
 //! [`CHECKPOINT_EVERY`] without blocking the writer (a passive checkpoint), and the writer
 //! checkpoints itself only if the log still outgrows [`WRITER_CHECKPOINT_PAGES`].
 
-use super::sqlite::BUSY_TIMEOUT;
 use super::StoreError;
 use rusqlite::Connection;
 use std::path::Path;
 use std::sync::mpsc::{self, RecvTimeoutError};
 use std::thread::JoinHandle;
 use std::time::Duration;
+
+/// How long a write waits for another process's lock on the file before failing.
+pub const BUSY_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// How often the log is copied back into the database file.
 pub const CHECKPOINT_EVERY: Duration = Duration::from_secs(1);
