@@ -6,7 +6,7 @@ use super::anthropic_wire::{
     error_detail, ContentBlock, Delta, Message, MessageDeltaBody, MessageUsage, StreamEvent, TokenCount, PING,
 };
 use super::error::ApiError;
-use super::generation::{End, Generation, Piece};
+use super::generation::{End, Generation, Piece, WholeCalls};
 use super::openai;
 use super::prepare;
 use super::state::{ApiConfig, InFlightGuard, Llm};
@@ -75,17 +75,13 @@ fn input(arguments: &str) -> Box<RawValue> {
 /// the OpenAI routes.
 async fn whole(mut gen: Generation) -> Result<Response, ApiError> {
     let mut text = String::new();
-    let mut calls: Vec<(String, String, String)> = Vec::new();
+    let mut calls = WholeCalls::default();
     loop {
         match gen.next_piece().await {
             Piece::Delta { text: t, .. } => text.push_str(&t),
-            Piece::ToolCall { id, name: Some(name), arguments, .. } => calls.push((tool_use_id(&id), name, arguments)),
-            Piece::ToolCall { arguments, .. } => {
-                if let Some(c) = calls.last_mut() {
-                    c.2.push_str(&arguments);
-                }
-            }
+            Piece::ToolCall { id, name, arguments, .. } => calls.add(id, name, arguments),
             Piece::End(end) => {
+                let calls = &calls.calls;
                 if let Some(err) = &end.error {
                     if !end.timed_out || gen.completion_tokens == 0 {
                         return Err(err.clone());
@@ -95,8 +91,9 @@ async fn whole(mut gen: Generation) -> Result<Response, ApiError> {
                 if !text.is_empty() || calls.is_empty() {
                     content.push(ContentBlock::Text { text: &text });
                 }
-                let inputs: Vec<Box<RawValue>> = calls.iter().map(|c| input(&c.2)).collect();
-                content.extend(calls.iter().zip(&inputs).map(|((id, name, _), input)| ContentBlock::ToolUse {
+                let uses: Vec<(String, Box<RawValue>)> =
+                    calls.iter().map(|c| (tool_use_id(&c.0), input(&c.2))).collect();
+                content.extend(calls.iter().zip(&uses).map(|((_, name, _), (id, input))| ContentBlock::ToolUse {
                     id,
                     name,
                     input,

@@ -41,6 +41,24 @@ pub struct End {
     pub timed_out: bool,
 }
 
+/// A non-streamed answer's tool calls, put together from their pieces.
+#[derive(Default)]
+pub struct WholeCalls {
+    /// Each call's id, name and arguments' JSON.
+    pub calls: Vec<(String, String, String)>,
+}
+
+impl WholeCalls {
+    /// Takes one `Piece::ToolCall`'s parts: a name starts a call, arguments extend the last.
+    pub fn add(&mut self, id: String, name: Option<String>, arguments: String) {
+        match (name, self.calls.last_mut()) {
+            (Some(name), _) => self.calls.push((id, name, arguments)),
+            (None, Some(last)) => last.2.push_str(&arguments),
+            (None, None) => {}
+        }
+    }
+}
+
 pub enum Piece {
     Delta {
         text: String,

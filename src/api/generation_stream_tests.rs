@@ -1,6 +1,7 @@
 //! The streamed answer as the client receives it, driven by hand-fed engine events: an engine
 //! error in the middle of a stream, keep-alive comments while nothing else is sent, and the
-//! request's deadline (`--request-timeout`), streamed and whole.
+//! request's deadline (`--request-timeout`), streamed and whole; and a whole answer's calls put
+//! together from their pieces.
 
 use super::*;
 use crate::api::idle_timer::ManualClock;
@@ -328,4 +329,17 @@ fn a_whole_answer_past_its_deadline_is_a_504_without_text_and_a_200_with_it() {
     assert_eq!(v["usage"]["completion_tokens"], 2, "{v}");
     assert_eq!(v["mtplx_stats"]["status"], "timed_out", "{v}");
     assert_eq!(rec.record.status, FinishStatus::TimedOut);
+}
+
+#[test]
+fn whole_answers_put_each_call_together_from_its_pieces() {
+    let mut w = WholeCalls::default();
+    w.add("c0".into(), None, "{\"lost\":1}".into());
+    w.add("c0".into(), Some("f".into()), String::new());
+    w.add("c0".into(), None, "{\"a\":".into());
+    w.add("c0".into(), None, "1}".into());
+    w.add("c1".into(), Some("g".into()), "{}".into());
+    let want =
+        [("c0", "f", "{\"a\":1}"), ("c1", "g", "{}")].map(|(i, n, a)| (i.to_string(), n.to_string(), a.to_string()));
+    assert_eq!(w.calls, want);
 }

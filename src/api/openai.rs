@@ -4,7 +4,7 @@
 //! metrics record, whatever way it ends.
 
 use super::error::ApiError;
-use super::generation::{Generation, Kind, Piece};
+use super::generation::{Generation, Kind, Piece, WholeCalls};
 use super::prepare::{self, Prepared};
 use super::state::{ApiConfig, InFlightGuard, Llm};
 use super::wire::{
@@ -202,20 +202,16 @@ pub(super) fn submit(
 pub(super) async fn whole(mut gen: Generation) -> Result<Response, ApiError> {
     let mut text = String::new();
     let mut logprobs: Vec<TokenLogprob> = Vec::new();
-    let mut calls: Vec<(String, String, String)> = Vec::new();
+    let mut calls = WholeCalls::default();
     loop {
         match gen.next_piece().await {
             Piece::Delta { text: t, logprobs: lp } => {
                 text.push_str(&t);
                 logprobs.extend(lp);
             }
-            Piece::ToolCall { id, name: Some(name), arguments, .. } => calls.push((id, name, arguments)),
-            Piece::ToolCall { arguments, .. } => {
-                if let Some(c) = calls.last_mut() {
-                    c.2.push_str(&arguments);
-                }
-            }
+            Piece::ToolCall { id, name, arguments, .. } => calls.add(id, name, arguments),
             Piece::End(end) => {
+                let calls = &calls.calls;
                 if let Some(err) = &end.error {
                     if gen.completion_tokens == 0 {
                         return Err(err.clone());
