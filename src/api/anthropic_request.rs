@@ -43,10 +43,11 @@ pub fn parse_messages(body: &[u8]) -> Result<MessagesRequest, ApiError> {
         return Err(ApiError::invalid("max_tokens", "'max_tokens' is required"));
     }
     let p = params(&m)?;
-    // With tools, an answer format is the other branch of the tools' grammar.
-    let format = match (&p.format, &r.params.tools) {
-        (Some(f), Some(t)) if t.offered() => t.grammar(answer_rule(Some(f), "output_config.format")?.as_deref()),
-        _ => p.format.clone().or(r.params.format),
+    // The tools' grammar, built here and not for count_tokens; an answer format is its other
+    // branch.
+    let format = match r.params.tools.as_ref().filter(|t| t.offered()) {
+        Some(t) => t.grammar(answer_rule(p.format.as_ref(), "output_config.format")?.as_deref()),
+        None => p.format.clone(),
     };
     let params = GenParams { format, tools: r.params.tools.clone(), ..p };
     Ok(MessagesRequest { params, ..r })
@@ -106,13 +107,7 @@ fn conversation(m: &Map<String, Value>) -> Result<MessagesRequest, ApiError> {
     let mut params = default_params();
     if let Some(t) = tool_spec(m)? {
         if t.offered() {
-            match messages.first_mut() {
-                Some(first) if first.role == "system" => {
-                    first.content = format!("{}\n\n{}", first.content, t.preamble())
-                }
-                _ => messages.insert(0, ChatMessage { role: "system".into(), content: t.preamble() }),
-            }
-            params.format = t.grammar(None);
+            t.announce(&mut messages, &["system"]);
         }
         params.tools = Some(t);
     }

@@ -314,12 +314,7 @@ pub fn parse_chat(body: &[u8]) -> Result<ChatRequest, ApiError> {
     if let Some(t) = tools {
         if t.offered() {
             params.format = t.grammar(answer_rule(params.format.as_ref(), "response_format")?.as_deref());
-            match messages.first_mut() {
-                Some(first) if matches!(first.role.as_str(), "system" | "developer") => {
-                    first.content = format!("{}\n\n{}", first.content, t.preamble());
-                }
-                _ => messages.insert(0, ChatMessage { role: "system".into(), content: t.preamble() }),
-            }
+            t.announce(&mut messages, &["system", "developer"]);
         }
         params.tools = Some(t);
     }

@@ -4,6 +4,7 @@
 //! back into the prompt. The syntax of a call is described once, in [`SYNTAX`].
 
 use super::error::ApiError;
+use super::request_fields::ChatMessage;
 use crate::engine::Grammar;
 use serde_json::{json, Value};
 
@@ -141,6 +142,17 @@ impl ToolSpec {
             SYNTAX.open, SYNTAX.args_key, SYNTAX.close
         ));
         s
+    }
+
+    /// Tells the model about the tools: appended to the first turn when its role is one of
+    /// `system_roles`, else in a system turn of its own before the others.
+    pub fn announce(&self, messages: &mut Vec<ChatMessage>, system_roles: &[&str]) {
+        match messages.first_mut() {
+            Some(first) if system_roles.contains(&first.role.as_str()) => {
+                first.content = format!("{}\n\n{}", first.content, self.preamble());
+            }
+            _ => messages.insert(0, ChatMessage { role: "system".into(), content: self.preamble() }),
+        }
     }
 
     /// The grammar of the answer: with `Required` or `Named`, calls from the first token; with

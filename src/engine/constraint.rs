@@ -37,20 +37,26 @@ pub enum Grammar {
 }
 
 impl Grammar {
-    /// The grammar as a rule's body to embed in a larger Lark grammar (`%json {...}` with this
-    /// module's options), checked against the schema limits; a Lark grammar cannot be embedded.
-    pub fn lark_rule(&self) -> Result<String, ConstraintError> {
-        let schema = match self {
-            Grammar::JsonObject => compact(json!({"type": "object"}), true),
+    /// A JSON grammar's schema as llguidance gets it (this module's options, the limits
+    /// checked); `None` for a Lark grammar.
+    fn json_schema(&self) -> Result<Option<Value>, ConstraintError> {
+        Ok(match self {
+            Grammar::JsonObject => Some(compact(json!({"type": "object"}), true)),
             Grammar::JsonSchema { schema, strict } => {
                 check_schema(schema)?;
-                compact(schema.clone(), *strict)
+                Some(compact(schema.clone(), *strict))
             }
-            Grammar::Lark(_) => {
-                return Err(ConstraintError::Compile("a Lark grammar cannot be combined with tools".into()))
-            }
-        };
-        Ok(format!("%json {schema}"))
+            Grammar::Lark(_) => None,
+        })
+    }
+
+    /// The grammar as a rule's body to embed in a larger Lark grammar (`%json {...}`); a Lark
+    /// grammar cannot be embedded.
+    pub fn lark_rule(&self) -> Result<String, ConstraintError> {
+        match self.json_schema()? {
+            Some(schema) => Ok(format!("%json {schema}")),
+            None => Err(ConstraintError::Compile("a Lark grammar cannot be combined with tools".into())),
+        }
     }
 }
 
@@ -152,18 +158,13 @@ impl GrammarVocab {
 
     /// Compiles `g` into a fresh matcher, or says why it cannot be.
     pub fn compile(&self, g: &Grammar) -> Result<Constraint, ConstraintError> {
-        let top = match g {
-            Grammar::JsonObject => TopLevelGrammar::from_json_schema(compact(json!({"type": "object"}), true)),
-            Grammar::JsonSchema { schema, strict } => {
-                check_schema(schema)?;
-                TopLevelGrammar::from_json_schema(compact(schema.clone(), *strict))
+        let top = match (g.json_schema()?, g) {
+            (Some(schema), _) => TopLevelGrammar::from_json_schema(schema),
+            (None, Grammar::Lark(src)) if src.len() > MAX_GRAMMAR_BYTES => {
+                return Err(ConstraintError::TooLarge { bytes: src.len(), limit: MAX_GRAMMAR_BYTES });
             }
-            Grammar::Lark(src) => {
-                if src.len() > MAX_GRAMMAR_BYTES {
-                    return Err(ConstraintError::TooLarge { bytes: src.len(), limit: MAX_GRAMMAR_BYTES });
-                }
-                TopLevelGrammar::from_lark(src.clone())
-            }
+            (None, Grammar::Lark(src)) => TopLevelGrammar::from_lark(src.clone()),
+            (None, _) => unreachable!("every grammar but Lark has a schema"),
         };
         let parser =
             self.factory.create_parser(top).map_err(|e| ConstraintError::Compile(first_line(&e.to_string())))?;
