@@ -27,6 +27,8 @@ command -v chromium >/dev/null 2>&1 || need_apt+=(chromium)
 command -v chromedriver >/dev/null 2>&1 || need_apt+=(chromium-driver)
 # The chat tests start throwaway PostgreSQL clusters with the server binaries (src/store/pg_cluster.rs).
 ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || need_apt+=(postgresql)
+# The GPU backend's tests run on Mesa's lavapipe (Vulkan on the CPU) where there is no GPU.
+ls /usr/share/vulkan/icd.d/lvp_icd.*.json >/dev/null 2>&1 || need_apt+=(mesa-vulkan-drivers)
 # The grammar's conformance corpus (src/engine/constraint_conformance_tests.rs).
 [ -d /usr/share/json-schema-test-suite/tests/draft7 ] || need_apt+=(json-schema-test-suite)
 if [ ${#need_apt[@]} -gt 0 ]; then

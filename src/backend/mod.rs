@@ -7,6 +7,7 @@ pub mod cpu;
 pub mod dtype;
 pub mod kv_buf;
 pub mod kv_layout;
+pub mod pass;
 
 pub use cpu::CpuBackend;
 pub use dtype::DType;
@@ -14,9 +15,17 @@ pub use kv_buf::KvBuf;
 pub use kv_layout::{
     key_index, store_keys, store_values, stored_keys, stored_values, KvFormat, KEY_GROUP, TILE_KEY_GROUP,
 };
+pub use pass::{Act, AttendSeq, DeviceKv, Glu, LayerPass, Pass, PassShape};
+use std::any::Any;
+use std::sync::Arc;
+
+/// A backend's own copy of a weight on its device ([`Backend::upload_device`]), which only that
+/// backend reads.
+pub type DeviceHandle = Arc<dyn Any + Send + Sync>;
 
 /// A weight matrix: `rows` rows of `cols` values, each row encoded as `dtype` (`cols /
-/// block_len` blocks), laid out as `layout` says.
+/// block_len` blocks), laid out as `layout` says; and the device's copy, where a device backend
+/// made one.
 #[derive(Clone, Copy, Debug)]
 pub struct WeightRef<'a> {
     pub dtype: DType,
@@ -24,6 +33,47 @@ pub struct WeightRef<'a> {
     pub rows: usize,
     pub cols: usize,
     pub layout: Layout,
+    pub device: Option<&'a DeviceHandle>,
+}
+
+/// A vector of weights (a norm, a bias) in f32, and the device's copy where there is one.
+#[derive(Clone, Default)]
+pub struct Vector {
+    pub values: Vec<f32>,
+    pub device: Option<DeviceHandle>,
+}
+
+impl Vector {
+    /// `values`, with the device copy `backend` makes of them (if it makes one).
+    pub fn new(values: Vec<f32>, backend: &dyn Backend) -> Vector {
+        let device = backend.upload_vector(&values);
+        Vector { values, device }
+    }
+
+    pub fn as_ref(&self) -> VectorRef<'_> {
+        VectorRef { values: &self.values, device: self.device.as_ref() }
+    }
+
+    pub fn len(&self) -> usize {
+        self.values.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.values.is_empty()
+    }
+}
+
+impl std::fmt::Debug for Vector {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Vector({} values{})", self.values.len(), if self.device.is_some() { ", on device" } else { "" })
+    }
+}
+
+/// A borrowed [`Vector`].
+#[derive(Clone, Copy)]
+pub struct VectorRef<'a> {
+    pub values: &'a [f32],
+    pub device: Option<&'a DeviceHandle>,
 }
 
 /// A weight matrix as a backend holds it ([`Backend::upload`]): the same values, maybe in
@@ -78,7 +128,7 @@ impl<'a> WeightRef<'a> {
         if expected != bytes.len() {
             return Err(WeightError::WrongSize { dtype, rows, cols, expected, got: bytes.len() });
         }
-        Ok(WeightRef { dtype, bytes, rows, cols, layout: Layout::Rows })
+        Ok(WeightRef { dtype, bytes, rows, cols, layout: Layout::Rows, device: None })
     }
 
     /// Bytes of one row.
@@ -155,6 +205,23 @@ pub trait Backend: Send {
         let _ = w;
         None
     }
+
+    /// A device backend's own copy of `w` (after [`Backend::upload`]), which its passes read;
+    /// `None` for a backend that reads host memory.
+    fn upload_device(&self, w: WeightRef<'_>) -> Option<DeviceHandle> {
+        let _ = w;
+        None
+    }
+
+    /// [`Backend::upload_device`] for a vector of weights.
+    fn upload_vector(&self, v: &[f32]) -> Option<DeviceHandle> {
+        let _ = v;
+        None
+    }
+
+    /// Begins a forward pass of `shape.rows` rows, row `i` at `positions[i]`. One pass runs at a
+    /// time: a second `begin` waits for the first pass to be dropped.
+    fn begin(&self, shape: PassShape, positions: &[usize]) -> Box<dyn Pass + '_>;
 
     /// Each row of `x` (rows of `weight.len()` values) scaled to unit RMS, times `weight`.
     fn rms_norm(&self, x: &mut [f32], weight: &[f32], eps: f32);

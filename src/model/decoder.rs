@@ -9,7 +9,7 @@
 use super::kv::KvCache;
 use super::weights::LayerWeights;
 use super::Tensor;
-use crate::backend::{AttnSeq, Backend, Heads, Rope};
+use crate::backend::{Act, Backend, Glu, Heads, LayerPass, PassShape, Rope, Vector};
 
 /// Which keys a layer's queries attend to.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -51,99 +51,61 @@ impl LayerSpec {
     pub fn default_score_scale(head_dim: usize) -> f32 {
         1.0 / (head_dim as f32).sqrt()
     }
+
+    /// The buffers of a pass of `rows` rows through this layer, over a residual stream of
+    /// `hidden` values.
+    pub fn pass_shape(&self, rows: usize, hidden: usize) -> PassShape {
+        PassShape { rows, hidden, q_dim: self.heads.q_dim(), kv_dim: self.heads.kv_dim(), ffn: self.ffn }
+    }
 }
 
 /// One decoder layer's weights as the pass reads them: vectors (norms, biases) converted to f32
-/// once at load, matrices in the layout their owner chose.
+/// once at load, matrices in the layout their owner chose; each with the backend's device copy
+/// where it keeps one.
 pub(crate) struct DecoderBlock {
-    pub attn_norm: Vec<f32>,
+    pub attn_norm: Vector,
     pub wq: Tensor,
     pub wk: Tensor,
     pub wv: Tensor,
     pub wo: Tensor,
-    pub bq: Option<Vec<f32>>,
-    pub bk: Option<Vec<f32>>,
-    pub bv: Option<Vec<f32>>,
-    pub bo: Option<Vec<f32>>,
-    pub q_norm: Option<Vec<f32>>,
-    pub k_norm: Option<Vec<f32>>,
-    pub ffn_norm: Vec<f32>,
+    pub bq: Option<Vector>,
+    pub bk: Option<Vector>,
+    pub bv: Option<Vector>,
+    pub bo: Option<Vector>,
+    pub q_norm: Option<Vector>,
+    pub k_norm: Option<Vector>,
+    pub ffn_norm: Vector,
     pub w_gate: Tensor,
     pub w_up: Tensor,
     pub w_down: Tensor,
-    pub post_attn_norm: Option<Vec<f32>>,
-    pub post_ffn_norm: Option<Vec<f32>>,
+    pub post_attn_norm: Option<Vector>,
+    pub post_ffn_norm: Option<Vector>,
 }
 
 impl DecoderBlock {
-    /// `l` with its vectors in f32 and each matrix passed through `matrix` (the trunk puts them
-    /// in the backend's layout; the head keeps them as read until it is quantized).
-    pub fn new(l: &LayerWeights, matrix: impl Fn(&Tensor) -> Tensor) -> DecoderBlock {
-        let vec = |t: &Option<Tensor>| t.as_ref().map(Tensor::to_f32);
+    /// `l` with its vectors in f32 (on `be`) and each matrix passed through `matrix` (the trunk
+    /// puts them in the backend's layout; the head keeps them as read until it is quantized).
+    pub fn new(l: &LayerWeights, be: &dyn Backend, matrix: impl Fn(&Tensor) -> Tensor) -> DecoderBlock {
+        let vec = |t: &Tensor| Vector::new(t.to_f32(), be);
+        let opt = |t: &Option<Tensor>| t.as_ref().map(vec);
         DecoderBlock {
-            attn_norm: l.attn_norm.to_f32(),
+            attn_norm: vec(&l.attn_norm),
             wq: matrix(&l.wq),
             wk: matrix(&l.wk),
             wv: matrix(&l.wv),
             wo: matrix(&l.wo),
-            bq: vec(&l.bq),
-            bk: vec(&l.bk),
-            bv: vec(&l.bv),
-            bo: vec(&l.bo),
-            q_norm: vec(&l.q_norm),
-            k_norm: vec(&l.k_norm),
-            ffn_norm: l.ffn_norm.to_f32(),
+            bq: opt(&l.bq),
+            bk: opt(&l.bk),
+            bv: opt(&l.bv),
+            bo: opt(&l.bo),
+            q_norm: opt(&l.q_norm),
+            k_norm: opt(&l.k_norm),
+            ffn_norm: vec(&l.ffn_norm),
             w_gate: matrix(&l.w_gate),
             w_up: matrix(&l.w_up),
             w_down: matrix(&l.w_down),
-            post_attn_norm: vec(&l.post_attn_norm),
-            post_ffn_norm: vec(&l.post_ffn_norm),
-        }
-    }
-}
-
-/// Adds `bias` (when the block has one) to each row of `rows`.
-pub(crate) fn add_bias(rows: &mut [f32], bias: &Option<Vec<f32>>) {
-    if let Some(b) = bias {
-        for row in rows.chunks_exact_mut(b.len()) {
-            row.iter_mut().zip(b).for_each(|(x, b)| *x += b);
-        }
-    }
-}
-
-/// The residual add: `x += y`.
-pub(crate) fn add(x: &mut [f32], y: &[f32]) {
-    x.iter_mut().zip(y).for_each(|(x, y)| *x += y);
-}
-
-/// A layer's activation buffers, reused across layers and passes (grown to the largest pass).
-#[derive(Default)]
-pub(crate) struct LayerScratch {
-    h: Vec<f32>,
-    q: Vec<f32>,
-    k: Vec<f32>,
-    v: Vec<f32>,
-    att: Vec<f32>,
-    o: Vec<f32>,
-    gate: Vec<f32>,
-    up: Vec<f32>,
-}
-
-impl LayerScratch {
-    /// Room for `rows` rows of a layer of `spec` over a residual stream of `hidden` values.
-    pub fn fit(&mut self, rows: usize, hidden: usize, spec: &LayerSpec) {
-        let (qd, kvd, ffn) = (spec.heads.q_dim(), spec.heads.kv_dim(), spec.ffn);
-        for (buf, width) in [
-            (&mut self.h, hidden),
-            (&mut self.o, hidden),
-            (&mut self.q, qd),
-            (&mut self.att, qd),
-            (&mut self.k, kvd),
-            (&mut self.v, kvd),
-            (&mut self.gate, ffn),
-            (&mut self.up, ffn),
-        ] {
-            buf.resize(rows * width, 0.0);
+            post_attn_norm: opt(&l.post_attn_norm),
+            post_ffn_norm: opt(&l.post_ffn_norm),
         }
     }
 }
@@ -156,91 +118,52 @@ pub(crate) struct LayerSeq<'a> {
     pub layer: usize,
 }
 
-/// Runs `block` as `spec` describes over `x`, the residual stream of every sequence's rows
-/// (sequence after sequence, rows of `x.len() / positions.len()` values), in place: row `i` is the
-/// token at `positions[i]`. Each sequence's new keys and values go into its cache layer; the
-/// cache's length is advanced by the caller after the last layer. `s` must [`LayerScratch::fit`]
-/// the rows.
-pub(crate) fn forward_layer(
-    be: &dyn Backend,
-    block: &DecoderBlock,
-    spec: &LayerSpec,
-    x: &mut [f32],
-    s: &mut LayerScratch,
-    positions: &[usize],
-    seqs: &mut [LayerSeq<'_>],
-) {
-    let t = positions.len();
+/// Runs `block` as `spec` describes over the pass's residual stream `X` (every sequence's rows,
+/// sequence after sequence), in place. Each sequence's new keys and values go into its cache
+/// layer; the cache's length is advanced by the caller after the last layer.
+pub(crate) fn forward_layer(p: &mut dyn LayerPass, block: &DecoderBlock, spec: &LayerSpec, seqs: &mut [LayerSeq<'_>]) {
     let (heads, eps) = (spec.heads, spec.rms_eps);
-    let (qd, kvd) = (heads.q_dim(), heads.kv_dim());
-    s.h.copy_from_slice(x);
-    be.rms_norm(&mut s.h, &block.attn_norm, eps);
+    p.copy(Act::X, Act::H);
+    p.rms_norm(Act::H, block.attn_norm.as_ref(), eps);
     // One activation quantization and one pool dispatch for Q, K and V together.
-    be.matmul_many(
-        &[block.wq.weight(), block.wk.weight(), block.wv.weight()],
-        &s.h,
-        t,
-        &mut [&mut s.q, &mut s.k, &mut s.v],
-    );
-    add_bias(&mut s.q, &block.bq);
-    add_bias(&mut s.k, &block.bk);
-    add_bias(&mut s.v, &block.bv);
+    p.matmul(&[block.wq.weight(), block.wk.weight(), block.wv.weight()], Act::H, &[Act::Q, Act::K, Act::V]);
+    for (act, bias) in [(Act::Q, &block.bq), (Act::K, &block.bk), (Act::V, &block.bv)] {
+        if let Some(b) = bias {
+            p.add_bias(act, b.as_ref());
+        }
+    }
     // qwen3's per-head q/k norms come before RoPE.
     if let (Some(qn), Some(kn)) = (&block.q_norm, &block.k_norm) {
-        be.rms_norm(&mut s.q, qn, eps);
-        be.rms_norm(&mut s.k, kn, eps);
+        p.rms_norm(Act::Q, qn.as_ref(), eps);
+        p.rms_norm(Act::K, kn.as_ref(), eps);
     }
-    be.rope(&mut s.q, heads.n_heads, heads.head_dim, positions, spec.rope);
-    be.rope(&mut s.k, heads.n_kv_heads, heads.head_dim, positions, spec.rope);
-    // Each sequence's new keys and values into its cache, then every sequence's attention in one
-    // call: one pool dispatch per layer, not one per sequence.
-    let (mut q_rows, mut att_rows) = (s.q.as_slice(), s.att.as_mut_slice());
-    let (mut k_rows, mut v_rows) = (s.k.as_slice(), s.v.as_slice());
-    let mut attn = Vec::with_capacity(seqs.len());
-    for seq in seqs.iter_mut() {
-        let n = seq.rows;
-        let (k, v, q);
-        (k, k_rows) = k_rows.split_at(n * kvd);
-        (v, v_rows) = v_rows.split_at(n * kvd);
-        (q, q_rows) = q_rows.split_at(n * qd);
-        let (out, rest) = std::mem::take(&mut att_rows).split_at_mut(n * qd);
-        att_rows = rest;
-        seq.cache.append(seq.layer, k, v);
-        let cache = &*seq.cache;
-        let window = match spec.attention {
-            AttentionKind::Causal => None,
-            AttentionKind::Sliding { window } => Some(window),
-        };
-        // The cache's length advances after the last layer, so it is still the start.
-        attn.push(AttnSeq {
-            q,
-            keys: &cache.k[seq.layer],
-            values: &cache.v[seq.layer],
-            format: cache.format(),
-            start_pos: cache.len(),
-            n_q: n,
-            out,
-            window,
-        });
+    p.rope(Act::Q, heads.n_heads, heads.head_dim, spec.rope);
+    p.rope(Act::K, heads.n_kv_heads, heads.head_dim, spec.rope);
+    let window = match spec.attention {
+        AttentionKind::Causal => None,
+        AttentionKind::Sliding { window } => Some(window),
+    };
+    let mut attend: Vec<_> = seqs.iter_mut().map(|s| s.cache.attend_seq(s.layer, s.rows)).collect();
+    p.attend(&mut attend, heads, spec.score_scale, window);
+    drop(attend);
+    p.matmul(&[block.wo.weight()], Act::Att, &[Act::O]);
+    if let Some(b) = &block.bo {
+        p.add_bias(Act::O, b.as_ref());
     }
-    be.attention_batch(&mut attn, heads, spec.score_scale);
-    drop(attn);
-    be.matmul(block.wo.weight(), &s.att, t, &mut s.o);
-    add_bias(&mut s.o, &block.bo);
     if let Some(norm) = &block.post_attn_norm {
-        be.rms_norm(&mut s.o, norm, eps);
+        p.rms_norm(Act::O, norm.as_ref(), eps);
     }
-    add(x, &s.o);
-    s.h.copy_from_slice(x);
-    be.rms_norm(&mut s.h, &block.ffn_norm, eps);
-    be.matmul_many(&[block.w_gate.weight(), block.w_up.weight()], &s.h, t, &mut [&mut s.gate, &mut s.up]);
-    match spec.activation {
-        Activation::SwiGlu => be.swiglu(&mut s.gate, &s.up),
-        Activation::GeGlu => be.geglu(&mut s.gate, &s.up),
-    }
-    be.matmul(block.w_down.weight(), &s.gate, t, &mut s.o);
+    p.add(Act::X, Act::O);
+    p.copy(Act::X, Act::H);
+    p.rms_norm(Act::H, block.ffn_norm.as_ref(), eps);
+    p.matmul(&[block.w_gate.weight(), block.w_up.weight()], Act::H, &[Act::Gate, Act::Up]);
+    p.glu(match spec.activation {
+        Activation::SwiGlu => Glu::Silu,
+        Activation::GeGlu => Glu::GeluTanh,
+    });
+    p.matmul(&[block.w_down.weight()], Act::Gate, &[Act::O]);
     if let Some(norm) = &block.post_ffn_norm {
-        be.rms_norm(&mut s.o, norm, eps);
+        p.rms_norm(Act::O, norm.as_ref(), eps);
     }
-    add(x, &s.o);
+    p.add(Act::X, Act::O);
 }

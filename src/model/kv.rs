@@ -4,7 +4,7 @@
 //! and never beyond `capacity` positions. The engine decides which caches live and for how long
 //! (`engine::kv_cache`); the model reads and appends.
 
-use crate::backend::{store_keys, store_values, KvBuf, KvFormat};
+use crate::backend::{store_keys, store_values, AttendSeq, DeviceKv, KvBuf, KvFormat};
 
 /// Bytes of one stored key or value element (f16 or bf16).
 const BYTES_PER_VALUE: usize = 2;
@@ -27,6 +27,9 @@ pub struct KvCache {
     grouped: bool,
     /// Positions the buffers hold without reallocating ([`KvCache::reserve`]).
     room: usize,
+    /// The storage a device backend keeps for this cache instead of `k` and `v`, made by its
+    /// first pass.
+    device: Option<Box<dyn DeviceKv>>,
 }
 
 /// What a cache's storage costs, known without a cache: its shape and layout. The engine's
@@ -87,6 +90,7 @@ impl KvCache {
             format,
             grouped: true,
             room: 0,
+            device: None,
         }
     }
 
@@ -105,6 +109,23 @@ impl KvCache {
             store_values(&mut self.k[l], self.len, k, self.kv_dim, self.format);
         }
         store_values(&mut self.v[l], self.len, v, self.kv_dim, self.format);
+    }
+
+    /// Layer `l`'s share of a pass that appends `rows` positions to it.
+    pub fn attend_seq(&mut self, l: usize, rows: usize) -> AttendSeq<'_> {
+        debug_assert!(self.grouped, "a position-major cache is read by its own model, not a pass");
+        let layers = self.k.len();
+        AttendSeq {
+            rows,
+            start: self.len,
+            layer: l,
+            keys: &mut self.k[l],
+            values: &mut self.v[l],
+            format: self.format,
+            device: &mut self.device,
+            layers,
+            capacity: self.capacity,
+        }
     }
 
     /// The shape and layout its storage is counted by.
@@ -184,13 +205,16 @@ impl KvCache {
     pub fn advance(&mut self, n: usize) {
         self.len += n;
         debug_assert!(self.len <= self.capacity);
-        debug_assert!(self.k.iter().all(|l| l.len() == self.keys_len(self.len)));
-        debug_assert!(self.v.iter().all(|l| l.len() == self.format.values_len(self.len, self.kv_dim)));
+        if self.device.is_none() {
+            debug_assert!(self.k.iter().all(|l| l.len() == self.keys_len(self.len)));
+            debug_assert!(self.v.iter().all(|l| l.len() == self.format.values_len(self.len, self.kv_dim)));
+        }
     }
 
     /// Bytes of memory the cache holds now (allocated, not just used).
     pub fn bytes(&self) -> usize {
-        self.k.iter().chain(self.v.iter()).map(|l| l.capacity() * BYTES_PER_VALUE).sum()
+        let device = self.device.as_ref().map_or(0, |d| d.bytes());
+        device + self.k.iter().chain(self.v.iter()).map(|l| l.capacity() * BYTES_PER_VALUE).sum::<usize>()
     }
 
     /// Bytes one position costs across all layers, keys and values.

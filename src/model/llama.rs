@@ -6,30 +6,12 @@
 
 use super::arch::{describe, ModelSpec};
 use super::config::HParams;
-use super::decoder::{forward_layer, DecoderBlock, LayerScratch, LayerSeq};
+use super::decoder::{forward_layer, DecoderBlock, LayerSeq};
 use super::model_files::ModelFiles;
 use super::mtp::{ForwardOutput, MtpTrunk, TrunkShared};
 use super::weights::ModelWeights;
 use super::{ForwardError, LogitsWanted, Model, ModelError, ModelInfo, SeqBatch, Tensor};
-use crate::backend::cpu::dequantize_row;
-use crate::backend::{Backend, CpuBackend, KvFormat};
-use std::sync::Mutex;
-
-/// Rows of logits whose buffer a pass keeps for the next (a verify pass has up to 9).
-const KEEP_LOGITS_ROWS: usize = 16;
-
-/// Activation buffers reused across forward passes (grown to the largest batch seen).
-#[derive(Default)]
-struct Scratch {
-    /// The residual stream of every row of the pass.
-    x: Vec<f32>,
-    layer: LayerScratch,
-    positions: Vec<usize>,
-    /// The output head's rows and logits: kept, since freeing a buffer of a megabyte after
-    /// every pass made the allocator hand its pages back and fault them in again.
-    rows: Vec<f32>,
-    logits: Vec<f32>,
-}
+use crate::backend::{Backend, CpuBackend, KvFormat, PassShape, Vector};
 
 pub struct Llama {
     info: ModelInfo,
@@ -37,11 +19,12 @@ pub struct Llama {
     backend: Box<dyn Backend + Sync>,
     embed: Tensor,
     output: Tensor,
-    output_norm: Vec<f32>,
+    output_norm: Vector,
     layers: Vec<DecoderBlock>,
     /// What the architecture does, layer by layer.
     spec: ModelSpec,
-    scratch: Mutex<Scratch>,
+    /// The buffers of a pass of one row (every layer has the same widths).
+    row_shape: PassShape,
 }
 
 impl Llama {
@@ -54,19 +37,27 @@ impl Llama {
         let hp = files.hparams.clone();
         let w: &ModelWeights = &files.weights;
         let be: &dyn Backend = &*backend;
-        let layers = w.layers.iter().map(|l| DecoderBlock::new(l, |t| t.uploaded(be))).collect();
+        let layers = w.layers.iter().map(|l| DecoderBlock::new(l, be, |t| t.uploaded(be))).collect();
         let output = w.output.uploaded(be);
+        // The embedding's rows are read where the pass runs: as the file has them on the CPU
+        // (whose upload keeps them so), on the device for a device backend.
+        let embed = match be.upload_device(w.embed.weight()) {
+            Some(_) => w.embed.uploaded(be),
+            None => w.embed.clone(),
+        };
         let spec = describe(&hp, w.rope_layout);
+        let row_shape = spec.layers[0].pass_shape(1, hp.hidden);
+        assert!(spec.layers.iter().all(|l| l.pass_shape(1, hp.hidden) == row_shape), "layers of different widths");
         Llama {
             info: files.info(),
             spec,
             hp,
+            output_norm: Vector::new(w.output_norm.to_f32(), be),
             backend,
-            embed: w.embed.clone(),
+            embed,
             output,
-            output_norm: w.output_norm.to_f32(),
             layers,
-            scratch: Mutex::new(Scratch::default()),
+            row_shape,
         }
     }
 
@@ -119,74 +110,55 @@ impl Llama {
     /// residual stream before the final norm), which is what an MTP head reads.
     fn run(&self, batch: &mut [SeqBatch<'_>], keep_hidden: bool) -> Result<ForwardOutput, ForwardError> {
         self.check(batch)?;
-        let hp = &self.hp;
-        let hidden = hp.hidden;
-        let be = &*self.backend;
         let t: usize = batch.iter().map(|b| b.tokens.len()).sum();
         if t == 0 {
             let empty = || batch.iter().map(|_| Vec::new()).collect();
             return Ok(ForwardOutput { logits: empty(), hidden: empty() });
         }
-        let mut guard = self.scratch.lock().unwrap_or_else(|e| e.into_inner());
-        let s = &mut *guard;
-        s.x.resize(t * hidden, 0.0);
-        s.positions.clear();
-        let embed = self.embed.weight();
-        let mut r = 0;
-        for b in batch.iter() {
-            let start = b.cache.len();
-            for (i, &tok) in b.tokens.iter().enumerate() {
-                s.positions.push(start + i);
-                let row = &mut s.x[r * hidden..(r + 1) * hidden];
-                dequantize_row(embed.dtype, embed.row(tok as usize), row);
-                if let Some(scale) = self.spec.embed_scale {
-                    row.iter_mut().for_each(|v| *v *= scale);
-                }
-                r += 1;
-            }
-        }
+        let positions: Vec<usize> = batch.iter().flat_map(|b| b.cache.len()..b.cache.len() + b.tokens.len()).collect();
+        let tokens: Vec<u32> = batch.iter().flat_map(|b| b.tokens.iter().copied()).collect();
+        let mut p = self.backend.begin(PassShape { rows: t, ..self.row_shape }, &positions);
+        p.embed(self.embed.weight(), &tokens, self.spec.embed_scale);
         for (l, (layer, spec)) in self.layers.iter().zip(&self.spec.layers).enumerate() {
             let mut seqs: Vec<LayerSeq<'_>> =
                 batch.iter_mut().map(|b| LayerSeq { rows: b.tokens.len(), cache: &mut *b.cache, layer: l }).collect();
-            s.layer.fit(t, hidden, spec);
-            forward_layer(be, layer, spec, &mut s.x, &mut s.layer, &s.positions, &mut seqs);
+            forward_layer(&mut *p, layer, spec, &mut seqs);
         }
         // Only the rows whose logits are wanted go through the (large) output head.
-        let mut rows = std::mem::take(&mut s.rows);
-        rows.clear();
+        let mut rows = Vec::with_capacity(t);
         let mut hidden_out = Vec::with_capacity(batch.len());
         let mut r = 0;
         for b in batch.iter_mut() {
             let n = b.tokens.len();
             if keep_hidden {
-                hidden_out.push(s.x[r * hidden..(r + n) * hidden].to_vec());
+                hidden_out.push(p.read_x(r, n));
             }
             match b.logits {
                 _ if n == 0 => {}
-                LogitsWanted::Last => rows.extend_from_slice(&s.x[(r + n - 1) * hidden..(r + n) * hidden]),
-                LogitsWanted::All => rows.extend_from_slice(&s.x[r * hidden..(r + n) * hidden]),
+                LogitsWanted::Last => rows.push(r + n - 1),
+                LogitsWanted::All => rows.extend(r..r + n),
             }
             b.cache.advance(n);
             r += n;
         }
-        let m = rows.len() / hidden;
-        be.rms_norm(&mut rows, &self.output_norm, hp.rms_eps);
-        let vocab = hp.vocab;
-        let logits = &mut s.logits;
-        logits.resize(m * vocab, 0.0);
-        be.matmul(self.output.weight(), &rows, m, logits);
-        let mut out = Vec::with_capacity(batch.len());
-        let mut r = 0;
-        for b in batch.iter() {
-            let k = if b.logits == LogitsWanted::Last { b.tokens.len().min(1) } else { b.tokens.len() };
-            out.push(logits[r * vocab..(r + k) * vocab].to_vec());
-            r += k;
-        }
-        s.rows = rows;
-        if m > KEEP_LOGITS_ROWS {
-            // A pass with logits for a whole prompt: not worth keeping its megabytes.
-            s.logits = Vec::new();
-        }
-        Ok(ForwardOutput { logits: out, hidden: hidden_out })
+        let logits = p.head(&rows, self.output_norm.as_ref(), self.hp.rms_eps, self.output.weight());
+        drop(p);
+        Ok(ForwardOutput { logits: split_rows(logits, batch, self.hp.vocab), hidden: hidden_out })
     }
+}
+
+/// The output head's rows, back to back, split into each sequence's (one row for `Last`, every
+/// row fed for `All`, none for a sequence that fed nothing).
+fn split_rows(logits: Vec<f32>, batch: &[SeqBatch<'_>], vocab: usize) -> Vec<Vec<f32>> {
+    if batch.len() == 1 {
+        return vec![logits];
+    }
+    let mut out = Vec::with_capacity(batch.len());
+    let mut r = 0;
+    for b in batch {
+        let k = if b.logits == LogitsWanted::Last { b.tokens.len().min(1) } else { b.tokens.len() };
+        out.push(logits[r * vocab..(r + k) * vocab].to_vec());
+        r += k;
+    }
+    out
 }

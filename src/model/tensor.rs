@@ -2,7 +2,7 @@
 //! backend's uploaded copy of one.
 
 use crate::backend::cpu::dequantize_row;
-use crate::backend::{Backend, DType, Layout, Upload, WeightRef};
+use crate::backend::{Backend, DType, DeviceHandle, Layout, Upload, WeightRef};
 use std::sync::Arc;
 
 /// Bytes a tensor can point into: a memory map of a model file, or owned bytes (tests, and
@@ -44,6 +44,8 @@ pub struct Tensor {
     pub shape: Vec<usize>,
     /// The order of the blocks in the bytes: the file's, unless the backend repacked them.
     pub layout: Layout,
+    /// The device's copy, where the backend keeps one ([`Backend::upload_device`]).
+    device: Option<DeviceHandle>,
     storage: Arc<Storage>,
     offset: usize,
     len: usize,
@@ -61,7 +63,7 @@ impl Tensor {
         len: usize,
     ) -> Tensor {
         debug_assert!(offset + len <= storage.bytes().len());
-        Tensor { name, dtype, shape, layout: Layout::Rows, storage, offset, len }
+        Tensor { name, dtype, shape, layout: Layout::Rows, device: None, storage, offset, len }
     }
 
     /// This matrix as `backend` holds it ([`Backend::upload`]), or this very view when the
@@ -69,6 +71,12 @@ impl Tensor {
     /// memory holds the copy instead of the file's bytes, not beside them. Other handles on the
     /// same file bytes (a tied embedding) still read them, paging in only what they touch.
     pub fn uploaded(&self, backend: &dyn Backend) -> Tensor {
+        let mut t = self.host_uploaded(backend);
+        t.device = backend.upload_device(t.weight());
+        t
+    }
+
+    fn host_uploaded(&self, backend: &dyn Backend) -> Tensor {
         let Some(Upload { dtype, layout, bytes }) = backend.upload(self.weight()) else { return self.clone() };
         let values = self.numel() / dtype.block_len() * dtype.block_bytes();
         assert_eq!(bytes.len(), values, "{}: an uploaded copy must hold every value", self.name);
@@ -80,7 +88,14 @@ impl Tensor {
     /// This matrix as the kernels take it. Shapes and byte lengths were checked when the
     /// tensor was read.
     pub fn weight(&self) -> WeightRef<'_> {
-        WeightRef { dtype: self.dtype, bytes: self.bytes(), rows: self.rows(), cols: self.cols(), layout: self.layout }
+        WeightRef {
+            dtype: self.dtype,
+            bytes: self.bytes(),
+            rows: self.rows(),
+            cols: self.cols(),
+            layout: self.layout,
+            device: self.device.as_ref(),
+        }
     }
 
     /// Every value as f32 (a file-layout tensor: norms, biases, small matrices).

@@ -22,6 +22,7 @@ pub mod block_float;
 pub mod block_k;
 pub mod block_q;
 pub mod float16;
+pub mod host_pass;
 pub mod isa;
 pub mod kernel_io;
 pub mod matmul;
@@ -70,7 +71,8 @@ mod test_inputs;
 pub use isa::{Isa, CAP_ENV as ISA_CAP_ENV};
 pub use type_traits::{dequantize_row, quantize_row};
 
-use crate::backend::{AttnSeq, Backend, DType, Heads, KvFormat, Layout, Rope, Upload, WeightRef};
+use crate::backend::{AttnSeq, Backend, DType, Heads, KvFormat, Layout, Pass, PassShape, Rope, Upload, WeightRef};
+use host_pass::{HostActs, HostPass};
 use matmul::{Path, Scratch};
 use pool::Pool;
 use std::sync::Mutex;
@@ -83,6 +85,8 @@ pub struct CpuBackend {
     xq: Mutex<Scratch>,
     /// Sliding windows' copies, reused across calls.
     windows: Mutex<attention_window::WindowScratch>,
+    /// A pass's activation buffers, reused across passes.
+    acts: Mutex<HostActs>,
 }
 
 impl CpuBackend {
@@ -97,7 +101,13 @@ impl CpuBackend {
     /// When this CPU does not support `isa`.
     pub fn with_isa(threads: usize, isa: Isa) -> CpuBackend {
         assert!(Isa::available().contains(&isa), "this CPU does not support {}", isa.name());
-        CpuBackend { pool: Pool::new(threads), isa, xq: Mutex::new(Scratch::default()), windows: Mutex::default() }
+        CpuBackend {
+            pool: Pool::new(threads),
+            isa,
+            xq: Mutex::new(Scratch::default()),
+            windows: Mutex::default(),
+            acts: Mutex::default(),
+        }
     }
 
     pub fn threads(&self) -> usize {
@@ -146,6 +156,11 @@ impl Backend for CpuBackend {
             }
         }
         widened.map(|bytes| Upload { dtype, layout: Layout::Rows, bytes })
+    }
+
+    fn begin(&self, shape: PassShape, positions: &[usize]) -> Box<dyn Pass + '_> {
+        let acts = self.acts.lock().unwrap_or_else(|e| e.into_inner());
+        Box::new(HostPass::new(self, acts, shape, positions))
     }
 
     fn rms_norm(&self, x: &mut [f32], weight: &[f32], eps: f32) {

@@ -5,9 +5,7 @@ use super::MtpTrunk;
 use crate::backend::cpu::repack::unpack_row;
 use crate::backend::cpu::{dequantize_row, quantize_row};
 use crate::backend::{Backend, DType, Heads, KvFormat, Layout, Rope};
-use crate::model::decoder::{
-    forward_layer, Activation, AttentionKind, DecoderBlock, LayerScratch, LayerSeq, LayerSpec,
-};
+use crate::model::decoder::{forward_layer, Activation, AttentionKind, DecoderBlock, LayerSeq, LayerSpec};
 use crate::model::tensor::Storage;
 use crate::model::{ForwardError, KvCache, LayerWeights, LogitsWanted, ModelError, Tensor};
 use std::path::Path;
@@ -183,7 +181,7 @@ impl MtpHead {
             // The whole vocabulary: the trunk's output head as it is (a shared handle, no copy).
             None => ((0..shape.vocab as u32).collect(), out.clone(), true),
         };
-        let block = DecoderBlock::new(&weights.layer, Tensor::clone);
+        let block = DecoderBlock::new(&weights.layer, trunk.shared().backend, Tensor::clone);
         MtpHead {
             depth_trained: shape.depth_trained,
             hidden: shape.hidden,
@@ -300,10 +298,12 @@ impl MtpHead {
         let start = cache.len();
         let positions: Vec<usize> = (start..start + n).collect();
         let spec = self.layer_spec(shared.rope);
-        let mut scratch = LayerScratch::default();
-        scratch.fit(n, hd, &spec);
+        let mut p = be.begin(spec.pass_shape(n, hd), &positions);
+        p.load_x(&x);
         let mut seqs = [LayerSeq { rows: n, cache: &mut *cache, layer: 0 }];
-        forward_layer(be, &self.block, &spec, &mut x, &mut scratch, &positions, &mut seqs);
+        forward_layer(&mut *p, &self.block, &spec, &mut seqs);
+        let x = p.read_x(0, n);
+        drop(p);
         cache.advance(n);
 
         let mut rows = match logits {
