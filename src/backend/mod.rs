@@ -5,12 +5,15 @@
 
 pub mod cpu;
 pub mod dtype;
+pub mod gpu;
 pub mod kv_buf;
 pub mod kv_layout;
+pub mod math;
 pub mod pass;
 
 pub use cpu::CpuBackend;
 pub use dtype::DType;
+pub use gpu::adapter::{BackendChoice, BackendInfo, GpuError};
 pub use kv_buf::KvBuf;
 pub use kv_layout::{
     key_index, store_keys, store_values, stored_keys, stored_values, KvFormat, KEY_GROUP, TILE_KEY_GROUP,
@@ -18,6 +21,31 @@ pub use kv_layout::{
 pub use pass::{Act, AttendSeq, DeviceKv, Glu, LayerPass, Pass, PassShape};
 use std::any::Any;
 use std::sync::Arc;
+
+/// The backend `choice` asks for, with `threads` CPU threads, and what was chosen and why. An
+/// error where `--backend gpu` finds no usable adapter.
+pub fn open(
+    choice: gpu::adapter::BackendChoice,
+    threads: usize,
+) -> Result<(Box<dyn Backend + Sync>, BackendInfo), GpuError> {
+    match gpu::adapter::pick(choice)? {
+        Some((adapter, reason)) => {
+            let be = gpu::GpuBackend::new(&adapter, reason, threads)?;
+            let info = be.info().clone();
+            Ok((Box::new(be), info))
+        }
+        None => {
+            let be = CpuBackend::new(threads);
+            let info = BackendInfo {
+                backend: "cpu",
+                adapter: format!("{} ({} threads)", be.isa().name(), be.threads()),
+                driver: String::new(),
+                reason: gpu::adapter::cpu_reason(choice),
+            };
+            Ok((Box::new(be), info))
+        }
+    }
+}
 
 /// A backend's own copy of a weight on its device ([`Backend::upload_device`]), which only that
 /// backend reads.
@@ -211,6 +239,12 @@ pub trait Backend: Send {
     fn upload_device(&self, w: WeightRef<'_>) -> Option<DeviceHandle> {
         let _ = w;
         None
+    }
+
+    /// Whether this backend can hold and read `w` (its type, its size); the error says why not.
+    fn can_hold(&self, w: WeightRef<'_>) -> Result<(), String> {
+        let _ = w;
+        Ok(())
     }
 
     /// [`Backend::upload_device`] for a vector of weights.

@@ -117,9 +117,9 @@ pub trait Pass: LayerPass {
     fn embed(&mut self, table: WeightRef<'_>, tokens: &[u32], scale: Option<f32>);
     /// `X` becomes `rows` (every row of the pass).
     fn load_x(&mut self, rows: &[f32]);
-    /// Rows `from..from + n` of `X`.
-    fn read_x(&mut self, from: usize, n: usize) -> Vec<f32>;
+    /// Rows `from..from + n` of `X`; an error names a device's fault.
+    fn read_x(&mut self, from: usize, n: usize) -> Result<Vec<f32>, String>;
     /// The rows `rows` of `X`, each normed by `norm` and multiplied by `w` (`w.rows` values a
-    /// row, back to back). Leaves `X` as it was.
-    fn head(&mut self, rows: &[usize], norm: VectorRef<'_>, eps: f32, w: WeightRef<'_>) -> Vec<f32>;
+    /// row, back to back). Leaves `X` as it was. An error names a device's fault.
+    fn head(&mut self, rows: &[usize], norm: VectorRef<'_>, eps: f32, w: WeightRef<'_>) -> Result<Vec<f32>, String>;
 }

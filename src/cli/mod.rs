@@ -11,6 +11,7 @@ pub mod tune;
 
 use argh::FromArgs;
 use mtplx_lite::api::state::{ApiConfig, Cidr, MetricsDefault, DEFAULT_MAX_MESSAGE_BYTES, DEFAULT_STREAM_KEEP_ALIVE};
+use mtplx_lite::backend::BackendChoice;
 use mtplx_lite::engine::step_budget::{DEFAULT_MAX_BATCH_TOKENS, DEFAULT_PREFILL_CHUNK};
 use mtplx_lite::engine::step_pacer::DEFAULT_MAX_STEP_RATIO;
 use mtplx_lite::engine::StepBudget;
@@ -67,6 +68,10 @@ pub struct Cli {
     /// threads for the model's kernels (default 0: one per core)
     #[argh(option, default = "0")]
     pub threads: usize,
+    /// where the model runs: cpu, gpu (a GPU through wgpu: Metal, Vulkan; an error if there is
+    /// no adapter) or auto, a real GPU if there is one, else the CPU (default auto)
+    #[argh(option, default = "BackendChoice::Auto")]
+    pub backend: BackendChoice,
     /// largest request body accepted, in bytes; larger gets 413 (default 4 MiB)
     #[argh(option, default = "DEFAULT_MAX_BODY_BYTES")]
     pub max_body_bytes: usize,
@@ -267,6 +272,7 @@ pub struct GenerateCmd {
 pub struct ModelOpts {
     pub model: Option<PathBuf>,
     pub threads: usize,
+    pub backend: BackendChoice,
     pub queue_depth: usize,
     pub ctx: Option<usize>,
     pub kv_cache_bytes: Option<usize>,
@@ -439,6 +445,7 @@ impl Settings {
         let model = ModelOpts {
             model: cli.model.clone(),
             threads: cli.threads,
+            backend: cli.backend,
             queue_depth: cli.queue_depth.max(1),
             ctx: cli.ctx,
             kv_cache_bytes: cli.kv_cache_bytes,

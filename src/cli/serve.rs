@@ -25,8 +25,10 @@ pub fn run(s: Settings) -> Result<(), String> {
     let listener = std::net::TcpListener::bind(s.listen).map_err(|e| format!("cannot listen on {}: {e}", s.listen))?;
     let addr = listener.local_addr().map_err(|e| e.to_string())?;
     let path = s.model.path()?;
+    let (backend, chosen) = mtplx_lite::backend::open(s.model.backend, s.model.threads).map_err(|e| e.to_string())?;
+    eprintln!("mtplx-lite: backend {}: {} {} ({})", chosen.backend, chosen.adapter, chosen.driver, chosen.reason);
     eprintln!("mtplx-lite: loading {}", path.display());
-    let loaded = mtplx_lite::model::load::load(&path, s.model.threads).map_err(|e| e.to_string())?;
+    let loaded = mtplx_lite::model::load::load_on(&path, backend).map_err(|e| e.to_string())?;
     let info = loaded.model.info().clone();
     let why = if loaded.template.is_fallback() { " (the file carries none)" } else { "" };
     eprintln!("mtplx-lite: {} model, chat template: {}{why}", info.arch, loaded.template.origin());
@@ -39,7 +41,7 @@ pub fn run(s: Settings) -> Result<(), String> {
     let ctx = engine_cfg.ctx;
     let head = super::load_head(&s.model, &path, &loaded)?;
     let engine = Engine::start_with_head(loaded.model.clone(), loaded.tokenizer.clone(), engine_cfg, head);
-    let metrics = Metrics::shared(s.metrics_history, BuildInfo::current("cpu", &loaded.name));
+    let metrics = Metrics::shared(s.metrics_history, BuildInfo::current(chosen.backend, &loaded.name));
     let llm = Arc::new(Llm {
         grammar: Default::default(),
         engine,

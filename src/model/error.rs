@@ -52,6 +52,11 @@ pub enum ModelError {
         file: PathBuf,
         tensor: String,
     },
+    /// The chosen backend cannot hold a tensor (its type, or its size).
+    Backend {
+        tensor: String,
+        message: String,
+    },
     WrongShape {
         file: PathBuf,
         tensor: String,
@@ -145,6 +150,7 @@ impl fmt::Display for ModelError {
             UnknownArchitecture { file, arch } => {
                 write!(f, "{}: unknown architecture {arch:?}; supported: llama, qwen2, qwen3, gemma3", file.display())
             }
+            Backend { tensor, message } => write!(f, "tensor {tensor:?}: {message}"),
             UnsupportedTensorType { file, tensor, type_id } => {
                 let supported: Vec<&str> = crate::backend::DType::ALL.iter().map(|d| d.name()).collect();
                 write!(

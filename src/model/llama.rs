@@ -30,7 +30,20 @@ pub struct Llama {
 impl Llama {
     /// Builds the model on the CPU backend with `threads` kernel threads (0: every core).
     pub fn load(files: &ModelFiles, threads: usize) -> Result<Llama, ModelError> {
-        Ok(Llama::with_backend(files, Box::new(CpuBackend::new(threads))))
+        Llama::on(files, Box::new(CpuBackend::new(threads)))
+    }
+
+    /// Builds the model on `backend`, which must be able to hold every tensor.
+    pub fn on(files: &ModelFiles, backend: Box<dyn Backend + Sync>) -> Result<Llama, ModelError> {
+        let w: &ModelWeights = &files.weights;
+        let mut matrices = vec![&w.embed, &w.output];
+        for l in &w.layers {
+            matrices.extend([&l.wq, &l.wk, &l.wv, &l.wo, &l.w_gate, &l.w_up, &l.w_down]);
+        }
+        for t in matrices {
+            backend.can_hold(t.weight()).map_err(|message| ModelError::Backend { tensor: t.name.clone(), message })?;
+        }
+        Ok(Llama::with_backend(files, backend))
     }
 
     pub fn with_backend(files: &ModelFiles, backend: Box<dyn Backend + Sync>) -> Llama {
@@ -131,7 +144,7 @@ impl Llama {
         for b in batch.iter_mut() {
             let n = b.tokens.len();
             if keep_hidden {
-                hidden_out.push(p.read_x(r, n));
+                hidden_out.push(p.read_x(r, n).map_err(ForwardError::Device)?);
             }
             match b.logits {
                 _ if n == 0 => {}
@@ -141,7 +154,9 @@ impl Llama {
             b.cache.advance(n);
             r += n;
         }
-        let logits = p.head(&rows, self.output_norm.as_ref(), self.hp.rms_eps, self.output.weight());
+        let logits = p
+            .head(&rows, self.output_norm.as_ref(), self.hp.rms_eps, self.output.weight())
+            .map_err(ForwardError::Device)?;
         drop(p);
         Ok(ForwardOutput { logits: split_rows(logits, batch, self.hp.vocab), hidden: hidden_out })
     }

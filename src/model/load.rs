@@ -5,6 +5,7 @@
 use super::llama::Llama;
 use super::mtp::MtpHead;
 use super::{ChatTemplate, Model, ModelError, ModelFiles, Tokenizer};
+use crate::backend::{Backend, CpuBackend};
 use std::path::Path;
 use std::sync::Arc;
 
@@ -35,12 +36,17 @@ impl std::error::Error for LoadError {}
 /// Loads a GGUF file or a Hugging Face directory onto the CPU backend with `threads` kernel
 /// threads (0: every core).
 pub fn load(path: &Path, threads: usize) -> Result<Loaded, LoadError> {
+    load_on(path, Box::new(CpuBackend::new(threads)))
+}
+
+/// [`load`] onto `backend`.
+pub fn load_on(path: &Path, backend: Box<dyn Backend + Sync>) -> Result<Loaded, LoadError> {
     let err = |message: String| LoadError { path: path.to_path_buf(), message };
     let files = ModelFiles::open(path).map_err(|e| err(e.to_string()))?;
     let tokenizer = Tokenizer::from_model_files(&files).map_err(|e| err(e.to_string()))?;
     let arch = files.hparams.arch.name();
     let template = ChatTemplate::from_tokenizer(&tokenizer, arch).map_err(|e| err(e.to_string()))?;
-    let model = Llama::load(&files, threads).map_err(|e| err(e.to_string()))?;
+    let model = Llama::on(&files, backend).map_err(|e| err(e.to_string()))?;
     // A checkpoint whose head is broken is refused like one whose trunk is: it is one file set.
     let mtp_head = checkpoint_head(&files, &model).map_err(|e| err(e.to_string()))?.map(Arc::new);
     let name = model_id(path, &files);

@@ -91,6 +91,8 @@ pub enum ForwardError {
     ContextFull { needed: usize, capacity: usize },
     /// A token id outside the vocabulary.
     BadToken { token: u32, vocab_size: usize },
+    /// The device running the model failed (lost, out of memory): what it said.
+    Device(String),
 }
 
 impl std::fmt::Display for ForwardError {
@@ -102,6 +104,7 @@ impl std::fmt::Display for ForwardError {
             ForwardError::BadToken { token, vocab_size } => {
                 write!(f, "token id {token} is outside the vocabulary (size {vocab_size})")
             }
+            ForwardError::Device(e) => write!(f, "the GPU failed: {e}"),
         }
     }
 }

@@ -73,6 +73,10 @@ impl Tensor {
     pub fn uploaded(&self, backend: &dyn Backend) -> Tensor {
         let mut t = self.host_uploaded(backend);
         t.device = backend.upload_device(t.weight());
+        if t.device.is_some() {
+            // The device reads its copy; the host's pages come back only if something reads them.
+            t.storage.release(t.offset, t.len);
+        }
         t
     }
 

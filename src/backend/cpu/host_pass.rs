@@ -168,12 +168,12 @@ impl Pass for HostPass<'_> {
         self.buf(Act::X).copy_from_slice(rows);
     }
 
-    fn read_x(&mut self, from: usize, n: usize) -> Vec<f32> {
+    fn read_x(&mut self, from: usize, n: usize) -> Result<Vec<f32>, String> {
         let hidden = self.shape.hidden;
-        self.buf(Act::X)[from * hidden..(from + n) * hidden].to_vec()
+        Ok(self.buf(Act::X)[from * hidden..(from + n) * hidden].to_vec())
     }
 
-    fn head(&mut self, rows: &[usize], norm: VectorRef<'_>, eps: f32, w: WeightRef<'_>) -> Vec<f32> {
+    fn head(&mut self, rows: &[usize], norm: VectorRef<'_>, eps: f32, w: WeightRef<'_>) -> Result<Vec<f32>, String> {
         let (be, hidden) = (self.be, self.shape.hidden);
         let acts = &mut *self.acts;
         let x = &acts.bufs[slot(Act::X)];
@@ -190,6 +190,6 @@ impl Pass for HostPass<'_> {
             // A pass with logits for a whole prompt: not worth keeping its megabytes.
             acts.logits = Vec::new();
         }
-        out
+        Ok(out)
     }
 }

@@ -1,6 +1,7 @@
 //! The non-matmul operations of a forward pass but attention (in `attention.rs`): RMSNorm, RoPE
 //! (both layouts), SwiGLU, softmax.
 
+use crate::backend::math::{rope_angles, rope_inv_freq};
 use crate::backend::{Rope, RopeLayout};
 use std::cell::RefCell;
 
@@ -84,13 +85,7 @@ impl Angles {
     /// Ready for `rope`, with the angles of positions `0..=max_pos` (up to `CACHED_POSITIONS`).
     fn prepare(&mut self, rope: Rope, max_pos: usize) {
         if (self.theta.to_bits(), self.dims) != (rope.theta.to_bits(), rope.dims) {
-            let half = rope.dims / 2;
-            *self = Angles {
-                theta: rope.theta,
-                dims: rope.dims,
-                inv_freq: (0..half).map(|i| (rope.theta as f64).powf(-2.0 * i as f64 / rope.dims as f64)).collect(),
-                cs: Vec::new(),
-            };
+            *self = Angles { theta: rope.theta, dims: rope.dims, inv_freq: rope_inv_freq(rope), cs: Vec::new() };
         }
         let half = self.dims / 2;
         let have = self.cs.len().checked_div(half).unwrap_or(0);
@@ -105,10 +100,7 @@ impl Angles {
     /// Position `pos`'s `(cos, sin)` pairs into `out`: angles in f64 (position times inverse
     /// frequency), rounded once.
     fn compute(&self, pos: usize, out: &mut [(f32, f32)]) {
-        for (c, &f) in out.iter_mut().zip(&self.inv_freq) {
-            let (s, co) = (pos as f64 * f).sin_cos();
-            *c = (co as f32, s as f32);
-        }
+        rope_angles(&self.inv_freq, pos, out);
     }
 }
 
@@ -150,9 +142,7 @@ pub fn gelu_tanh(x: f32) -> f32 {
     x / (1.0 + (-2.0 * z).min(88.0).exp())
 }
 
-/// `sqrt(2 / pi)`, and the cubic term's weight, of the tanh approximation of GELU.
-pub const GELU_SQRT_2_OVER_PI: f32 = 0.797_884_6;
-pub const GELU_CUBIC: f32 = 0.044_715;
+pub use crate::backend::math::{GELU_CUBIC, GELU_SQRT_2_OVER_PI};
 
 /// `gate[k] = gelu_tanh(gate[k]) * up[k]`.
 pub fn geglu(gate: &mut [f32], up: &[f32]) {

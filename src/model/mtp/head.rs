@@ -302,7 +302,7 @@ impl MtpHead {
         p.load_x(&x);
         let mut seqs = [LayerSeq { rows: n, cache: &mut *cache, layer: 0 }];
         forward_layer(&mut *p, &self.block, &spec, &mut seqs);
-        let x = p.read_x(0, n);
+        let x = p.read_x(0, n).map_err(|e| MtpError::Forward(ForwardError::Device(e)))?;
         drop(p);
         cache.advance(n);
 
