@@ -11,6 +11,8 @@ pub mod adapter;
 pub mod context;
 pub mod kv;
 pub mod pass;
+#[cfg(test)]
+mod tests;
 pub mod weights;
 
 use crate::backend::{AttnSeq, Backend, CpuBackend, DeviceHandle, Heads, Pass, PassShape, Rope, WeightRef};

@@ -256,6 +256,11 @@ impl Pass for GpuPass<'_> {
     }
 
     fn load_x(&mut self, rows: &[f32]) {
+        // A queue write lands before every command of the next submission: what was recorded
+        // before it goes first.
+        if !self.ds.is_empty() {
+            self.gpu.submit(&std::mem::take(&mut self.ds), |_| {});
+        }
         let bytes: Vec<u8> = rows.iter().flat_map(|v| v.to_le_bytes()).collect();
         self.gpu.queue.write_buffer(&self.buf(Act::X), 0, &bytes);
     }
