@@ -29,7 +29,7 @@ export function render(s) {
   set("s-limited", String(s.rate_limited_total));
   set("s-uptime", fmtDuration(s.uptime_s));
   const b = s.build;
-  set("server-info", `${b.model || "no model"} · backend ${b.backend} · build ${b.version}`);
+  set("server-info", `${b.model || "no model"} · backend ${b.backend}${b.adapter ? ` (${b.adapter})` : ""} · build ${b.version}`);
   // Summed over methods: the table is by route and status.
   const byRoute = new Map();
   for (const c of s.requests) {

@@ -81,7 +81,10 @@ impl App {
             return (rid, respond(route.is_anthropic(), e));
         }
         let resp = match route {
-            Route::Health => Ok(health::health(self.metrics.uptime_s(), self.model_id())),
+            Route::Health => {
+                let b = self.metrics.build_info();
+                Ok(health::health(self.metrics.uptime_s(), self.model_id(), &b.backend, &b.adapter))
+            }
             Route::Dashboard => Ok(dashboard::page(&req)),
             Route::DashboardAsset => dashboard::asset(&req, model_param.as_deref().unwrap_or_default()),
             Route::Metrics => {

@@ -13,15 +13,20 @@ struct Health<'a> {
     /// Left out when no model is loaded.
     #[serde(skip_serializing_if = "Option::is_none")]
     model: Option<&'a str>,
+    /// Where the model runs (`cpu`, `gpu`) and on what.
+    backend: &'a str,
+    adapter: &'a str,
 }
 
 /// The answer, `uptime_s` seconds after the server started.
-pub fn health(uptime_s: f64, model: Option<&str>) -> Response {
+pub fn health(uptime_s: f64, model: Option<&str>, backend: &str, adapter: &str) -> Response {
     let body = Health {
         status: "ok",
         version: env!("CARGO_PKG_VERSION"),
         uptime_s: (uptime_s * 1000.0).round() / 1000.0,
         model,
+        backend,
+        adapter,
     };
     Response::json(200, &body)
 }
@@ -37,11 +42,12 @@ mod tests {
 
     #[test]
     fn the_model_is_named_when_loaded_and_left_out_when_not() {
-        let with: serde_json::Value = body(health(1.23456, Some("m.gguf")));
+        let with: serde_json::Value = body(health(1.23456, Some("m.gguf"), "gpu", "llvmpipe"));
         assert_eq!(with["status"], "ok");
+        assert_eq!((with["backend"].as_str(), with["adapter"].as_str()), (Some("gpu"), Some("llvmpipe")));
         assert_eq!(with["model"], "m.gguf");
         assert_eq!(with["uptime_s"].as_f64(), Some(1.235));
-        let without: serde_json::Value = body(health(0.0, None));
+        let without: serde_json::Value = body(health(0.0, None, "cpu", ""));
         assert!(without.get("model").is_none(), "{without}");
     }
 }

@@ -97,11 +97,19 @@ pub fn run(cfg: &ModelOpts, prompt: usize, generate: usize, sequences: usize) ->
     let name = mtplx_lite::model::load::model_id(&path, &files);
     let mut thread_counts = vec![1, mtplx_lite::backend::cpu::pool::threads_for(cfg.threads)];
     thread_counts.dedup();
-    println!("kernels at {}\n", mtplx_lite::backend::cpu::Isa::detect().name());
+    let (_, chosen) = mtplx_lite::backend::open(cfg.backend, 1).map_err(|e| e.to_string())?;
+    if chosen.backend == "gpu" {
+        // The device does the work: one row of the table, the CPU threads only feed it.
+        thread_counts = vec![1];
+        println!("backend gpu: {} {}\n", chosen.adapter, chosen.driver);
+    } else {
+        println!("kernels at {}\n", mtplx_lite::backend::cpu::Isa::detect().name());
+    }
     println!("| model | threads | test | t/s |");
     println!("| --- | ---: | --- | ---: |");
     for &threads in &thread_counts {
-        let model: Arc<dyn Model> = Arc::new(Llama::load(&files, threads).map_err(|e| e.to_string())?);
+        let (backend, _) = mtplx_lite::backend::open(cfg.backend, threads).map_err(|e| e.to_string())?;
+        let model: Arc<dyn Model> = Arc::new(Llama::on(&files, backend).map_err(|e| e.to_string())?);
         decode_tok_s(&*model, 8); // warm-up: page in the weights
         println!("| {} | {threads} | pp{prompt} | {:.2} |", name, prefill_tok_s(&*model, prompt, 3));
         println!("| {} | {threads} | tg{generate} | {:.2} |", name, decode_tok_s(&*model, generate));

@@ -21,11 +21,12 @@ const STREAM_END_MARGIN: Duration = Duration::from_secs(1);
 const IDLE_POLL: Duration = Duration::from_millis(20);
 
 pub fn run(s: Settings) -> Result<(), String> {
+    // The device first: `--backend gpu` without one is an error before the port is taken.
+    let (backend, chosen) = mtplx_lite::backend::open(s.model.backend, s.model.threads).map_err(|e| e.to_string())?;
     // Bind before anything slow (the model's download and load), so a busy port is said at once.
     let listener = std::net::TcpListener::bind(s.listen).map_err(|e| format!("cannot listen on {}: {e}", s.listen))?;
     let addr = listener.local_addr().map_err(|e| e.to_string())?;
     let path = s.model.path()?;
-    let (backend, chosen) = mtplx_lite::backend::open(s.model.backend, s.model.threads).map_err(|e| e.to_string())?;
     eprintln!("mtplx-lite: backend {}: {} {} ({})", chosen.backend, chosen.adapter, chosen.driver, chosen.reason);
     eprintln!("mtplx-lite: loading {}", path.display());
     let loaded = mtplx_lite::model::load::load_on(&path, backend).map_err(|e| e.to_string())?;
@@ -41,7 +42,10 @@ pub fn run(s: Settings) -> Result<(), String> {
     let ctx = engine_cfg.ctx;
     let head = super::load_head(&s.model, &path, &loaded)?;
     let engine = Engine::start_with_head(loaded.model.clone(), loaded.tokenizer.clone(), engine_cfg, head);
-    let metrics = Metrics::shared(s.metrics_history, BuildInfo::current(chosen.backend, &loaded.name));
+    let metrics = Metrics::shared(
+        s.metrics_history,
+        BuildInfo::current(chosen.backend, &loaded.name).on(&chosen.adapter, &chosen.driver),
+    );
     let llm = Arc::new(Llm {
         grammar: Default::default(),
         engine,

@@ -18,6 +18,8 @@ pub const RSS: &str = "Resident memory size in bytes.";
 pub const CPU: &str = "Total user and system CPU time spent in seconds.";
 pub const FDS: &str = "Number of open file descriptors.";
 pub const BUILD: &str = "Build of the running server: version, compute backend and loaded model (always 1).";
+pub const BACKEND: &str =
+    "Where the model runs: cpu or gpu, the adapter (device or CPU level) and its driver (always 1).";
 pub const PROMPT_TOKENS: &str = "Prompt tokens of finished generations (cached plus newly prefilled).";
 pub const GEN_TOKENS: &str =
     "Tokens decoded: every token sampled, the end-of-sequence token included, also after a client left.";

@@ -254,6 +254,10 @@ impl Metrics {
         o.put("mtplx_build_info");
         o.label_block(&self.build_labels.read().unwrap_or_else(|e| e.into_inner()));
         o.put(" 1\n");
+        o.head("mtplx_backend_info", Kind::Info, None, help::BACKEND);
+        o.put("mtplx_backend_info");
+        o.label_block(&self.build_info().backend_label_block());
+        o.put(" 1\n");
     }
 
     fn render_generation(&self, o: &mut Out<'_>) {

@@ -52,12 +52,38 @@ pub struct BuildInfo {
     pub version: String,
     pub backend: String,
     pub model: String,
+    /// The device the backend runs on and its driver (`mtplx_backend_info`).
+    pub adapter: String,
+    pub driver: String,
 }
 
 impl BuildInfo {
     /// This crate's version with the given backend and model.
     pub fn current(backend: &str, model: &str) -> BuildInfo {
-        BuildInfo { version: env!("CARGO_PKG_VERSION").into(), backend: backend.into(), model: model.into() }
+        BuildInfo {
+            version: env!("CARGO_PKG_VERSION").into(),
+            backend: backend.into(),
+            model: model.into(),
+            adapter: String::new(),
+            driver: String::new(),
+        }
+    }
+
+    /// The same, naming the device and its driver.
+    pub fn on(self, adapter: &str, driver: &str) -> BuildInfo {
+        BuildInfo { adapter: adapter.into(), driver: driver.into(), ..self }
+    }
+
+    /// `mtplx_backend_info`'s labels.
+    pub(crate) fn backend_label_block(&self) -> String {
+        let mut s = String::from("{backend=\"");
+        super::prometheus::escape_label_value(&self.backend, &mut s);
+        s.push_str("\",adapter=\"");
+        super::prometheus::escape_label_value(&self.adapter, &mut s);
+        s.push_str("\",driver=\"");
+        super::prometheus::escape_label_value(&self.driver, &mut s);
+        s.push_str("\"}");
+        s
     }
 
     fn label_block(&self) -> String {

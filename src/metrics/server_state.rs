@@ -43,6 +43,7 @@ struct RouteCount<'a> {
 struct BuildOut {
     version: String,
     backend: String,
+    adapter: String,
     model: String,
 }
 
@@ -122,7 +123,7 @@ impl Metrics {
         ServerOut {
             uptime_s: self.uptime_s(),
             start_time_seconds: self.start_time_seconds,
-            build: BuildOut { version: b.version, backend: b.backend, model: b.model },
+            build: BuildOut { version: b.version, backend: b.backend, adapter: b.adapter, model: b.model },
             requests,
             requests_in_flight: self.http_requests_in_flight.get(),
             requests_running: self.llm_requests_running.get(),
