@@ -52,3 +52,49 @@ fn without_any_adapter_gpu_is_refused_before_the_port_is_taken() {
     assert!(err.contains("--backend gpu: no GPU adapter found (looked for Vulkan, Metal and DirectX 12"), "{err}");
     assert!(!err.contains("listening"), "{err}");
 }
+
+/// A short greedy completion: lavapipe reads a prompt at a few tokens a second, so no chat
+/// template's system prompt.
+fn complete(addr: std::net::SocketAddr, prompt: &str, mtplx: serde_json::Value) -> String {
+    complete_drafted(addr, prompt, mtplx).0
+}
+
+/// The text, and how many tokens were drafted for it.
+fn complete_drafted(addr: std::net::SocketAddr, prompt: &str, mtplx: serde_json::Value) -> (String, u64) {
+    let body = json!({"prompt": prompt, "temperature": 0, "max_tokens": 8, "mtplx": mtplx});
+    let r = post_json(addr, "/v1/completions", &body);
+    assert_eq!(r.status, 200, "{}", r.text());
+    let v = r.json();
+    (v["choices"][0]["text"].as_str().unwrap().to_string(), v["mtplx_stats"]["drafted_tokens"].as_u64().unwrap_or(0))
+}
+
+/// Speculative decoding on the device (verify rows in one pass, the MTP head's block on the
+/// device, rollback of device caches) answers at temperature 0 exactly as plain decoding does,
+/// and so do four requests at once, batched in one pass.
+#[test]
+fn on_the_gpu_drafts_and_batches_change_no_greedy_answer() {
+    let model = common::demo_model();
+    let server = Server::start(&["--model", model.to_str().unwrap(), "--backend", "gpu", "--draft", "auto"]);
+    let prompts = ["Monday, Tuesday, Wednesday,", "one, two, three, four,"];
+    let want: Vec<String> = prompts.iter().map(|p| complete(server.addr, p, json!({"draft": "none"}))).collect();
+    for (drafter, i) in [("mtp", 0), ("ngram", 1)] {
+        let (text, drafted) = complete_drafted(server.addr, prompts[i], json!({"draft": drafter, "depth": 2}));
+        assert_eq!(text, want[i], "{drafter}");
+        if drafter == "mtp" {
+            // The head drafts at every step: its block ran on the device.
+            assert!(drafted > 0, "no MTP drafts");
+        }
+    }
+    let options =
+        [json!({"draft": "none"}), json!({"draft": "mtp", "depth": 2}), json!({"draft": "ngram", "depth": 3})];
+    let handles: Vec<_> = (0..4)
+        .map(|i| {
+            let (addr, p, o) = (server.addr, prompts[i % 2], options[i % 3].clone());
+            std::thread::spawn(move || complete(addr, p, o))
+        })
+        .collect();
+    for (i, h) in handles.into_iter().enumerate() {
+        assert_eq!(h.join().unwrap(), want[i % 2], "request {i}");
+    }
+    server.terminate();
+}

@@ -20,6 +20,7 @@ const MAX_GROUPS: u32 = 65_535;
 pub enum Kernel {
     Matmul,
     MatmulRows,
+    MatmulSub,
     Embed,
     Norm,
     Elementwise,
@@ -34,6 +35,7 @@ impl Kernel {
         match self {
             Kernel::Matmul => include_str!("shaders/matmul.wgsl"),
             Kernel::MatmulRows => include_str!("shaders/matmul_rows.wgsl"),
+            Kernel::MatmulSub => include_str!("shaders/matmul_sub.wgsl"),
             Kernel::Embed => include_str!("shaders/embed.wgsl"),
             Kernel::Norm => include_str!("shaders/norm.wgsl"),
             Kernel::Elementwise => include_str!("shaders/elementwise.wgsl"),
@@ -51,7 +53,7 @@ pub fn block_reader(dtype: DType) -> Option<&'static str> {
     let all = include_str!("shaders/blocks.wgsl");
     let marker = format!("//@type {}\n", dtype.name());
     let start = all.find(&marker)? + marker.len();
-    let end = all[start..].find("//@type ").map_or(all.len(), |e| start + e);
+    let end = all[start..].find("//@").map_or(all.len(), |e| start + e);
     Some(&all[start..end])
 }
 
@@ -89,8 +91,12 @@ pub struct Gpu {
     pub device: wgpu::Device,
     pub queue: wgpu::Queue,
     pub limits: wgpu::Limits,
-    /// The matrix kernel: a thread a row on a software adapter, a workgroup a few rows on a GPU.
+    /// The matrix kernel: a thread a row on a software adapter; on a GPU a subgroup a row where
+    /// it has subgroups, else a workgroup of 64 threads a row with a tree in workgroup memory.
     pub matmul: Kernel,
+    /// The adapter's smallest subgroup width (rows a workgroup of the subgroup kernel takes
+    /// are counted with it, so that no row is missed whatever width a dispatch gets).
+    pub subgroup_min: u32,
     /// Bytes between two dispatches' parameters: the adapter's uniform offset alignment.
     param_stride: u64,
     pipelines: Mutex<HashMap<(Kernel, Option<DType>), wgpu::ComputePipeline>>,
@@ -106,8 +112,14 @@ impl Gpu {
     /// 128 MiB rather than 128 MB decides which tensors fit).
     pub fn new(adapter: &wgpu::Adapter) -> Result<Gpu, GpuError> {
         let limits = adapter.limits();
-        let desc =
-            wgpu::DeviceDescriptor { label: Some("mtplx-lite"), required_limits: limits.clone(), ..Default::default() };
+        // Subgroups where the adapter has them: the matrix kernel's lanes then sum in registers.
+        let features = adapter.features() & wgpu::Features::SUBGROUP;
+        let desc = wgpu::DeviceDescriptor {
+            label: Some("mtplx-lite"),
+            required_features: features,
+            required_limits: limits.clone(),
+            ..Default::default()
+        };
         let (device, queue) = smol::block_on(adapter.request_device(&desc))
             .map_err(|e| GpuError::Device { adapter: adapter.get_info().name, message: e.to_string() })?;
         let failed: Arc<Mutex<Option<String>>> = Arc::default();
@@ -124,8 +136,14 @@ impl Gpu {
         });
         let param_stride = (limits.min_uniform_buffer_offset_alignment as u64).max(PARAM_BYTES);
         let software = adapter.get_info().device_type == wgpu::DeviceType::Cpu;
-        let matmul = if software { Kernel::MatmulRows } else { Kernel::Matmul };
+        let matmul = match (software, features.contains(wgpu::Features::SUBGROUP)) {
+            (true, _) => Kernel::MatmulRows,
+            (false, true) => Kernel::MatmulSub,
+            (false, false) => Kernel::Matmul,
+        };
+        let subgroup_min = adapter.get_info().subgroup_min_size.clamp(1, 64);
         Ok(Gpu {
+            subgroup_min,
             device,
             queue,
             limits,
@@ -174,10 +192,11 @@ impl Gpu {
                 if let Some(d) = dtype {
                     src.push_str(block_reader(d).expect("the weight's type was checked at upload"));
                 }
-                let module = self.device.create_shader_module(wgpu::ShaderModuleDescriptor {
+                let desc = wgpu::ShaderModuleDescriptor {
                     label: Some(&format!("{kernel:?}")),
                     source: wgpu::ShaderSource::Wgsl(src.into()),
-                });
+                };
+                let module = self.device.create_shader_module(desc);
                 self.device.create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
                     label: Some(&format!("{kernel:?}")),
                     layout: None,

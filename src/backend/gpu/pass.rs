@@ -95,7 +95,11 @@ impl<'a> GpuPass<'a> {
 
     fn matmul_one(&mut self, w: &DeviceWeight, x: wgpu::Buffer, y: wgpu::Buffer, n: usize) {
         let kernel = self.gpu.matmul;
-        let rows_per_group = if kernel == Kernel::MatmulRows { 64 } else { 4 };
+        let rows_per_group = match kernel {
+            Kernel::MatmulRows => 64,
+            Kernel::MatmulSub => 64 / self.gpu.subgroup_min,
+            _ => 4,
+        };
         let (gx, gy) = grid((w.rows as u32).div_ceil(rows_per_group));
         let mut params = [0u32; 16];
         params[..4].copy_from_slice(&[w.rows as u32, w.cols as u32, n as u32, gx]);

@@ -44,7 +44,7 @@ fn every_weight_type_multiplies_as_the_cpu_dequantized_does_with_both_kernels() 
     let (rows, cols, n) = (70, 96, 3);
     let x = values(n * cols, 7);
     let cpu = CpuBackend::new(1);
-    for kernel in [Kernel::MatmulRows, Kernel::Matmul] {
+    for kernel in [Kernel::MatmulRows, Kernel::Matmul, Kernel::MatmulSub] {
         let be = gpu(kernel);
         let ones = Vector::new(vec![1.0; cols], &be);
         for dtype in [DType::F32, DType::F16, DType::BF16, DType::Q8_0, DType::Q4_0, DType::Q4_1, DType::Q5_0] {

@@ -107,3 +107,4 @@ fn load32(blk: u32, sub: u32, v: ptr<function, array<f32, 32>>) {
         }
     }
 }
+
