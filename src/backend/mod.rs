@@ -38,7 +38,12 @@ pub fn open(
             let be = CpuBackend::new(threads);
             let info = BackendInfo {
                 backend: "cpu",
-                adapter: format!("{} ({} threads)", be.isa().name(), be.threads()),
+                adapter: format!(
+                    "CPU at {}, {} thread{}",
+                    be.isa().name(),
+                    be.threads(),
+                    if be.threads() == 1 { "" } else { "s" }
+                ),
                 driver: String::new(),
                 reason: gpu::adapter::cpu_reason(choice),
             };
