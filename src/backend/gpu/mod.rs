@@ -48,11 +48,6 @@ impl GpuBackend {
         &self.info
     }
 
-    /// The device and its pipelines (tests run single kernels on it).
-    pub fn gpu(&self) -> &Gpu {
-        &self.gpu
-    }
-
     /// The largest storage binding the adapter allows, in bytes.
     fn max_binding(&self) -> u64 {
         self.gpu.limits.max_storage_buffer_binding_size.min(self.gpu.limits.max_buffer_size)
