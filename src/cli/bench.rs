@@ -136,13 +136,15 @@ pub fn run_rows(cfg: &ModelOpts, rows: &[usize], reps: usize, context: usize) ->
     let name = mtplx_lite::model::load::model_id(&path, &files);
     let threads = mtplx_lite::backend::cpu::pool::threads_for(cfg.threads);
     let t = std::time::Instant::now();
-    let model = Llama::load(&files, threads).map_err(|e| e.to_string())?;
+    let (backend, chosen) = mtplx_lite::backend::open(cfg.backend, threads).map_err(|e| e.to_string())?;
+    let model = Llama::on(&files, backend).map_err(|e| e.to_string())?;
     // Loading maps the file and repacks the weights the backend has a layout for: on a second
-    // run, with the file in the page cache, this is the repacking's cost.
+    // run, with the file in the page cache, this is the repacking's (or the upload's) cost.
     println!(
-        "model loaded in {:.0} ms (weights repacked for the kernels at {})\n",
+        "model loaded in {:.0} ms (weights repacked for {}: {})\n",
         t.elapsed().as_secs_f64() * 1e3,
-        mtplx_lite::backend::cpu::Isa::detect().name()
+        chosen.backend,
+        chosen.adapter
     );
     let (context, most) = (context.max(1), rows.iter().copied().max().unwrap_or(1));
     let limit = model.info().context_length;
@@ -167,7 +169,8 @@ pub fn generate(
     chat: bool,
 ) -> Result<(), String> {
     let path = cfg.path()?;
-    let loaded = mtplx_lite::model::load::load(&path, cfg.threads).map_err(|e| e.to_string())?;
+    let (backend, _) = mtplx_lite::backend::open(cfg.backend, cfg.threads).map_err(|e| e.to_string())?;
+    let loaded = mtplx_lite::model::load::load_on(&path, backend).map_err(|e| e.to_string())?;
     let text = if chat {
         loaded
             .template

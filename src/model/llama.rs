@@ -53,11 +53,9 @@ impl Llama {
         let layers = w.layers.iter().map(|l| DecoderBlock::new(l, be, |t| t.uploaded(be))).collect();
         let output = w.output.uploaded(be);
         // The embedding's rows are read where the pass runs: as the file has them on the CPU
-        // (whose upload keeps them so), on the device for a device backend.
-        let embed = match be.upload_device(w.embed.weight()) {
-            Some(_) => w.embed.uploaded(be),
-            None => w.embed.clone(),
-        };
+        // (whose upload keeps them so), on the device for a device backend, which holds a tied
+        // embedding once for both of its uses.
+        let embed = if hp.tied_embeddings { w.embed.with_device_of(&output) } else { w.embed.on_device(be) };
         let spec = describe(&hp, w.rope_layout);
         let row_shape = spec.layers[0].pass_shape(1, hp.hidden);
         assert!(spec.layers.iter().all(|l| l.pass_shape(1, hp.hidden) == row_shape), "layers of different widths");

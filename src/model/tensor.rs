@@ -71,13 +71,24 @@ impl Tensor {
     /// memory holds the copy instead of the file's bytes, not beside them. Other handles on the
     /// same file bytes (a tied embedding) still read them, paging in only what they touch.
     pub fn uploaded(&self, backend: &dyn Backend) -> Tensor {
-        let mut t = self.host_uploaded(backend);
+        // The device reads its copy; the host's pages come back only if something reads them.
+        self.host_uploaded(backend).on_device(backend)
+    }
+
+    /// This view with the device's copy beside it, where `backend` keeps one; the host's
+    /// layout stays the file's (an embedding's rows are read as they are).
+    pub fn on_device(&self, backend: &dyn Backend) -> Tensor {
+        let mut t = self.clone();
         t.device = backend.upload_device(t.weight());
         if t.device.is_some() {
-            // The device reads its copy; the host's pages come back only if something reads them.
             t.storage.release(t.offset, t.len);
         }
         t
+    }
+
+    /// This view with `other`'s device copy: a tied embedding, the head's matrix read as rows.
+    pub fn with_device_of(&self, other: &Tensor) -> Tensor {
+        Tensor { device: other.device.clone(), ..self.clone() }
     }
 
     fn host_uploaded(&self, backend: &dyn Backend) -> Tensor {

@@ -66,7 +66,7 @@ mod kern_avx512_r8;
 mod kern_scalar;
 mod kern_scalar_k;
 #[cfg(test)]
-mod test_inputs;
+pub(crate) mod test_inputs;
 
 pub use isa::{Isa, CAP_ENV as ISA_CAP_ENV};
 pub use type_traits::{dequantize_row, quantize_row};

@@ -20,7 +20,7 @@ use adapter::{BackendInfo, GpuError};
 use context::Gpu;
 use pass::{DeviceActs, GpuPass};
 use std::sync::{Arc, Mutex};
-use weights::DeviceWeight;
+use weights::{DeviceWeight, Part};
 
 pub struct GpuBackend {
     gpu: Gpu,
@@ -28,6 +28,9 @@ pub struct GpuBackend {
     cpu: CpuBackend,
     acts: Mutex<DeviceActs>,
     info: BackendInfo,
+    /// The largest storage binding, in bytes: the adapter's (tests set a small one to split
+    /// small matrices).
+    max_binding: u64,
 }
 
 impl GpuBackend {
@@ -41,16 +44,12 @@ impl GpuBackend {
             driver: format!("{:?} {}", i.backend, i.driver_info).trim().to_string(),
             reason,
         };
-        Ok(GpuBackend { gpu, cpu: CpuBackend::new(threads), acts: Mutex::default(), info })
+        let max_binding = gpu.limits.max_storage_buffer_binding_size.min(gpu.limits.max_buffer_size);
+        Ok(GpuBackend { gpu, cpu: CpuBackend::new(threads), acts: Mutex::default(), info, max_binding })
     }
 
     pub fn info(&self) -> &BackendInfo {
         &self.info
-    }
-
-    /// The largest storage binding the adapter allows, in bytes.
-    fn max_binding(&self) -> u64 {
-        self.gpu.limits.max_storage_buffer_binding_size.min(self.gpu.limits.max_buffer_size)
     }
 }
 
@@ -64,19 +63,18 @@ impl Backend for GpuBackend {
     }
 
     fn can_hold(&self, w: WeightRef<'_>) -> Result<(), String> {
-        weights::check(w.dtype, w.rows, w.cols, self.max_binding())
+        weights::check(w.dtype, w.cols, self.max_binding)
     }
 
     fn upload_device(&self, w: WeightRef<'_>) -> Option<DeviceHandle> {
-        let bytes = weights::repack(w.dtype, w.bytes);
-        let buffer = self.gpu.storage_init(&bytes, "weight");
-        Some(Arc::new(DeviceWeight { buffer, dtype: w.dtype, rows: w.rows, cols: w.cols }))
+        Some(Arc::new(weights::upload(&self.gpu, w, self.max_binding)))
     }
 
     fn upload_vector(&self, v: &[f32]) -> Option<DeviceHandle> {
         let bytes: Vec<u8> = v.iter().flat_map(|x| x.to_le_bytes()).collect();
         let buffer = self.gpu.storage_init(&bytes, "vector");
-        Some(Arc::new(DeviceWeight { buffer, dtype: crate::backend::DType::F32, rows: 1, cols: v.len() }))
+        let parts = vec![Part { buffer, row0: 0, rows: 1 }];
+        Some(Arc::new(DeviceWeight { parts, dtype: crate::backend::DType::F32, rows: 1, cols: v.len() }))
     }
 
     fn begin(&self, shape: PassShape, positions: &[usize]) -> Box<dyn Pass + '_> {

@@ -87,12 +87,14 @@ impl<'a> GpuPass<'a> {
         self.ds.push(Dispatch {
             kernel: Kernel::Norm,
             dtype: None,
-            binds: vec![Bind::whole(&x), Bind::whole(&w.buffer)],
+            binds: vec![Bind::whole(&x), Bind::whole(w.whole())],
             params,
             groups: [gx, gy, 1],
         });
     }
 
+    /// `y[n][r] = w[r] · x[n]` for the pass's `n` rows: a dispatch per part of `w`, each
+    /// writing its rows' columns of `y`.
     fn matmul_one(&mut self, w: &DeviceWeight, x: wgpu::Buffer, y: wgpu::Buffer, n: usize) {
         let kernel = self.gpu.matmul;
         let rows_per_group = match kernel {
@@ -100,16 +102,25 @@ impl<'a> GpuPass<'a> {
             Kernel::MatmulSub => 64 / self.gpu.subgroup_min,
             _ => 4,
         };
-        let (gx, gy) = grid((w.rows as u32).div_ceil(rows_per_group));
-        let mut params = [0u32; 16];
-        params[..4].copy_from_slice(&[w.rows as u32, w.cols as u32, n as u32, gx]);
-        self.ds.push(Dispatch {
-            kernel,
-            dtype: Some(w.dtype),
-            binds: vec![Bind::whole(&w.buffer), Bind::whole(&x), Bind::whole(&y)],
-            params,
-            groups: [gx, gy, (n as u32).div_ceil(8)],
-        });
+        for part in &w.parts {
+            let (gx, gy) = grid((part.rows as u32).div_ceil(rows_per_group));
+            let mut params = [0u32; 16];
+            params[..6].copy_from_slice(&[
+                part.rows as u32,
+                w.cols as u32,
+                n as u32,
+                gx,
+                part.row0 as u32,
+                w.rows as u32,
+            ]);
+            self.ds.push(Dispatch {
+                kernel,
+                dtype: Some(w.dtype),
+                binds: vec![Bind::whole(&part.buffer), Bind::whole(&x), Bind::whole(&y)],
+                params,
+                groups: [gx, gy, (n as u32).div_ceil(8)],
+            });
+        }
     }
 
     /// The (cos, sin) table of this pass's positions for `rope`, made once per pass.
@@ -155,7 +166,7 @@ impl LayerPass for GpuPass<'_> {
     fn add_bias(&mut self, x: Act, bias: VectorRef<'_>) {
         let b = weight(bias.device);
         let n = self.values(x);
-        self.elementwise(2, b.buffer.clone(), self.buf(x), n, b.cols as u32);
+        self.elementwise(2, b.whole().clone(), self.buf(x), n, b.cols as u32);
     }
 
     fn matmul(&mut self, ws: &[WeightRef<'_>], x: Act, outs: &[Act]) {
@@ -248,15 +259,26 @@ impl Pass for GpuPass<'_> {
         let tb = fit(self.gpu, &mut self.acts.tokens, (tokens.len() * 4) as u64, "tokens");
         self.gpu.queue.write_buffer(&tb, 0, &as_bytes_u32(tokens));
         let (gx, gy) = grid(tokens.len() as u32);
-        let mut params = [0u32; 16];
-        params[..4].copy_from_slice(&[w.cols as u32, scale.unwrap_or(1.0).to_bits(), gx, tokens.len() as u32]);
-        self.ds.push(Dispatch {
-            kernel: Kernel::Embed,
-            dtype: Some(w.dtype),
-            binds: vec![Bind::whole(&w.buffer), Bind::whole(&tb), Bind::whole(&self.buf(Act::X))],
-            params,
-            groups: [gx, gy, 1],
-        });
+        let x = self.buf(Act::X);
+        // Each part copies the tokens whose rows it holds.
+        for part in &w.parts {
+            let mut params = [0u32; 16];
+            params[..6].copy_from_slice(&[
+                w.cols as u32,
+                scale.unwrap_or(1.0).to_bits(),
+                gx,
+                tokens.len() as u32,
+                part.row0 as u32,
+                part.rows as u32,
+            ]);
+            self.ds.push(Dispatch {
+                kernel: Kernel::Embed,
+                dtype: Some(w.dtype),
+                binds: vec![Bind::whole(&part.buffer), Bind::whole(&tb), Bind::whole(&x)],
+                params,
+                groups: [gx, gy, 1],
+            });
+        }
     }
 
     fn load_x(&mut self, rows: &[f32]) {

@@ -5,6 +5,7 @@
 
 use super::adapter::{pick, BackendChoice};
 use super::context::Kernel;
+use super::weights::DeviceWeight;
 use super::GpuBackend;
 use crate::backend::cpu::{dequantize_row, quantize_row, CpuBackend};
 use crate::backend::{
@@ -39,33 +40,78 @@ fn close(got: &[f32], want: &[f32], tol: f32, what: &str) {
     }
 }
 
-#[test]
-fn every_weight_type_multiplies_as_the_cpu_dequantized_does_with_both_kernels() {
-    let (rows, cols, n) = (70, 96, 3);
+/// A `rows x cols` matrix of `dtype`: quantized from noise, or random K-quant blocks.
+fn matrix(dtype: DType, rows: usize, cols: usize, seed: u64) -> Vec<u8> {
+    crate::backend::cpu::test_inputs::weight(dtype, rows, cols, seed)
+}
+
+/// The head (norm, then `w`) of `n` rows of `x` on the device against the CPU's dequantized
+/// product. The CPU has no K-quant quantizer: those blocks are random bytes, every pattern a
+/// valid block.
+fn head_matches_the_cpu(be: &GpuBackend, dtype: DType, rows: usize, cols: usize, what: &str) {
+    let n = 3;
     let x = values(n * cols, 7);
     let cpu = CpuBackend::new(1);
+    let ones = Vector::new(vec![1.0; cols], be);
+    let bytes = matrix(dtype, rows, cols, 100 + rows as u64);
+    let mut w = WeightRef::new(dtype, &bytes, rows, cols).unwrap();
+    let handle = be.upload_device(w);
+    w.device = handle.as_ref();
+    // The head norms first: with unit weights, the CPU norms the same rows.
+    let mut normed = x.clone();
+    cpu.rms_norm(&mut normed, &ones.values, 1e-6);
+    let mut want = vec![0.0; n * rows];
+    cpu.matmul_dequantized(w, &normed, n, &mut want);
+    let shape = PassShape { rows: n, hidden: cols, q_dim: cols, kv_dim: cols, ffn: cols };
+    let mut p = be.begin(shape, &[0, 1, 2]);
+    p.load_x(&x);
+    let got = p.head(&[0, 1, 2], ones.as_ref(), 1e-6, w).expect("the device ran");
+    close(&got, &want, 1e-4, what);
+}
+
+#[test]
+fn every_weight_type_multiplies_as_the_cpu_dequantized_does_with_every_kernel() {
     for kernel in [Kernel::MatmulRows, Kernel::Matmul, Kernel::MatmulSub] {
         let be = gpu(kernel);
-        let ones = Vector::new(vec![1.0; cols], &be);
-        for dtype in [DType::F32, DType::F16, DType::BF16, DType::Q8_0, DType::Q4_0, DType::Q4_1, DType::Q5_0] {
-            let bytes: Vec<u8> = (0..rows)
-                .flat_map(|r| quantize_row(dtype, &values(cols, 100 + r as u32)).expect("quantizes"))
-                .collect();
-            let mut w = WeightRef::new(dtype, &bytes, rows, cols).unwrap();
-            let handle = be.upload_device(w);
-            w.device = handle.as_ref();
-            // The head norms first: with unit weights, the CPU norms the same rows.
-            let mut normed = x.clone();
-            cpu.rms_norm(&mut normed, &ones.values, 1e-6);
-            let mut want = vec![0.0; n * rows];
-            cpu.matmul_dequantized(w, &normed, n, &mut want);
-            let shape = PassShape { rows: n, hidden: cols, q_dim: cols, kv_dim: cols, ffn: cols };
-            let mut p = be.begin(shape, &[0, 1, 2]);
-            p.load_x(&x);
-            let got = p.head(&[0, 1, 2], ones.as_ref(), 1e-6, w).expect("the device ran");
-            close(&got, &want, 1e-4, &format!("{} with {kernel:?}", dtype.name()));
+        for dtype in DType::ALL {
+            // Two 256-value blocks a row for the K-quants, three 32-value blocks otherwise.
+            let cols = if dtype.block_len() == 256 { 512 } else { 96 };
+            head_matches_the_cpu(&be, dtype, 70, cols, &format!("{} with {kernel:?}", dtype.name()));
         }
     }
+}
+
+#[test]
+fn a_matrix_over_the_largest_binding_is_split_by_rows_and_reads_as_one() {
+    let mut be = gpu(Kernel::MatmulRows);
+    // Room for 16 rows of Q6_K (2 blocks of 212 bytes) a binding: 70 rows make 5 parts, the
+    // last of 6 rows.
+    be.max_binding = 16 * 2 * 212 + 100;
+    let bytes = matrix(DType::Q6K, 70, 512, 3);
+    let w = WeightRef::new(DType::Q6K, &bytes, 70, 512).unwrap();
+    let handle = be.upload_device(w).unwrap();
+    let dw = handle.downcast_ref::<DeviceWeight>().unwrap();
+    let parts: Vec<(usize, usize)> = dw.parts.iter().map(|p| (p.row0, p.rows)).collect();
+    assert_eq!(parts, [(0, 16), (16, 16), (32, 16), (48, 16), (64, 6)]);
+    head_matches_the_cpu(&be, DType::Q6K, 70, 512, "Q6_K in 5 parts");
+    // The embedding: tokens from every part, one twice.
+    let mut w = WeightRef::new(DType::Q6K, &bytes, 70, 512).unwrap();
+    w.device = Some(&handle);
+    let tokens = [69u32, 0, 17, 47, 69, 31];
+    let mut want = vec![0.0; tokens.len() * 512];
+    for (row, &t) in want.chunks_exact_mut(512).zip(&tokens) {
+        dequantize_row(DType::Q6K, w.row(t as usize), row);
+    }
+    let shape = PassShape { rows: tokens.len(), hidden: 512, q_dim: 512, kv_dim: 512, ffn: 512 };
+    let positions: Vec<usize> = (0..tokens.len()).collect();
+    let mut p = be.begin(shape, &positions);
+    p.embed(w, &tokens, None);
+    close(&p.read_x(0, tokens.len()).unwrap(), &want, 0.0, "embedding from parts");
+    drop(p);
+    // One row over the binding is refused by name.
+    be.max_binding = 400;
+    let err = be.can_hold(w).unwrap_err();
+    assert!(err.contains("424 bytes") && err.contains("(400 bytes)"), "{err}");
 }
 
 #[test]

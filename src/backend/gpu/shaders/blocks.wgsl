@@ -108,3 +108,103 @@ fn load32(blk: u32, sub: u32, v: ptr<function, array<f32, 32>>) {
     }
 }
 
+
+//@type Q4_K
+// 256 values in 8 sub-blocks of 32. Word 0: the f16 scale and minimum of the scales; words 1-3:
+// twelve bytes of 6-bit sub-block scales and minimums; words 4-35: 32 bytes a pair of
+// sub-blocks, the even one in the low nibbles, the odd one in the high (the file's layout).
+const CPB: u32 = 8u;
+const BW: u32 = 36u;
+fn kbyte(base: u32, at: u32) -> u32 {
+    return (w[base + at / 4u] >> (8u * (at % 4u))) & 0xffu;
+}
+fn load32(blk: u32, sub: u32, v: ptr<function, array<f32, 32>>) {
+    let base = blk * BW;
+    let dm = unpack2x16float(w[base]);
+    var sc: u32;
+    var mn: u32;
+    if (sub < 4u) {
+        sc = kbyte(base, 4u + sub) & 63u;
+        mn = kbyte(base, 8u + sub) & 63u;
+    } else {
+        sc = (kbyte(base, 8u + sub) & 0xfu) | ((kbyte(base, sub) >> 6u) << 4u);
+        mn = (kbyte(base, 8u + sub) >> 4u) | ((kbyte(base, 4u + sub) >> 6u) << 4u);
+    }
+    let d = dm.x * f32(sc);
+    let m = dm.y * f32(mn);
+    let q0 = base + 4u + 8u * (sub / 2u);
+    let shift = 4u * (sub % 2u);
+    for (var i = 0u; i < 8u; i++) {
+        let q = w[q0 + i] >> shift;
+        for (var k = 0u; k < 4u; k++) {
+            (*v)[4u * i + k] = d * f32((q >> (8u * k)) & 0xfu) - m;
+        }
+    }
+}
+
+//@type Q5_K
+// As Q4_K, with words 4-11 holding the fifth bits (bit s of byte l for value l of sub-block s)
+// and words 12-43 the nibbles.
+const CPB: u32 = 8u;
+const BW: u32 = 44u;
+fn kbyte(base: u32, at: u32) -> u32 {
+    return (w[base + at / 4u] >> (8u * (at % 4u))) & 0xffu;
+}
+fn load32(blk: u32, sub: u32, v: ptr<function, array<f32, 32>>) {
+    let base = blk * BW;
+    let dm = unpack2x16float(w[base]);
+    var sc: u32;
+    var mn: u32;
+    if (sub < 4u) {
+        sc = kbyte(base, 4u + sub) & 63u;
+        mn = kbyte(base, 8u + sub) & 63u;
+    } else {
+        sc = (kbyte(base, 8u + sub) & 0xfu) | ((kbyte(base, sub) >> 6u) << 4u);
+        mn = (kbyte(base, 8u + sub) >> 4u) | ((kbyte(base, 4u + sub) >> 6u) << 4u);
+    }
+    let d = dm.x * f32(sc);
+    let m = dm.y * f32(mn);
+    let q0 = base + 12u + 8u * (sub / 2u);
+    let shift = 4u * (sub % 2u);
+    for (var i = 0u; i < 8u; i++) {
+        let q = w[q0 + i] >> shift;
+        let h = w[base + 4u + i] >> sub;
+        for (var k = 0u; k < 4u; k++) {
+            let lo = (q >> (8u * k)) & 0xfu;
+            let hi = ((h >> (8u * k)) & 1u) << 4u;
+            (*v)[4u * i + k] = d * f32(lo | hi) - m;
+        }
+    }
+}
+
+//@type Q6_K
+// 256 values in two halves of 128, each four sub-blocks of 32. Words 0-31: low nibbles (64
+// bytes a half: bytes l and l + 32 hold sub-blocks 0 and 1 low, 2 and 3 high); words 32-47: the
+// top two bits (32 bytes a half, sub-block k at bit 2k); words 48-51: sixteen signed 8-bit
+// scales, one per 16 values; word 52: the f16 scale (padded at upload).
+const CPB: u32 = 8u;
+const BW: u32 = 53u;
+fn load32(blk: u32, sub: u32, v: ptr<function, array<f32, 32>>) {
+    let base = blk * BW;
+    let d = unpack2x16float(w[base + 52u]).x;
+    let half = sub / 4u;
+    let k = sub % 4u;
+    let ql0 = base + 16u * half + 8u * (k & 1u);
+    let lshift = 4u * (k >> 1u);
+    let qh0 = base + 32u + 8u * half;
+    let s0 = 8u * half + 2u * k;
+    var scale: array<f32, 2>;
+    for (var j = 0u; j < 2u; j++) {
+        let at = s0 + j;
+        let b = (w[base + 48u + at / 4u] >> (8u * (at % 4u))) & 0xffu;
+        scale[j] = d * f32(bitcast<i32>(b << 24u) >> 24u);
+    }
+    for (var i = 0u; i < 8u; i++) {
+        let lo = w[ql0 + i] >> lshift;
+        let hi = w[qh0 + i] >> (2u * k);
+        for (var b = 0u; b < 4u; b++) {
+            let q = ((lo >> (8u * b)) & 0xfu) | (((hi >> (8u * b)) & 3u) << 4u);
+            (*v)[4u * i + b] = scale[i / 4u] * (f32(q) - 32.0);
+        }
+    }
+}

@@ -9,6 +9,10 @@ struct Params {
     cols: u32,
     n: u32,
     wg_x: u32,
+    // The first of this part's rows in the whole matrix, and the whole matrix's rows (y's
+    // row length).
+    row0: u32,
+    stride: u32,
 }
 
 @group(0) @binding(0) var<storage, read> w: array<u32>;
@@ -60,7 +64,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
     }
     if (t == 0u && row < p.rows) {
         for (var r = 0u; r < nn; r++) {
-            y[(n0 + r) * p.rows + row] = red[li * NB + r];
+            y[(n0 + r) * p.stride + p.row0 + row] = red[li * NB + r];
         }
     }
 }

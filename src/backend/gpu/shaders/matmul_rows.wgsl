@@ -9,6 +9,10 @@ struct Params {
     cols: u32,
     n: u32,
     wg_x: u32,
+    // The first of this part's rows in the whole matrix, and the whole matrix's rows (y's
+    // row length).
+    row0: u32,
+    stride: u32,
 }
 
 @group(0) @binding(0) var<storage, read> w: array<u32>;
@@ -42,6 +46,6 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
         }
     }
     for (var r = 0u; r < nn; r++) {
-        y[(n0 + r) * p.rows + row] = acc[r];
+        y[(n0 + r) * p.stride + p.row0 + row] = acc[r];
     }
 }

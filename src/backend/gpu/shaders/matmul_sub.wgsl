@@ -7,6 +7,10 @@ struct Params {
     cols: u32,
     n: u32,
     wg_x: u32,
+    // The first of this part's rows in the whole matrix, and the whole matrix's rows (y's
+    // row length).
+    row0: u32,
+    stride: u32,
 }
 
 @group(0) @binding(0) var<storage, read> w: array<u32>;
@@ -48,7 +52,7 @@ fn main(
     for (var r = 0u; r < NB; r++) {
         let total = subgroupAdd(acc[r]);
         if (live && lane == 0u && r < nn) {
-            y[(n0 + r) * p.rows + row] = total;
+            y[(n0 + r) * p.stride + p.row0 + row] = total;
         }
     }
 }
