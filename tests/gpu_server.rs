@@ -98,3 +98,42 @@ fn on_the_gpu_drafts_and_batches_change_no_greedy_answer() {
     }
     server.terminate();
 }
+
+/// A GPU lost mid-generation (the device destroyed after its fourth command buffer, as a
+/// driver reset would leave it): the running request ends with an error, health turns 503
+/// and names the fault, the metrics say so, new generations get a clear 503, and everything
+/// else keeps answering.
+#[test]
+fn a_lost_gpu_ends_the_running_request_and_health_and_metrics_say_so() {
+    let model = common::demo_model();
+    let args = ["--model", model.to_str().unwrap(), "--backend", "gpu", "--draft", "none"];
+    let server = Server::start_with_env(&args, &[("MTPLX_TEST_LOSE_GPU_AFTER_SUBMITS", "4")]);
+    // Two command buffers: the cache's first storage, and the prompt's pass.
+    let first = post_json(server.addr, "/v1/completions", &json!({"prompt": "Hi", "max_tokens": 1}));
+    assert_eq!(first.status, 200, "{}", first.text());
+    let metrics = get(server.addr, "/metrics").text();
+    assert_eq!(common::metric(&metrics, "mtplx_gpu_healthy"), Some(1.0), "{metrics}");
+    assert_eq!(common::metric(&metrics, "mtplx_gpu_submits_total"), Some(2.0), "{metrics}");
+    // One logits row of the 49,152-token vocabulary came back, and nothing else.
+    assert_eq!(common::metric(&metrics, "mtplx_gpu_read_back_bytes_total"), Some(196_608.0), "{metrics}");
+    assert!(common::metric(&metrics, "mtplx_gpu_dispatches_total").unwrap_or(0.0) > 30.0, "{metrics}");
+    // The prompt's pass and the first decode step run; the device is gone for the second.
+    let body = json!({"prompt": "The capital of France is", "max_tokens": 8, "temperature": 0});
+    let failed = post_json(server.addr, "/v1/completions", &body);
+    assert!(failed.status >= 500, "{} {}", failed.status, failed.text());
+    let health = get(server.addr, "/health");
+    assert_eq!(health.status, 503, "{}", health.text());
+    let h = health.json();
+    assert_eq!(h["status"], "degraded", "{h}");
+    assert!(!h["device_fault"].as_str().unwrap_or("").is_empty(), "{h}");
+    let metrics = get(server.addr, "/metrics").text();
+    assert_eq!(common::metric(&metrics, "mtplx_gpu_healthy"), Some(0.0), "{metrics}");
+    let refused =
+        post_json(server.addr, "/v1/chat/completions", &json!({"messages": [{"role": "user", "content": "hi"}]}));
+    assert_eq!(refused.status, 503, "{}", refused.text());
+    assert_eq!(refused.json()["error"]["code"], "device_failed", "{}", refused.text());
+    assert!(refused.text().contains("the GPU failed"), "{}", refused.text());
+    assert_eq!(get(server.addr, "/v1/models").status, 200);
+    assert!(server.log.lock().unwrap().iter().any(|l| l.contains("gpu:")), "the log names the fault");
+    server.terminate();
+}

@@ -10,7 +10,7 @@ use super::router::{Lookup, Router};
 use super::state::{ApiConfig, InFlightGuard, Llm, Route, ROUTES};
 use super::{anthropic, anthropic_wire, dashboard, health, metrics_handlers, openai};
 use crate::http::{Handler, Rejected, Request, Response};
-use crate::metrics::{Metrics, RouteId};
+use crate::metrics::{DeviceCounters, Metrics, RouteId};
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
@@ -80,10 +80,16 @@ impl App {
         if let Some(e) = self.admit(&req, route, rid) {
             return (rid, respond(route.is_anthropic(), e));
         }
+        if let (true, Some(fault)) = (route.is_generation(), self.device_fault()) {
+            let msg = format!("the GPU failed ({fault}); this server cannot generate until it is restarted");
+            let e = ApiError::new(503, "server_error", msg).code("device_failed");
+            return (rid, respond(route.is_anthropic(), e));
+        }
         let resp = match route {
             Route::Health => {
                 let b = self.metrics.build_info();
-                Ok(health::health(self.metrics.uptime_s(), self.model_id(), &b.backend, &b.adapter))
+                let fault = self.device_fault();
+                Ok(health::health(self.metrics.uptime_s(), self.model_id(), (&b.backend, &b.adapter), fault.as_deref()))
             }
             Route::Dashboard => Ok(dashboard::page(&req)),
             Route::DashboardAsset => dashboard::asset(&req, model_param.as_deref().unwrap_or_default()),
@@ -140,6 +146,17 @@ impl App {
         m.mtplx_kv_cache_used_tokens.set(kv.positions() as i64);
         m.mtplx_kv_cache_capacity_tokens.set(kv.capacity_positions() as i64);
         m.mtplx_kv_cache_sequences.set(kv.sequences as i64);
+        m.set_device(llm.engine.device_stats().map(|d| DeviceCounters {
+            dispatches: d.dispatches,
+            submits: d.submits,
+            read_bytes: d.read_bytes,
+            healthy: d.fault.is_none(),
+        }));
+    }
+
+    /// What the GPU reported when it failed; `None` while it works, and on the CPU.
+    fn device_fault(&self) -> Option<String> {
+        self.llm.as_ref()?.engine.device_stats()?.fault
     }
 
     /// The persisted-chat routes; `id` is the path's `{chat_id}`.

@@ -214,6 +214,21 @@ impl Heads {
     }
 }
 
+/// What a device backend has done since it started, and whether it still can: the counters
+/// behind `bench`'s per-token figures and the `mtplx_gpu_*` series.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct DeviceStats {
+    /// Kernel dispatches recorded.
+    pub dispatches: u64,
+    /// Command buffers submitted.
+    pub submits: u64,
+    /// Bytes copied back from the device to the host.
+    pub read_bytes: u64,
+    /// The first fault the device reported (lost, out of memory, a validation error): a device
+    /// that failed once computes nothing more.
+    pub fault: Option<String>,
+}
+
 /// The operations a forward pass needs. Activations are row-major `f32`, one row per token.
 /// Methods panic when slice lengths disagree with the stated shapes: the model checks shapes
 /// against the file once at load time, so a mismatch here is a bug, not bad input.
@@ -255,6 +270,11 @@ pub trait Backend: Send {
     /// [`Backend::upload_device`] for a vector of weights.
     fn upload_vector(&self, v: &[f32]) -> Option<DeviceHandle> {
         let _ = v;
+        None
+    }
+
+    /// A device backend's counters and fault; `None` for a backend on host memory.
+    fn device_stats(&self) -> Option<DeviceStats> {
         None
     }
 

@@ -2,6 +2,7 @@
 //! `mtplx-lite generate` (stream one completion to the terminal).
 
 use super::ModelOpts;
+use mtplx_lite::backend::DeviceStats;
 use mtplx_lite::engine::{Engine, EngineConfig, Event, Job, JobSpec, SamplingParams, TokenDecoder};
 use mtplx_lite::model::llama::Llama;
 use mtplx_lite::model::{ChatMessage, LogitsWanted, Model, ModelFiles, SeqBatch};
@@ -107,12 +108,17 @@ pub fn run(cfg: &ModelOpts, prompt: usize, generate: usize, sequences: usize) ->
     }
     println!("| model | threads | test | t/s |");
     println!("| --- | ---: | --- | ---: |");
+    let mut device_work = Vec::new();
     for &threads in &thread_counts {
         let (backend, _) = mtplx_lite::backend::open(cfg.backend, threads).map_err(|e| e.to_string())?;
         let model: Arc<dyn Model> = Arc::new(Llama::on(&files, backend).map_err(|e| e.to_string())?);
         decode_tok_s(&*model, 8); // warm-up: page in the weights
         println!("| {} | {threads} | pp{prompt} | {:.2} |", name, prefill_tok_s(&*model, prompt, 3));
+        let before = model.device_stats();
         println!("| {} | {threads} | tg{generate} | {:.2} |", name, decode_tok_s(&*model, generate));
+        if let (Some(a), Some(b)) = (before, model.device_stats()) {
+            device_work.push(device_per_token(&a, &b, generate));
+        }
         if threads == *thread_counts.last().unwrap() && sequences > 1 {
             println!(
                 "| {} | {threads} | tg{generate} x{sequences} batched forward (aggregate) | {:.2} |",
@@ -126,7 +132,22 @@ pub fn run(cfg: &ModelOpts, prompt: usize, generate: usize, sequences: usize) ->
             );
         }
     }
+    for line in device_work {
+        println!("\n{line}");
+    }
     Ok(())
+}
+
+/// What the device did per decoded token between two readings of its counters around a decode
+/// run of `tokens` one-row steps.
+fn device_per_token(a: &DeviceStats, b: &DeviceStats, tokens: usize) -> String {
+    let per = |x: u64, y: u64| (y - x) as f64 / tokens.max(1) as f64;
+    format!(
+        "device work per decoded token: {:.1} dispatches, {:.2} submits, {:.0} bytes read back",
+        per(a.dispatches, b.dispatches),
+        per(a.submits, b.submits),
+        per(a.read_bytes, b.read_bytes)
+    )
 }
 
 /// `bench --rows`: the k-row against 1-row table at the configured thread count.
@@ -140,12 +161,11 @@ pub fn run_rows(cfg: &ModelOpts, rows: &[usize], reps: usize, context: usize) ->
     let model = Llama::on(&files, backend).map_err(|e| e.to_string())?;
     // Loading maps the file and repacks the weights the backend has a layout for: on a second
     // run, with the file in the page cache, this is the repacking's (or the upload's) cost.
-    println!(
-        "model loaded in {:.0} ms (weights repacked for {}: {})\n",
-        t.elapsed().as_secs_f64() * 1e3,
-        chosen.backend,
-        chosen.adapter
-    );
+    let whereto = match chosen.backend {
+        "gpu" => format!("uploaded to {}", chosen.adapter),
+        _ => format!("repacked for the kernels at {}", mtplx_lite::backend::cpu::Isa::detect().name()),
+    };
+    println!("model loaded in {:.0} ms (weights {whereto})\n", t.elapsed().as_secs_f64() * 1e3);
     let (context, most) = (context.max(1), rows.iter().copied().max().unwrap_or(1));
     let limit = model.info().context_length;
     if context + most > limit {

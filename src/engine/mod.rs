@@ -145,6 +145,8 @@ impl Engine {
         let (jobs, jobs_rx) = crossbeam_channel::bounded(cfg.queue_depth.max(1));
         let (stop, stop_rx) = crossbeam_channel::bounded(1);
         let shared = Arc::new(Shared::default());
+        // Health reads the device's state before the first step too.
+        *shared.device.lock().unwrap_or_else(|e| e.into_inner()) = model.device_stats();
         let caches = KvCacheManager::new(cfg.ctx, cfg.kv_cache_bytes, model.new_cache(0).footprint());
         let sched = Scheduler::new(
             model,
@@ -187,6 +189,12 @@ impl Engine {
     /// The KV cache manager's state after the decode thread's latest step.
     pub fn kv_snapshot(&self) -> KvSnapshot {
         *self.shared.kv.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The device's counters and fault after the decode thread's latest step; `None` on the
+    /// CPU.
+    pub fn device_stats(&self) -> Option<crate::backend::DeviceStats> {
+        self.shared.device.lock().unwrap_or_else(|e| e.into_inner()).clone()
     }
 
     pub fn config(&self) -> &EngineConfig {

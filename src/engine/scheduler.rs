@@ -34,6 +34,8 @@ pub(crate) struct Shared {
     /// 1 while a job taken off the queue waits for room, else 0.
     pub held: AtomicUsize,
     pub kv: Mutex<KvSnapshot>,
+    /// The device's counters and fault after the latest step (`None` on the CPU).
+    pub device: Mutex<Option<crate::backend::DeviceStats>>,
 }
 
 pub(crate) struct Scheduler {
@@ -408,6 +410,7 @@ impl Scheduler {
         self.shared.running.store(self.active.len(), Ordering::Relaxed);
         self.shared.held.store(self.held.is_some() as usize, Ordering::Relaxed);
         *self.shared.kv.lock().unwrap_or_else(|e| e.into_inner()) = self.caches.snapshot();
+        *self.shared.device.lock().unwrap_or_else(|e| e.into_inner()) = self.model.device_stats();
     }
 }
 

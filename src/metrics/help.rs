@@ -45,3 +45,8 @@ pub const KV_CAPACITY_BYTES: &str =
 pub const KV_USED_TOKENS: &str = "Positions (tokens) the KV caches hold now.";
 pub const KV_CAPACITY_TOKENS: &str = "Positions (tokens) the whole KV cache budget holds.";
 pub const KV_SEQUENCES: &str = "Sequences holding a KV cache now (active and idle).";
+pub const GPU_DISPATCHES: &str = "Kernel dispatches the GPU backend recorded (only with --backend gpu).";
+pub const GPU_SUBMITS: &str = "Command buffers the GPU backend submitted: one per forward pass, plus cache growth.";
+pub const GPU_READ: &str = "Bytes read back from the GPU to the host (logits rows, hidden rows for an MTP head).";
+pub const GPU_HEALTHY: &str =
+    "1 while the GPU works; 0 once it reported a fault (lost, out of memory): restart the server.";

@@ -42,4 +42,4 @@ pub use request_record::{
     ndjson_line, sse_event, FinishStatus, KvRecord, PrefixCommit, RequestRecord, KEEP_ALIVE, KEEP_ALIVE_INTERVAL,
 };
 pub use route_labels::{RouteId, MAX_RAW_ROUTES, OTHER_ROUTE};
-pub use series::{BuildInfo, InFlight, Metrics};
+pub use series::{BuildInfo, DeviceCounters, InFlight, Metrics};

@@ -258,6 +258,14 @@ impl Metrics {
         o.put("mtplx_backend_info");
         o.label_block(&self.build_info().backend_label_block());
         o.put(" 1\n");
+        let device = *self.device.read().unwrap_or_else(|e| e.into_inner());
+        if let Some(d) = device {
+            o.gauge_f64("mtplx_gpu_dispatches_total", Kind::Counter, None, help::GPU_DISPATCHES, d.dispatches as f64);
+            o.gauge_f64("mtplx_gpu_submits_total", Kind::Counter, None, help::GPU_SUBMITS, d.submits as f64);
+            let bytes = Some("bytes");
+            o.gauge_f64("mtplx_gpu_read_back_bytes_total", Kind::Counter, bytes, help::GPU_READ, d.read_bytes as f64);
+            o.gauge_f64("mtplx_gpu_healthy", Kind::Gauge, None, help::GPU_HEALTHY, f64::from(u8::from(d.healthy)));
+        }
     }
 
     fn render_generation(&self, o: &mut Out<'_>) {

@@ -42,6 +42,16 @@ const SECONDS: fn(&'static [f64]) -> HistogramSpec =
 const CHARS: HistogramSpec = HistogramSpec { bounds: LENGTH_BUCKETS, scale: 1.0, hdr_max: 1 << 26 };
 const TOK_S: HistogramSpec = HistogramSpec { bounds: TOKENS_PER_SECOND_BUCKETS, scale: 1000.0, hdr_max: 100_000_000 };
 
+/// The GPU's counters and health (`mtplx_gpu_*`), sampled from the engine at scrape time.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct DeviceCounters {
+    pub dispatches: u64,
+    pub submits: u64,
+    pub read_bytes: u64,
+    /// False once the device reported a fault (lost, out of memory).
+    pub healthy: bool,
+}
+
 /// The route whose own requests `http_requests_total` leaves out (`docs/metrics.md`: a scrape
 /// does not count itself).
 pub const METRICS_ROUTE: &str = "/metrics";
@@ -119,6 +129,8 @@ pub struct Metrics {
     started: Instant,
     pub(crate) build_labels: RwLock<String>,
     build: RwLock<BuildInfo>,
+    /// `None` on the CPU backend, where the `mtplx_gpu_*` families are left out.
+    pub(crate) device: RwLock<Option<DeviceCounters>>,
     /// The last `/metrics` text per format, reused while nothing in it changed.
     pub(crate) render_cache: super::render_cache::RenderCache,
 
@@ -193,6 +205,7 @@ impl Metrics {
             started: Instant::now(),
             build_labels: RwLock::new(build.label_block()),
             build: RwLock::new(build),
+            device: RwLock::new(None),
             render_cache: Default::default(),
             llm_prompt_tokens_total: Counter::default(),
             llm_generation_tokens_total: Counter::default(),
@@ -289,6 +302,11 @@ impl Metrics {
         let mut b = self.build.write().unwrap_or_else(|e| e.into_inner());
         b.model = model.into();
         *self.build_labels.write().unwrap_or_else(|e| e.into_inner()) = b.label_block();
+    }
+
+    /// The device's counters as the engine last published them.
+    pub fn set_device(&self, d: Option<DeviceCounters>) {
+        *self.device.write().unwrap_or_else(|e| e.into_inner()) = d;
     }
 
     pub fn build_info(&self) -> BuildInfo {

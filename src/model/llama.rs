@@ -102,6 +102,10 @@ impl Model for Llama {
     fn kv_format(&self) -> KvFormat {
         self.backend.kv_format(self.hp.head_dim)
     }
+
+    fn device_stats(&self) -> Option<crate::backend::DeviceStats> {
+        self.backend.device_stats()
+    }
 }
 
 impl MtpTrunk for Llama {

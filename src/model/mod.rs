@@ -137,4 +137,9 @@ pub trait Model: Send + Sync {
     fn mtp_trunk(&self) -> Option<&dyn mtp::MtpTrunk> {
         None
     }
+
+    /// The device's counters and fault, where the model runs on a device backend.
+    fn device_stats(&self) -> Option<crate::backend::DeviceStats> {
+        None
+    }
 }

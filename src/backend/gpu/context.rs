@@ -5,7 +5,7 @@
 use super::adapter::GpuError;
 use crate::backend::DType;
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 /// Bytes of one dispatch's parameters (16 words; each kernel reads the first few).
@@ -14,6 +14,10 @@ pub const PARAM_BYTES: u64 = 64;
 /// The most workgroups along one grid dimension (WebGPU's guaranteed limit); larger grids fold
 /// into a second dimension.
 const MAX_GROUPS: u32 = 65_535;
+
+/// Environment variable for fault injection in tests: after this many submits the device is
+/// destroyed, as a driver losing it would (a lost GPU cannot be provoked on demand otherwise).
+pub const LOSE_AFTER_ENV: &str = "MTPLX_TEST_LOSE_GPU_AFTER_SUBMITS";
 
 /// The kernels, each a WGSL file; the block-reading ones are built once per weight type.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -105,6 +109,10 @@ pub struct Gpu {
     /// pass that sees it fails instead of returning what the device did not compute.
     failed: Arc<Mutex<Option<String>>>,
     lost: Arc<AtomicBool>,
+    dispatches: AtomicU64,
+    submits: AtomicU64,
+    read_bytes: AtomicU64,
+    lose_after: Option<u64>,
 }
 
 impl Gpu {
@@ -153,6 +161,10 @@ impl Gpu {
             arena: Mutex::default(),
             failed,
             lost,
+            dispatches: AtomicU64::new(0),
+            submits: AtomicU64::new(0),
+            read_bytes: AtomicU64::new(0),
+            lose_after: std::env::var(LOSE_AFTER_ENV).ok().and_then(|v| v.parse().ok()),
         })
     }
 
@@ -162,6 +174,25 @@ impl Gpu {
             return Some("the GPU device was lost".into());
         }
         self.failed.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
+    /// The counters and the fault, for [`crate::backend::Backend::device_stats`].
+    pub fn stats(&self) -> crate::backend::DeviceStats {
+        crate::backend::DeviceStats {
+            dispatches: self.dispatches.load(Ordering::Relaxed),
+            submits: self.submits.load(Ordering::Relaxed),
+            read_bytes: self.read_bytes.load(Ordering::Relaxed),
+            fault: self.fault(),
+        }
+    }
+
+    /// Submits `buffers`, counting them (and losing the device where a test asked for it).
+    pub fn submit_buffers(&self, buffers: Vec<wgpu::CommandBuffer>) {
+        let n = self.submits.fetch_add(buffers.len() as u64, Ordering::Relaxed) + buffers.len() as u64;
+        self.queue.submit(buffers);
+        if self.lose_after.is_some_and(|k| n >= k) && !self.lost.load(Ordering::SeqCst) {
+            self.device.destroy();
+        }
     }
 
     /// A storage buffer of `bytes` (at least 4), for reading and writing by kernels and copies.
@@ -271,11 +302,15 @@ impl Gpu {
             }
         }
         after(&mut enc);
-        self.queue.submit([enc.finish()]);
+        self.dispatches.fetch_add(ds.len() as u64, Ordering::Relaxed);
+        self.submit_buffers(vec![enc.finish()]);
     }
 
     /// Reads `bytes` bytes of `src` from `offset` back to the host, waiting for the device.
     pub fn read(&self, ds: &[Dispatch], src: &wgpu::Buffer, offset: u64, bytes: u64) -> Result<Vec<f32>, String> {
+        if let Some(fault) = self.fault() {
+            return Err(fault);
+        }
         let staging = self.device.create_buffer(&wgpu::BufferDescriptor {
             label: Some("read back"),
             size: bytes.max(4),
@@ -283,13 +318,16 @@ impl Gpu {
             mapped_at_creation: false,
         });
         self.submit(ds, |enc| enc.copy_buffer_to_buffer(src, offset, &staging, 0, bytes));
+        self.read_bytes.fetch_add(bytes, Ordering::Relaxed);
         let slice = staging.slice(..);
         let (tx, rx) = std::sync::mpsc::channel();
         slice.map_async(wgpu::MapMode::Read, move |r| {
             let _ = tx.send(r);
         });
-        self.device.poll(wgpu::PollType::wait_indefinitely()).map_err(|e| e.to_string())?;
-        rx.recv().map_err(|e| e.to_string())?.map_err(|e| e.to_string())?;
+        // A fault the device reported names the cause better than the failed map does.
+        let failed = |e: String| self.fault().unwrap_or(e);
+        self.device.poll(wgpu::PollType::wait_indefinitely()).map_err(|e| failed(e.to_string()))?;
+        rx.recv().map_err(|e| failed(e.to_string()))?.map_err(|e| failed(e.to_string()))?;
         if let Some(fault) = self.fault() {
             return Err(fault);
         }

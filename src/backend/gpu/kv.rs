@@ -48,7 +48,7 @@ impl GpuKv {
                 enc.copy_buffer_to_buffer(old, 0, new, 0, bytes);
             }
         }
-        gpu.queue.submit([enc.finish()]);
+        gpu.submit_buffers(vec![enc.finish()]);
         *self = grown;
     }
 }

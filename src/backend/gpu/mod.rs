@@ -15,7 +15,9 @@ pub mod pass;
 mod tests;
 pub mod weights;
 
-use crate::backend::{AttnSeq, Backend, CpuBackend, DeviceHandle, Heads, Pass, PassShape, Rope, WeightRef};
+use crate::backend::{
+    AttnSeq, Backend, CpuBackend, DeviceHandle, DeviceStats, Heads, Pass, PassShape, Rope, WeightRef,
+};
 use adapter::{BackendInfo, GpuError};
 use context::Gpu;
 use pass::{DeviceActs, GpuPass};
@@ -75,6 +77,10 @@ impl Backend for GpuBackend {
         let buffer = self.gpu.storage_init(&bytes, "vector");
         let parts = vec![Part { buffer, row0: 0, rows: 1 }];
         Some(Arc::new(DeviceWeight { parts, dtype: crate::backend::DType::F32, rows: 1, cols: v.len() }))
+    }
+
+    fn device_stats(&self) -> Option<DeviceStats> {
+        Some(self.gpu.stats())
     }
 
     fn begin(&self, shape: PassShape, positions: &[usize]) -> Box<dyn Pass + '_> {
