@@ -32,6 +32,7 @@ fn main() {
         Some(Command::Tune(t)) => cli::tune::run(&settings.model, t.out.as_deref(), t.max_tokens, t.reps.max(1)),
         Some(Command::Models(_)) => cli::models::list(),
         Some(Command::Pull(p)) => cli::models::pull(&p.name),
+        Some(Command::Synth(s)) => cli::synth::run(s),
     };
     if let Err(e) = result {
         eprintln!("mtplx-lite: {e}");

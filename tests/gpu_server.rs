@@ -34,6 +34,15 @@ fn the_gpu_backend_is_named_everywhere_and_greedy_answers_follow_its_own_top_tok
     // The same prompt again reuses the cached prefix on the device and answers the same.
     let again = post_json(server.addr, "/v1/completions", &body).json();
     assert_eq!(again["choices"][0]["text"], r["choices"][0]["text"]);
+    // Without logprobs a greedy step reads back only the device's argmax ids: the same text,
+    // and 4 bytes a token.
+    let read = |m: &str| common::metric(m, "mtplx_gpu_read_back_bytes_total").unwrap_or(0.0);
+    let before = read(&get(server.addr, "/metrics").text());
+    let ids_only = json!({"prompt": "The capital of France is", "max_tokens": 4, "temperature": 0});
+    let plain = post_json(server.addr, "/v1/completions", &ids_only).json();
+    assert_eq!(plain["choices"][0]["text"], r["choices"][0]["text"], "{plain}");
+    let after = read(&get(server.addr, "/metrics").text());
+    assert_eq!(after - before, 16.0, "four greedy tokens read back as four ids");
     server.terminate();
 }
 

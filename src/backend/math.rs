@@ -1,4 +1,5 @@
-//! Definitions every backend computes alike, written once: RoPE's angles and GELU's tanh form.
+//! Definitions every backend computes alike, written once: RoPE's angles, GELU's tanh form,
+//! and greedy picking's argmax.
 
 use super::Rope;
 
@@ -18,4 +19,27 @@ pub fn rope_angles(inv_freq: &[f64], pos: usize, out: &mut [(f32, f32)]) {
         let (s, co) = (pos as f64 * f).sin_cos();
         *c = (co as f32, s as f32);
     }
+}
+
+/// The position of the largest logit, the lowest on ties; NaN is never larger (a NaN first
+/// is kept). A device's argmax kernel picks the same for finite rows.
+pub fn argmax(logits: &[f32]) -> u32 {
+    // The largest value first, in sixteen running maxima the compiler can put in vectors (one
+    // comparison after another, each on the last's result, made greedy picking over a large
+    // vocabulary a visible share of a batched decode step), then its first position: the same
+    // pick as a scan for the first strict maximum (NaN is never larger).
+    if logits.first().is_some_and(|l| l.is_nan()) {
+        // Nothing is larger than a NaN at position 0, so a scan would keep it.
+        return 0;
+    }
+    let mut lanes = [f32::NEG_INFINITY; 16];
+    let chunks = logits.chunks_exact(16);
+    let mut max = chunks.remainder().iter().fold(f32::NEG_INFINITY, |m, &l| if l > m { l } else { m });
+    for c in chunks {
+        for (m, &l) in lanes.iter_mut().zip(c) {
+            *m = if l > *m { l } else { *m };
+        }
+    }
+    max = lanes.iter().fold(max, |m, &l| if l > m { l } else { m });
+    logits.iter().position(|&l| l == max).unwrap_or(0) as u32
 }

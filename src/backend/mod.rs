@@ -273,6 +273,12 @@ pub trait Backend: Send {
         None
     }
 
+    /// The device's memory bandwidth in bytes a second, measured now by a copy kernel (bytes
+    /// read plus bytes written), for `bench` to set decode speed against; `None` on the CPU.
+    fn copy_bandwidth(&self) -> Option<f64> {
+        None
+    }
+
     /// A device backend's counters and fault; `None` for a backend on host memory.
     fn device_stats(&self) -> Option<DeviceStats> {
         None

@@ -94,6 +94,12 @@ pub trait LayerPass {
     fn copy(&mut self, from: Act, to: Act);
     /// Each row of `x`, in pieces of `weight`'s length, scaled to unit RMS, times `weight`.
     fn rms_norm(&mut self, x: Act, weight: VectorRef<'_>, eps: f32);
+    /// `to` becomes `from` scaled to unit RMS per row, times `weight`; `from` stays (a layer's
+    /// pre-norm, read beside the residual stream). A device fuses the copy into the norm.
+    fn rms_norm_into(&mut self, from: Act, to: Act, weight: VectorRef<'_>, eps: f32) {
+        self.copy(from, to);
+        self.rms_norm(to, weight, eps);
+    }
     /// Adds `bias` to each row of `x`.
     fn add_bias(&mut self, x: Act, bias: VectorRef<'_>);
     /// `outs[m] = x . ws[m]^T`, every matrix over the same input (one activation quantization).
@@ -122,4 +128,16 @@ pub trait Pass: LayerPass {
     /// The rows `rows` of `X`, each normed by `norm` and multiplied by `w` (`w.rows` values a
     /// row, back to back). Leaves `X` as it was. An error names a device's fault.
     fn head(&mut self, rows: &[usize], norm: VectorRef<'_>, eps: f32, w: WeightRef<'_>) -> Result<Vec<f32>, String>;
+    /// [`Pass::head`]'s most likely token for each of `rows` ([`super::math::argmax`]'s pick):
+    /// what a greedy step needs. A device computes it there and reads back ids, not logits.
+    fn head_argmax(
+        &mut self,
+        rows: &[usize],
+        norm: VectorRef<'_>,
+        eps: f32,
+        w: WeightRef<'_>,
+    ) -> Result<Vec<u32>, String> {
+        let logits = self.head(rows, norm, eps, w)?;
+        Ok(logits.chunks_exact(w.rows.max(1)).map(super::math::argmax).collect())
+    }
 }

@@ -10,10 +10,6 @@ use std::io::Write;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-fn argmax(xs: &[f32]) -> u32 {
-    xs.iter().enumerate().fold((0, f32::NEG_INFINITY), |b, (i, &x)| if x > b.1 { (i, x) } else { b }).0 as u32
-}
-
 /// Deterministic prompt tokens spread over the vocabulary (what llama-bench does with random
 /// tokens: the content does not change the cost).
 fn bench_tokens(n: usize, vocab: usize) -> Vec<u32> {
@@ -56,10 +52,11 @@ pub fn decode_batched_tok_s(model: &dyn Model, seqs: usize, n: usize) -> f64 {
             .zip(&toks)
             .map(|(cache, tok)| SeqBatch { tokens: std::slice::from_ref(tok), cache, logits: LogitsWanted::Last })
             .collect();
-        let logits = model.forward(&mut batch).expect("batched decode");
+        // A greedy step as the engine runs it: only each row's most likely token comes back.
+        let out = model.step(&mut batch, false, true).expect("batched decode");
         drop(batch);
-        for (tok, row) in toks.iter_mut().zip(&logits) {
-            *tok = argmax(row);
+        for (tok, ids) in toks.iter_mut().zip(&out.tokens) {
+            *tok = ids[0];
         }
     }
     (seqs * n) as f64 / t.elapsed().as_secs_f64()
@@ -98,7 +95,9 @@ pub fn run(cfg: &ModelOpts, prompt: usize, generate: usize, sequences: usize) ->
     let name = mtplx_lite::model::load::model_id(&path, &files);
     let mut thread_counts = vec![1, mtplx_lite::backend::cpu::pool::threads_for(cfg.threads)];
     thread_counts.dedup();
-    let (_, chosen) = mtplx_lite::backend::open(cfg.backend, 1).map_err(|e| e.to_string())?;
+    let (probe, chosen) = mtplx_lite::backend::open(cfg.backend, 1).map_err(|e| e.to_string())?;
+    let bandwidth = probe.copy_bandwidth();
+    drop(probe);
     if chosen.backend == "gpu" {
         // The device does the work: one row of the table, the CPU threads only feed it.
         thread_counts = vec![1];
@@ -115,9 +114,19 @@ pub fn run(cfg: &ModelOpts, prompt: usize, generate: usize, sequences: usize) ->
         decode_tok_s(&*model, 8); // warm-up: page in the weights
         println!("| {} | {threads} | pp{prompt} | {:.2} |", name, prefill_tok_s(&*model, prompt, 3));
         let before = model.device_stats();
-        println!("| {} | {threads} | tg{generate} | {:.2} |", name, decode_tok_s(&*model, generate));
+        let tg = decode_tok_s(&*model, generate);
+        println!("| {} | {threads} | tg{generate} | {:.2} |", name, tg);
         if let (Some(a), Some(b)) = (before, model.device_stats()) {
             device_work.push(device_per_token(&a, &b, generate));
+        }
+        if let Some(bw) = bandwidth {
+            let read = tg * weights_per_token(&files) as f64;
+            device_work.push(format!(
+                "bandwidth: copy kernel {:.1} GB/s; decode reads weights at {:.1} GB/s, {:.2} of it",
+                bw / 1e9,
+                read / 1e9,
+                read / bw
+            ));
         }
         if threads == *thread_counts.last().unwrap() && sequences > 1 {
             println!(
@@ -136,6 +145,19 @@ pub fn run(cfg: &ModelOpts, prompt: usize, generate: usize, sequences: usize) ->
         println!("\n{line}");
     }
     Ok(())
+}
+
+/// Bytes of weights one decode step reads: every matrix of every layer and the output head
+/// (the embedding gives one row).
+fn weights_per_token(files: &ModelFiles) -> usize {
+    let w = &files.weights;
+    let layers: usize = w
+        .layers
+        .iter()
+        .flat_map(|l| [&l.wq, &l.wk, &l.wv, &l.wo, &l.w_gate, &l.w_up, &l.w_down])
+        .map(|t| t.bytes().len())
+        .sum();
+    layers + w.output.bytes().len()
 }
 
 /// What the device did per decoded token between two readings of its counters around a decode

@@ -7,6 +7,7 @@ pub mod bench_rows;
 mod demo_head;
 pub mod models;
 pub mod serve;
+pub mod synth;
 pub mod tune;
 
 use argh::FromArgs;
@@ -193,6 +194,7 @@ pub enum Command {
     Tune(TuneCmd),
     Models(models::ModelsCmd),
     Pull(models::PullCmd),
+    Synth(synth::SynthCmd),
 }
 
 /// measure verify-pass costs and each drafter's acceptance on this machine, print whether

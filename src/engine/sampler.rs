@@ -112,6 +112,21 @@ impl Sampler {
         self.finish_pick(logits, id, want_logprob, top_n)
     }
 
+    /// Whether this sampler's pick is the row's argmax and nothing else of the row is read:
+    /// greedy, with no penalty (the job asks for no logprobs; the caller checks that).
+    pub fn picks_argmax(&self) -> bool {
+        let p = &self.params;
+        (p.temperature.is_nan() || p.temperature <= 0.0) && p.presence_penalty == 0.0 && p.frequency_penalty == 0.0
+    }
+
+    /// Takes `id`, the argmax the model computed for a row, as [`Sampler::sample`] would have
+    /// picked it from the row (only for a sampler that [`Sampler::picks_argmax`]).
+    pub fn take(&mut self, id: u32) -> Sampled {
+        debug_assert!(self.picks_argmax());
+        self.record(id);
+        Sampled { id, logprob: 0.0, top: Vec::new() }
+    }
+
     /// Records the chosen token for the penalties and reports its raw logprob and alternatives.
     fn finish_pick(&mut self, logits: &[f32], id: u32, want_logprob: bool, top_n: usize) -> Sampled {
         let top_n = top_n.min(MAX_TOP_LOGPROBS).min(logits.len());
@@ -169,7 +184,7 @@ impl Sampler {
         let greedy = p.temperature.is_nan() || p.temperature <= 0.0;
         let penalised = p.presence_penalty != 0.0 || p.frequency_penalty != 0.0;
         if greedy && !penalised {
-            return Target::Point(argmax_raw(logits));
+            return Target::Point(crate::backend::math::argmax(logits));
         }
         self.fill_raw(logits);
         let p = &self.params;
@@ -333,27 +348,6 @@ fn keep_nucleus(s: &mut Vec<(u32, f32)>, top_p: f64) {
             return;
         }
     }
-}
-
-fn argmax_raw(logits: &[f32]) -> u32 {
-    // The largest value first, in sixteen running maxima the compiler can put in vectors (one
-    // comparison after another, each on the last's result, made greedy picking over a large
-    // vocabulary a visible share of a batched decode step), then its first position: the same
-    // pick as a scan for the first strict maximum (NaN is never larger).
-    if logits.first().is_some_and(|l| l.is_nan()) {
-        // Nothing is larger than a NaN at position 0, so a scan would keep it.
-        return 0;
-    }
-    let mut lanes = [f32::NEG_INFINITY; 16];
-    let chunks = logits.chunks_exact(16);
-    let mut max = chunks.remainder().iter().fold(f32::NEG_INFINITY, |m, &l| if l > m { l } else { m });
-    for c in chunks {
-        for (m, &l) in lanes.iter_mut().zip(c) {
-            *m = if l > *m { l } else { *m };
-        }
-    }
-    max = lanes.iter().fold(max, |m, &l| if l > m { l } else { m });
-    logits.iter().position(|&l| l == max).unwrap_or(0) as u32
 }
 
 fn argmax(s: &[(u32, f32)]) -> u32 {

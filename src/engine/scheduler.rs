@@ -12,13 +12,13 @@ use super::draft::{drafter_for, Depth, DraftConfig, DraftMode, MtpSource, MAX_DR
 use super::job::{Event, FinishReason, GenStats, Job, KvSnapshot, SpecCounts};
 use super::kv_cache::{KvCacheManager, SeqId};
 use super::sampler::Sampler;
-use super::sequence::{cancelled, emit, verify, Seq};
+use super::sequence::{cancelled, emit, verify, Rows, Seq};
 use super::spec_prior::SpecPrior;
 use super::speculate::{CostModel, SpecState};
 use super::step_budget::{StepBudget, Want};
 use super::step_pacer::StepPacer;
 use crate::model::mtp::ForwardOutput;
-use crate::model::{ForwardError, LogitsWanted, Model, SeqBatch};
+use crate::model::{LogitsWanted, Model, SeqBatch};
 use crossbeam_channel::{Receiver, TryRecvError};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -259,19 +259,22 @@ impl Scheduler {
             .collect();
         let hidden_wanted =
             plan.iter().any(|&(i, _)| active[i].spec.as_ref().is_some_and(|p| p.drafter.needs_hidden()));
+        // Only ids come back from a step whose every sequence reads nothing but the argmax.
+        let argmax = plan.iter().all(|&(i, _)| active[i].reads_only_argmax());
         let model = &self.model;
         let started = Instant::now();
         let result =
-            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| forward(&**model, &mut batch, hidden_wanted)));
+            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| model.step(&mut batch, hidden_wanted, argmax)));
         let took = started.elapsed();
         drop(batch);
-        let (logits, mut hidden) = match result {
-            Ok(Ok(ForwardOutput { logits: l, hidden })) if l.len() == plan.len() => (l, hidden),
+        let answered = |o: &ForwardOutput| if argmax { o.tokens.len() } else { o.logits.len() };
+        let (logits, best, mut hidden) = match result {
+            Ok(Ok(o)) if answered(&o) == plan.len() => (o.logits, o.tokens, o.hidden),
             failed => {
                 let msg = match failed {
                     Ok(Err(e)) => format!("the model failed: {e}"),
                     Ok(Ok(o)) => {
-                        format!("the model returned {} logits rows for {} sequences", o.logits.len(), plan.len())
+                        format!("the model returned {} rows for {} sequences", answered(&o), plan.len())
                     }
                     Err(_) => "the model panicked during a forward pass".to_string(),
                 };
@@ -293,8 +296,9 @@ impl Scheduler {
             self.pacer.observe(prompt_rows, rows - prompt_rows, took);
         }
         hidden.resize_with(plan.len(), Vec::new);
-        for (k, (&(i, n), row)) in plan.iter().zip(logits).enumerate() {
-            let kept = self.absorb(i, n, &row, (plan.len(), verifying[k]), took);
+        for (k, &(i, n)) in plan.iter().enumerate() {
+            let rows = if argmax { Rows::Tokens(&best[k]) } else { Rows::Logits(&logits[k]) };
+            let kept = self.absorb(i, n, rows, (plan.len(), verifying[k]), took);
             // The cache keeps the positions of every emitted token but the last, as in plain
             // decoding: the last is fed at the next step.
             let started = Instant::now();
@@ -314,7 +318,14 @@ impl Scheduler {
 
     /// Takes one sequence's logits from a step of `width` sequences: prefill progress, or the
     /// next token, or a verified draft. Returns how many of the `n` rows it fed the cache keeps.
-    fn absorb(&mut self, i: usize, n: usize, row: &[f32], (width, verifying): (usize, bool), took: Duration) -> usize {
+    fn absorb(
+        &mut self,
+        i: usize,
+        n: usize,
+        rows: Rows<'_>,
+        (width, verifying): (usize, bool),
+        took: Duration,
+    ) -> usize {
         let s = &mut self.active[i];
         s.max_batch = s.max_batch.max(width);
         if s.fed < s.job.prompt.len() {
@@ -326,16 +337,21 @@ impl Scheduler {
         }
         let info = self.model.info();
         let vocab = info.vocab_size;
-        if row.len() < vocab {
-            let msg = format!("the model returned {} logits for a vocabulary of {vocab}", row.len());
-            s.done = Some((FinishReason::Error(msg), false));
+        let short = match rows {
+            Rows::Logits(row) => {
+                (row.len() < vocab).then(|| format!("{} logits for a vocabulary of {vocab}", row.len()))
+            }
+            Rows::Tokens(ids) => ids.is_empty().then(|| "no token".to_string()),
+        };
+        if let Some(what) = short {
+            s.done = Some((FinishReason::Error(format!("the model returned {what}")), false));
             return n;
         }
         if !verifying {
-            emit(s, &row[row.len() - vocab..], &info.eos_tokens, &*self.decoder);
+            emit(s, rows, vocab, &info.eos_tokens, &*self.decoder);
             return n;
         }
-        verify(s, row, vocab, &info.eos_tokens, &*self.decoder, took)
+        verify(s, rows, vocab, &info.eos_tokens, &*self.decoder, took)
     }
 
     /// Chooses each decoding sequence's draft for this step and widens its share of the plan:
@@ -425,13 +441,4 @@ fn refuse(job: Job, finish: FinishReason, kv_after: KvSnapshot) {
         ..Default::default()
     };
     let _ = job.reply.try_send(Event::Done { finish, text: String::new(), stats });
-}
-
-/// The step's forward pass; with `hidden`, also every fed row's last-layer output (for MTP
-/// drafters), else none.
-fn forward(model: &dyn Model, batch: &mut [SeqBatch<'_>], hidden: bool) -> Result<ForwardOutput, ForwardError> {
-    match model.mtp_trunk() {
-        Some(trunk) if hidden => trunk.forward_hidden(batch),
-        _ => model.forward(batch).map(|logits| ForwardOutput { logits, hidden: Vec::new() }),
-    }
 }

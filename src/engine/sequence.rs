@@ -59,11 +59,34 @@ fn constrain<'a>(
     }
 }
 
-/// Samples the next token of `s` from its logits row, streams it, and decides whether the
+/// One sequence's share of a step: its rows of logits, or, in a step where every sequence
+/// picks greedily and reads nothing else ([`Seq::reads_only_argmax`]), each row's most likely
+/// token as the model computed it.
+#[derive(Clone, Copy)]
+pub(super) enum Rows<'a> {
+    Logits(&'a [f32]),
+    Tokens(&'a [u32]),
+}
+
+impl Seq {
+    /// Whether this sequence needs nothing of a row but its argmax: greedy and unpenalised, no
+    /// logprobs, no grammar.
+    pub(super) fn reads_only_argmax(&self) -> bool {
+        self.job.constraint.is_none() && !self.job.logprobs && self.job.top_logprobs == 0 && self.sampler.picks_argmax()
+    }
+}
+
+/// Samples the next token of `s` from its last row, streams it, and decides whether the
 /// sequence goes on.
-pub(super) fn emit(s: &mut Seq, row: &[f32], eos: &[u32], decoder: &dyn TokenDecoder) {
-    let Some(row) = constrain(&mut s.job.constraint, &mut s.masked, row, &mut s.done) else { return };
-    let picked = s.sampler.sample(row, s.job.logprobs, s.job.top_logprobs);
+pub(super) fn emit(s: &mut Seq, rows: Rows<'_>, vocab: usize, eos: &[u32], decoder: &dyn TokenDecoder) {
+    let picked = match rows {
+        Rows::Tokens(ids) => s.sampler.take(ids[ids.len() - 1]),
+        Rows::Logits(all) => {
+            let row = &all[all.len() - vocab..];
+            let Some(row) = constrain(&mut s.job.constraint, &mut s.masked, row, &mut s.done) else { return };
+            s.sampler.sample(row, s.job.logprobs, s.job.top_logprobs)
+        }
+    };
     deliver(s, picked, eos, decoder);
 }
 
@@ -76,7 +99,7 @@ pub(super) fn emit(s: &mut Seq, row: &[f32], eos: &[u32], decoder: &dyn TokenDec
 /// tokens were emitted.
 pub(super) fn verify(
     s: &mut Seq,
-    rows: &[f32],
+    rows: Rows<'_>,
     vocab: usize,
     eos: &[u32],
     decoder: &dyn TokenDecoder,
@@ -86,11 +109,23 @@ pub(super) fn verify(
     let draft = std::mem::take(&mut spec.draft);
     let (want, top) = (s.job.logprobs, s.job.top_logprobs);
     let mut emitted = 0;
-    for (j, row) in rows.chunks_exact(vocab).enumerate().take(draft.len() + 1) {
-        let Some(row) = constrain(&mut s.job.constraint, &mut s.masked, row, &mut s.done) else { break };
-        let (picked, accepted) = match draft.get(j) {
-            Some(&d) => s.sampler.verify(row, d, None, want, top),
-            None => (s.sampler.sample(row, want, top), false),
+    let n = match rows {
+        Rows::Logits(l) => l.len() / vocab.max(1),
+        Rows::Tokens(ids) => ids.len(),
+    };
+    for j in 0..n.min(draft.len() + 1) {
+        let (picked, accepted) = match rows {
+            // The target is a point mass on the argmax: the draft survives only if it is that
+            // token, as `Sampler::verify` decides from the row.
+            Rows::Tokens(ids) => (s.sampler.take(ids[j]), draft.get(j) == Some(&ids[j])),
+            Rows::Logits(l) => {
+                let row = &l[j * vocab..(j + 1) * vocab];
+                let Some(row) = constrain(&mut s.job.constraint, &mut s.masked, row, &mut s.done) else { break };
+                match draft.get(j) {
+                    Some(&d) => s.sampler.verify(row, d, None, want, top),
+                    None => (s.sampler.sample(row, want, top), false),
+                }
+            }
         };
         if j < draft.len() {
             spec.learn(j, accepted);

@@ -123,8 +123,7 @@ pub(crate) struct LayerSeq<'a> {
 /// layer; the cache's length is advanced by the caller after the last layer.
 pub(crate) fn forward_layer(p: &mut dyn LayerPass, block: &DecoderBlock, spec: &LayerSpec, seqs: &mut [LayerSeq<'_>]) {
     let (heads, eps) = (spec.heads, spec.rms_eps);
-    p.copy(Act::X, Act::H);
-    p.rms_norm(Act::H, block.attn_norm.as_ref(), eps);
+    p.rms_norm_into(Act::X, Act::H, block.attn_norm.as_ref(), eps);
     // One activation quantization and one pool dispatch for Q, K and V together.
     p.matmul(&[block.wq.weight(), block.wk.weight(), block.wv.weight()], Act::H, &[Act::Q, Act::K, Act::V]);
     for (act, bias) in [(Act::Q, &block.bq), (Act::K, &block.bk), (Act::V, &block.bv)] {
@@ -154,8 +153,7 @@ pub(crate) fn forward_layer(p: &mut dyn LayerPass, block: &DecoderBlock, spec: &
         p.rms_norm(Act::O, norm.as_ref(), eps);
     }
     p.add(Act::X, Act::O);
-    p.copy(Act::X, Act::H);
-    p.rms_norm(Act::H, block.ffn_norm.as_ref(), eps);
+    p.rms_norm_into(Act::X, Act::H, block.ffn_norm.as_ref(), eps);
     p.matmul(&[block.w_gate.weight(), block.w_up.weight()], Act::H, &[Act::Gate, Act::Up]);
     p.glu(match spec.activation {
         Activation::SwiGlu => Glu::Silu,

@@ -92,7 +92,11 @@ impl Model for Llama {
     }
 
     fn forward(&self, batch: &mut [SeqBatch<'_>]) -> Result<Vec<Vec<f32>>, ForwardError> {
-        self.run(batch, false).map(|o| o.logits)
+        self.run(batch, false, false).map(|o| o.logits)
+    }
+
+    fn step(&self, batch: &mut [SeqBatch<'_>], hidden: bool, argmax: bool) -> Result<ForwardOutput, ForwardError> {
+        self.run(batch, hidden, argmax)
     }
 
     fn mtp_trunk(&self) -> Option<&dyn MtpTrunk> {
@@ -110,7 +114,7 @@ impl Model for Llama {
 
 impl MtpTrunk for Llama {
     fn forward_hidden(&self, batch: &mut [SeqBatch<'_>]) -> Result<ForwardOutput, ForwardError> {
-        self.run(batch, true)
+        self.run(batch, true, false)
     }
 
     fn shared(&self) -> TrunkShared<'_> {
@@ -122,13 +126,15 @@ impl MtpTrunk for Llama {
 
 impl Llama {
     /// The forward pass; with `keep_hidden`, also every fed row's last-layer output (the
-    /// residual stream before the final norm), which is what an MTP head reads.
-    fn run(&self, batch: &mut [SeqBatch<'_>], keep_hidden: bool) -> Result<ForwardOutput, ForwardError> {
+    /// residual stream before the final norm), which is what an MTP head reads; with `argmax`,
+    /// each wanted row's most likely token instead of its logits ([`Model::step`]).
+    fn run(&self, batch: &mut [SeqBatch<'_>], keep_hidden: bool, argmax: bool) -> Result<ForwardOutput, ForwardError> {
         self.check(batch)?;
         let t: usize = batch.iter().map(|b| b.tokens.len()).sum();
         if t == 0 {
             let empty = || batch.iter().map(|_| Vec::new()).collect();
-            return Ok(ForwardOutput { logits: empty(), hidden: empty() });
+            let tokens = if argmax { batch.iter().map(|_| Vec::new()).collect() } else { Vec::new() };
+            return Ok(ForwardOutput { logits: empty(), hidden: empty(), tokens });
         }
         let positions: Vec<usize> = batch.iter().flat_map(|b| b.cache.len()..b.cache.len() + b.tokens.len()).collect();
         let tokens: Vec<u32> = batch.iter().flat_map(|b| b.tokens.iter().copied()).collect();
@@ -156,25 +162,30 @@ impl Llama {
             b.cache.advance(n);
             r += n;
         }
-        let logits = p
-            .head(&rows, self.output_norm.as_ref(), self.hp.rms_eps, self.output.weight())
-            .map_err(ForwardError::Device)?;
+        let (norm, eps, head) = (self.output_norm.as_ref(), self.hp.rms_eps, self.output.weight());
+        if argmax {
+            let ids = p.head_argmax(&rows, norm, eps, head).map_err(ForwardError::Device)?;
+            let empty = batch.iter().map(|_| Vec::new()).collect();
+            return Ok(ForwardOutput { logits: empty, hidden: hidden_out, tokens: split_rows(ids, batch, 1) });
+        }
+        let logits = p.head(&rows, norm, eps, head).map_err(ForwardError::Device)?;
         drop(p);
-        Ok(ForwardOutput { logits: split_rows(logits, batch, self.hp.vocab), hidden: hidden_out })
+        Ok(ForwardOutput { logits: split_rows(logits, batch, self.hp.vocab), hidden: hidden_out, tokens: Vec::new() })
     }
 }
 
-/// The output head's rows, back to back, split into each sequence's (one row for `Last`, every
-/// row fed for `All`, none for a sequence that fed nothing).
-fn split_rows(logits: Vec<f32>, batch: &[SeqBatch<'_>], vocab: usize) -> Vec<Vec<f32>> {
+/// The output head's rows (of `width` values: logits, or one token id), back to back, split
+/// into each sequence's (one row for `Last`, every row fed for `All`, none for a sequence that
+/// fed nothing).
+fn split_rows<T: Clone>(values: Vec<T>, batch: &[SeqBatch<'_>], width: usize) -> Vec<Vec<T>> {
     if batch.len() == 1 {
-        return vec![logits];
+        return vec![values];
     }
     let mut out = Vec::with_capacity(batch.len());
     let mut r = 0;
     for b in batch {
         let k = if b.logits == LogitsWanted::Last { b.tokens.len().min(1) } else { b.tokens.len() };
-        out.push(logits[r * vocab..(r + k) * vocab].to_vec());
+        out.push(values[r * width..(r + k) * width].to_vec());
         r += k;
     }
     out

@@ -138,6 +138,26 @@ pub trait Model: Send + Sync {
         None
     }
 
+    /// One step as the engine runs it: [`Model::forward`], with `hidden` also the last layer's
+    /// rows an MTP head reads (where the model is a trunk), and with `argmax` only each wanted
+    /// row's most likely token (`backend::math::argmax`'s pick) instead of its logits, for a
+    /// step whose every sequence picks greedily and reads nothing else of the row. A device
+    /// backend then reads back ids, not rows of logits; this default picks on the host.
+    fn step(&self, batch: &mut [SeqBatch<'_>], hidden: bool, argmax: bool) -> Result<mtp::ForwardOutput, ForwardError> {
+        let mut out = match self.mtp_trunk() {
+            Some(trunk) if hidden => trunk.forward_hidden(batch)?,
+            _ => mtp::ForwardOutput { logits: self.forward(batch)?, ..Default::default() },
+        };
+        if argmax {
+            let vocab = self.info().vocab_size.max(1);
+            let rows = std::mem::take(&mut out.logits);
+            out.tokens =
+                rows.iter().map(|l| l.chunks_exact(vocab).map(crate::backend::math::argmax).collect()).collect();
+            out.logits = rows.iter().map(|_| Vec::new()).collect();
+        }
+        Ok(out)
+    }
+
     /// The device's counters and fault, where the model runs on a device backend.
     fn device_stats(&self) -> Option<crate::backend::DeviceStats> {
         None

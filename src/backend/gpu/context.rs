@@ -27,11 +27,13 @@ pub enum Kernel {
     MatmulSub,
     Embed,
     Norm,
+    NormFrom,
     Elementwise,
     Rope,
     Gather,
     KvStore,
     Attention,
+    Argmax,
 }
 
 impl Kernel {
@@ -41,15 +43,31 @@ impl Kernel {
             Kernel::MatmulRows => include_str!("shaders/matmul_rows.wgsl"),
             Kernel::MatmulSub => include_str!("shaders/matmul_sub.wgsl"),
             Kernel::Embed => include_str!("shaders/embed.wgsl"),
-            Kernel::Norm => include_str!("shaders/norm.wgsl"),
+            Kernel::Norm | Kernel::NormFrom => include_str!("shaders/norm.wgsl"),
             Kernel::Elementwise => include_str!("shaders/elementwise.wgsl"),
             Kernel::Rope => include_str!("shaders/rope.wgsl"),
             Kernel::Gather => include_str!("shaders/gather.wgsl"),
             Kernel::KvStore => include_str!("shaders/kv_store.wgsl"),
             Kernel::Attention => include_str!("shaders/attention.wgsl"),
+            Kernel::Argmax => include_str!("shaders/argmax.wgsl"),
         }
     }
 }
+
+/// `shaders/norm.wgsl`'s bindings in place, and reading another buffer.
+const NORM_IN_PLACE: &str = "
+@group(0) @binding(0) var<storage, read_write> x: array<f32>;
+@group(0) @binding(1) var<storage, read> wt: array<f32>;
+@group(0) @binding(2) var<uniform> p: Params;
+fn src_at(i: u32) -> f32 { return x[i]; }
+";
+const NORM_FROM: &str = "
+@group(0) @binding(0) var<storage, read_write> x: array<f32>;
+@group(0) @binding(1) var<storage, read> wt: array<f32>;
+@group(0) @binding(2) var<storage, read> src: array<f32>;
+@group(0) @binding(3) var<uniform> p: Params;
+fn src_at(i: u32) -> f32 { return src[i]; }
+";
 
 /// The section of `shaders/blocks.wgsl` that reads blocks of `dtype`; `None` for a type the
 /// device kernels do not read.
@@ -220,6 +238,11 @@ impl Gpu {
                     .source()
                     .replace("{GELU_SQRT_2_OVER_PI}", &format!("{:?}", crate::backend::math::GELU_SQRT_2_OVER_PI))
                     .replace("{GELU_CUBIC}", &format!("{:?}", crate::backend::math::GELU_CUBIC));
+                src.push_str(match kernel {
+                    Kernel::Norm => NORM_IN_PLACE,
+                    Kernel::NormFrom => NORM_FROM,
+                    _ => "",
+                });
                 if let Some(d) = dtype {
                     src.push_str(block_reader(d).expect("the weight's type was checked at upload"));
                 }
@@ -306,8 +329,15 @@ impl Gpu {
         self.submit_buffers(vec![enc.finish()]);
     }
 
-    /// Reads `bytes` bytes of `src` from `offset` back to the host, waiting for the device.
+    /// [`Gpu::read_bytes`] as f32 values.
     pub fn read(&self, ds: &[Dispatch], src: &wgpu::Buffer, offset: u64, bytes: u64) -> Result<Vec<f32>, String> {
+        let raw = self.read_bytes(ds, src, offset, bytes)?;
+        Ok(raw.chunks_exact(4).map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]])).collect())
+    }
+
+    /// Submits `ds`, then reads `bytes` bytes of `src` from `offset` back to the host, waiting
+    /// for the device.
+    pub fn read_bytes(&self, ds: &[Dispatch], src: &wgpu::Buffer, offset: u64, bytes: u64) -> Result<Vec<u8>, String> {
         if let Some(fault) = self.fault() {
             return Err(fault);
         }
@@ -332,7 +362,7 @@ impl Gpu {
             return Err(fault);
         }
         let view = slice.get_mapped_range().map_err(|e| e.to_string())?;
-        let out = view.chunks_exact(4).map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]])).collect();
+        let out = view[..bytes as usize].to_vec();
         drop(view);
         staging.unmap();
         Ok(out)

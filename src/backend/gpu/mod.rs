@@ -24,6 +24,10 @@ use pass::{DeviceActs, GpuPass};
 use std::sync::{Arc, Mutex};
 use weights::{DeviceWeight, Part};
 
+/// Bytes the bandwidth probe copies, and how many times in one command buffer.
+const COPY_PROBE_BYTES: usize = 256 << 20;
+const COPY_PROBE_REPS: usize = 10;
+
 pub struct GpuBackend {
     gpu: Gpu,
     /// Runs the slice ops, on host memory.
@@ -77,6 +81,31 @@ impl Backend for GpuBackend {
         let buffer = self.gpu.storage_init(&bytes, "vector");
         let parts = vec![Part { buffer, row0: 0, rows: 1 }];
         Some(Arc::new(DeviceWeight { parts, dtype: crate::backend::DType::F32, rows: 1, cols: v.len() }))
+    }
+
+    fn copy_bandwidth(&self) -> Option<f64> {
+        // Large enough that launch costs vanish, within one binding.
+        let bytes = (COPY_PROBE_BYTES as u64).min(self.max_binding) / 4 * 4;
+        let (a, b) = (self.gpu.storage(bytes, "probe in"), self.gpu.storage(bytes, "probe out"));
+        let n = (bytes / 4) as u32;
+        let (gx, gy) = context::grid(n.div_ceil(256));
+        let copy = || {
+            let mut params = [0u32; 16];
+            params[..4].copy_from_slice(&[n, 0, 1, gx]);
+            context::Dispatch {
+                kernel: context::Kernel::Elementwise,
+                dtype: None,
+                binds: vec![context::Bind::whole(&a), context::Bind::whole(&b)],
+                params,
+                groups: [gx, gy, 1],
+            }
+        };
+        // One copy to build the pipeline and touch the memory, then the timed ones.
+        self.gpu.read(&[copy()], &b, 0, 4).ok()?;
+        let ds: Vec<_> = (0..COPY_PROBE_REPS).map(|_| copy()).collect();
+        let t = std::time::Instant::now();
+        self.gpu.read(&ds, &b, 0, 4).ok()?;
+        Some(2.0 * bytes as f64 * COPY_PROBE_REPS as f64 / t.elapsed().as_secs_f64())
     }
 
     fn device_stats(&self) -> Option<DeviceStats> {

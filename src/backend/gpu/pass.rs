@@ -14,11 +14,12 @@ use std::sync::MutexGuard;
 #[derive(Default)]
 pub struct DeviceActs {
     bufs: [Option<wgpu::Buffer>; 9],
-    /// Token ids, the head's row indices, the head's rows and logits, RoPE tables.
+    /// Token ids, the head's row indices, the head's rows, logits and argmax ids.
     tokens: Option<wgpu::Buffer>,
     index: Option<wgpu::Buffer>,
     rows: Option<wgpu::Buffer>,
     logits: Option<wgpu::Buffer>,
+    ids: Option<wgpu::Buffer>,
 }
 
 /// `slot` holding at least `bytes`, made anew (contents not kept) when it is smaller.
@@ -163,6 +164,22 @@ impl LayerPass for GpuPass<'_> {
         self.norm(self.buf(x), n, weight(w.device), eps);
     }
 
+    fn rms_norm_into(&mut self, from: Act, to: Act, w: VectorRef<'_>, eps: f32) {
+        let w = weight(w.device);
+        let d = w.cols as u32;
+        let pieces = self.values(from) / d;
+        let (gx, gy) = grid(pieces);
+        let mut params = [0u32; 16];
+        params[..4].copy_from_slice(&[d, eps.to_bits(), gx, pieces]);
+        self.ds.push(Dispatch {
+            kernel: Kernel::NormFrom,
+            dtype: None,
+            binds: vec![Bind::whole(&self.buf(to)), Bind::whole(w.whole()), Bind::whole(&self.buf(from))],
+            params,
+            groups: [gx, gy, 1],
+        });
+    }
+
     fn add_bias(&mut self, x: Act, bias: VectorRef<'_>) {
         let b = weight(bias.device);
         let n = self.values(x);
@@ -201,19 +218,17 @@ impl LayerPass for GpuPass<'_> {
             // Grown before any of this pass's dispatches reads the cache: at its first layer.
             cache.ensure(self.gpu, s.start + s.rows, s.capacity, s.start);
             let (keys, values) = (cache.keys[s.layer].clone(), cache.values[s.layer].clone());
-            for (src, dst) in [(&kb, &keys), (&vb, &values)] {
-                let total = (s.rows * kvd / 2) as u32;
-                let (gx, gy) = grid(total.div_ceil(256));
-                let mut params = [0u32; 16];
-                params[..5].copy_from_slice(&[kvd as u32, s.rows as u32, s.start as u32, row0 as u32, gx]);
-                self.ds.push(Dispatch {
-                    kernel: Kernel::KvStore,
-                    dtype: None,
-                    binds: vec![Bind::whole(src), Bind::whole(dst)],
-                    params,
-                    groups: [gx, gy, 1],
-                });
-            }
+            let total = (s.rows * kvd / 2) as u32;
+            let (gx, gy) = grid(total.div_ceil(256));
+            let mut params = [0u32; 16];
+            params[..5].copy_from_slice(&[kvd as u32, s.rows as u32, s.start as u32, row0 as u32, gx]);
+            self.ds.push(Dispatch {
+                kernel: Kernel::KvStore,
+                dtype: None,
+                binds: [&kb, &vb, &keys, &values].into_iter().map(Bind::whole).collect(),
+                params,
+                groups: [gx, gy, 2],
+            });
             let (gx, gy) = grid((s.rows * heads.n_heads) as u32);
             let mut params = [0u32; 16];
             params[..9].copy_from_slice(&[
@@ -297,6 +312,46 @@ impl Pass for GpuPass<'_> {
     }
 
     fn head(&mut self, rows: &[usize], norm: VectorRef<'_>, eps: f32, w: WeightRef<'_>) -> Result<Vec<f32>, String> {
+        let (logits, n) = self.record_head(rows, norm, eps, w);
+        self.read(&logits, 0, n)
+    }
+
+    fn head_argmax(
+        &mut self,
+        rows: &[usize],
+        norm: VectorRef<'_>,
+        eps: f32,
+        w: WeightRef<'_>,
+    ) -> Result<Vec<u32>, String> {
+        let (logits, _) = self.record_head(rows, norm, eps, w);
+        let m = rows.len();
+        let ids = fit(self.gpu, &mut self.acts.ids, (m * 4) as u64, "argmax");
+        let (gx, gy) = grid(m as u32);
+        let mut params = [0u32; 16];
+        params[..3].copy_from_slice(&[w.rows as u32, m as u32, gx]);
+        self.ds.push(Dispatch {
+            kernel: Kernel::Argmax,
+            dtype: None,
+            binds: vec![Bind::whole(&logits), Bind::whole(&ids)],
+            params,
+            groups: [gx, gy, 1],
+        });
+        let ds = std::mem::take(&mut self.ds);
+        let raw = self.gpu.read_bytes(&ds, &ids, 0, (m * 4) as u64)?;
+        Ok(raw.chunks_exact(4).map(|b| u32::from_le_bytes([b[0], b[1], b[2], b[3]])).collect())
+    }
+}
+
+impl GpuPass<'_> {
+    /// Records the head over `rows` of `X` (gather, norm, matrix): the logits buffer and how
+    /// many values it holds.
+    fn record_head(
+        &mut self,
+        rows: &[usize],
+        norm: VectorRef<'_>,
+        eps: f32,
+        w: WeightRef<'_>,
+    ) -> (wgpu::Buffer, usize) {
         let (hidden, m) = (self.shape.hidden, rows.len());
         let out = weight(w.device);
         let idx: Vec<u32> = rows.iter().map(|&r| r as u32).collect();
@@ -317,6 +372,6 @@ impl Pass for GpuPass<'_> {
         });
         self.norm(rb.clone(), total, weight(norm.device), eps);
         self.matmul_one(out, rb, lb.clone(), m);
-        self.read(&lb, 0, m * out.rows)
+        (lb, m * out.rows)
     }
 }

@@ -204,3 +204,33 @@ fn geglu_and_windowed_attention_over_two_passes_match_the_cpu() {
     // Keys and values are rounded to f16 on both sides; the sums differ only in order.
     close(&att, &want_att, 1e-4, "windowed attention");
 }
+
+#[test]
+fn the_device_argmax_picks_as_the_host_does_ties_to_the_lowest_id() {
+    let be = gpu(Kernel::MatmulRows);
+    let (vocab, cols) = (700, 64);
+    let x = values(4 * cols, 5);
+    let ones = Vector::new(vec![1.0; cols], &be);
+    let mut rows = values(vocab * cols, 9);
+    // Rows 300 and 650 are the same strong row: for the rows of x they win, they tie, and the
+    // lower id must be picked. Rows 0..700 otherwise random.
+    let strong: Vec<f32> = (0..cols).map(|i| 50.0 * x[i].signum()).collect();
+    rows[300 * cols..301 * cols].copy_from_slice(&strong);
+    rows[650 * cols..651 * cols].copy_from_slice(&strong);
+    let bytes: Vec<u8> = rows.iter().flat_map(|v| v.to_le_bytes()).collect();
+    let mut w = WeightRef::new(DType::F32, &bytes, vocab, cols).unwrap();
+    let handle = be.upload_device(w);
+    w.device = handle.as_ref();
+    let shape = PassShape { rows: 4, hidden: cols, q_dim: cols, kv_dim: cols, ffn: cols };
+    let mut p = be.begin(shape, &[0, 1, 2, 3]);
+    p.load_x(&x);
+    let logits = p.head(&[0, 1, 2, 3], ones.as_ref(), 1e-6, w).unwrap();
+    let want: Vec<u32> = logits.chunks_exact(vocab).map(crate::backend::math::argmax).collect();
+    drop(p);
+    let mut p = be.begin(shape, &[0, 1, 2, 3]);
+    p.load_x(&x);
+    let got = p.head_argmax(&[0, 1, 2, 3], ones.as_ref(), 1e-6, w).unwrap();
+    assert_eq!(got, want, "the device's picks against the host's over the same logits");
+    assert_eq!(got[0], 300, "row 0 of x is the strong row's own direction: the tie goes to the lower id");
+    assert!(want[1..].iter().any(|&t| t != 300), "other rows pick other ids: {want:?}");
+}

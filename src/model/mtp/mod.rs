@@ -27,10 +27,13 @@ use crate::backend::{Backend, Rope};
 
 /// A forward pass's logits (as [`Model::forward`] returns them) and, per sequence, the
 /// last layer's output for every token fed (`tokens.len()` rows of `hidden` values each; the
-/// residual stream before the final norm).
+/// residual stream before the final norm). A step that wanted only each row's most likely token
+/// ([`Model::step`] with `argmax`) has it in `tokens`, one id a wanted row, and no logits.
+#[derive(Default)]
 pub struct ForwardOutput {
     pub logits: Vec<Vec<f32>>,
     pub hidden: Vec<Vec<f32>>,
+    pub tokens: Vec<Vec<u32>>,
 }
 
 /// What an MTP head borrows from its trunk: the kernels (so that the head's matmuls run on the

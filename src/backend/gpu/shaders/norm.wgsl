@@ -1,6 +1,8 @@
-// RMSNorm in place: each piece of d values (a row, or a head for q/k norms) scaled to unit RMS,
-// then times the weights: one workgroup a piece. As on the CPU: (x * scale) * w, scale from the
-// mean of squares plus eps.
+// RMSNorm: each piece of d values (a row, or a head for q/k norms) scaled to unit RMS, then times
+// the weights, into x: one workgroup a piece. As on the CPU: (x * scale) * w, scale from the
+// mean of squares plus eps. The bindings come from the Rust side (context.rs): in place, where
+// `src_at` reads x itself, or from another buffer (a layer's pre-norm of the residual stream,
+// the copy fused in).
 
 struct Params {
     d: u32,
@@ -9,9 +11,6 @@ struct Params {
     pieces: u32,
 }
 
-@group(0) @binding(0) var<storage, read_write> x: array<f32>;
-@group(0) @binding(1) var<storage, read> wt: array<f32>;
-@group(0) @binding(2) var<uniform> p: Params;
 
 var<workgroup> part: array<f32, 64>;
 
@@ -23,7 +22,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
     var s = 0.0;
     if (live) {
         for (var i = t; i < p.d; i += 64u) {
-            let v = x[base + i];
+            let v = src_at(base + i);
             s += v * v;
         }
     }
@@ -38,7 +37,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
     if (live) {
         let scale = 1.0 / sqrt(part[0] / f32(p.d) + p.eps);
         for (var i = t; i < p.d; i += 64u) {
-            x[base + i] = (x[base + i] * scale) * wt[i];
+            x[base + i] = (src_at(base + i) * scale) * wt[i];
         }
     }
 }
