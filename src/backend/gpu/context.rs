@@ -69,14 +69,20 @@ const NORM_FROM: &str = "
 fn src_at(i: u32) -> f32 { return src[i]; }
 ";
 
-/// The section of `shaders/blocks.wgsl` that reads blocks of `dtype`; `None` for a type the
-/// device kernels do not read.
-pub fn block_reader(dtype: DType) -> Option<&'static str> {
+/// The section of `shaders/blocks.wgsl` that reads blocks of `dtype`, with the parts it shares;
+/// `None` for a type the device kernels do not read.
+pub fn block_reader(dtype: DType) -> Option<String> {
     let all = include_str!("shaders/blocks.wgsl");
-    let marker = format!("//@type {}\n", dtype.name());
-    let start = all.find(&marker)? + marker.len();
-    let end = all[start..].find("//@").map_or(all.len(), |e| start + e);
-    Some(&all[start..end])
+    let section = |marker: &str| {
+        let start = all.find(marker)? + marker.len();
+        let end = all[start..].find("//@").map_or(all.len(), |e| start + e);
+        Some(&all[start..end])
+    };
+    let mut src = section(&format!("//@type {}\n", dtype.name()))?.to_string();
+    if matches!(dtype, DType::Q4K | DType::Q5K) {
+        src.push_str(section("//@part K_SCALES\n")?);
+    }
+    Some(src)
 }
 
 /// A buffer bound to a dispatch: the whole buffer, or `size` bytes from `offset`.
@@ -244,7 +250,7 @@ impl Gpu {
                     _ => "",
                 });
                 if let Some(d) = dtype {
-                    src.push_str(block_reader(d).expect("the weight's type was checked at upload"));
+                    src.push_str(&block_reader(d).expect("the weight's type was checked at upload"));
                 }
                 let desc = wgpu::ShaderModuleDescriptor {
                     label: Some(&format!("{kernel:?}")),

@@ -2,7 +2,7 @@
 // sub-block `sub` of block `block` of the bound weights `w` into `v`. Blocks were repacked at
 // upload into whole u32 words (gpu/weights.rs says how); each type's section defines CPB (32-value
 // sub-blocks a block) and BW (words a block). The Rust side keeps only the section of the type
-// a pipeline reads.
+// a pipeline reads, and the parts (`//@part`) that section shares with others.
 
 //@type F32
 const CPB: u32 = 1u;
@@ -109,17 +109,14 @@ fn load32(blk: u32, sub: u32, v: ptr<function, array<f32, 32>>) {
 }
 
 
-//@type Q4_K
-// 256 values in 8 sub-blocks of 32. Word 0: the f16 scale and minimum of the scales; words 1-3:
-// twelve bytes of 6-bit sub-block scales and minimums; words 4-35: 32 bytes a pair of
-// sub-blocks, the even one in the low nibbles, the odd one in the high (the file's layout).
-const CPB: u32 = 8u;
-const BW: u32 = 36u;
+//@part K_SCALES
+// Q4_K's and Q5_K's sub-block scale and minimum (twelve bytes of 6-bit values after the two
+// f16 super-block scales), appended to either type's section.
 fn kbyte(base: u32, at: u32) -> u32 {
     return (w[base + at / 4u] >> (8u * (at % 4u))) & 0xffu;
 }
-fn load32(blk: u32, sub: u32, v: ptr<function, array<f32, 32>>) {
-    let base = blk * BW;
+// (scale, minimum) of sub-block `sub` of the block at word `base`.
+fn kscale(base: u32, sub: u32) -> vec2<f32> {
     let dm = unpack2x16float(w[base]);
     var sc: u32;
     var mn: u32;
@@ -130,14 +127,24 @@ fn load32(blk: u32, sub: u32, v: ptr<function, array<f32, 32>>) {
         sc = (kbyte(base, 8u + sub) & 0xfu) | ((kbyte(base, sub) >> 6u) << 4u);
         mn = (kbyte(base, 8u + sub) >> 4u) | ((kbyte(base, 4u + sub) >> 6u) << 4u);
     }
-    let d = dm.x * f32(sc);
-    let m = dm.y * f32(mn);
+    return vec2<f32>(dm.x * f32(sc), dm.y * f32(mn));
+}
+
+//@type Q4_K
+// 256 values in 8 sub-blocks of 32. Word 0: the f16 scale and minimum of the scales; words 1-3:
+// twelve bytes of 6-bit sub-block scales and minimums; words 4-35: 32 bytes a pair of
+// sub-blocks, the even one in the low nibbles, the odd one in the high (the file's layout).
+const CPB: u32 = 8u;
+const BW: u32 = 36u;
+fn load32(blk: u32, sub: u32, v: ptr<function, array<f32, 32>>) {
+    let base = blk * BW;
+    let dm = kscale(base, sub);
     let q0 = base + 4u + 8u * (sub / 2u);
     let shift = 4u * (sub % 2u);
     for (var i = 0u; i < 8u; i++) {
         let q = w[q0 + i] >> shift;
         for (var k = 0u; k < 4u; k++) {
-            (*v)[4u * i + k] = d * f32((q >> (8u * k)) & 0xfu) - m;
+            (*v)[4u * i + k] = dm.x * f32((q >> (8u * k)) & 0xfu) - dm.y;
         }
     }
 }
@@ -147,23 +154,9 @@ fn load32(blk: u32, sub: u32, v: ptr<function, array<f32, 32>>) {
 // and words 12-43 the nibbles.
 const CPB: u32 = 8u;
 const BW: u32 = 44u;
-fn kbyte(base: u32, at: u32) -> u32 {
-    return (w[base + at / 4u] >> (8u * (at % 4u))) & 0xffu;
-}
 fn load32(blk: u32, sub: u32, v: ptr<function, array<f32, 32>>) {
     let base = blk * BW;
-    let dm = unpack2x16float(w[base]);
-    var sc: u32;
-    var mn: u32;
-    if (sub < 4u) {
-        sc = kbyte(base, 4u + sub) & 63u;
-        mn = kbyte(base, 8u + sub) & 63u;
-    } else {
-        sc = (kbyte(base, 8u + sub) & 0xfu) | ((kbyte(base, sub) >> 6u) << 4u);
-        mn = (kbyte(base, 8u + sub) >> 4u) | ((kbyte(base, 4u + sub) >> 6u) << 4u);
-    }
-    let d = dm.x * f32(sc);
-    let m = dm.y * f32(mn);
+    let dm = kscale(base, sub);
     let q0 = base + 12u + 8u * (sub / 2u);
     let shift = 4u * (sub % 2u);
     for (var i = 0u; i < 8u; i++) {
@@ -172,7 +165,7 @@ fn load32(blk: u32, sub: u32, v: ptr<function, array<f32, 32>>) {
         for (var k = 0u; k < 4u; k++) {
             let lo = (q >> (8u * k)) & 0xfu;
             let hi = ((h >> (8u * k)) & 1u) << 4u;
-            (*v)[4u * i + k] = d * f32(lo | hi) - m;
+            (*v)[4u * i + k] = dm.x * f32(lo | hi) - dm.y;
         }
     }
 }
