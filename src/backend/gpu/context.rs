@@ -247,6 +247,7 @@ impl Gpu {
                 src.push_str(match kernel {
                     Kernel::Norm => NORM_IN_PLACE,
                     Kernel::NormFrom => NORM_FROM,
+                    Kernel::Matmul | Kernel::MatmulRows | Kernel::MatmulSub => include_str!("shaders/matmul_io.wgsl"),
                     _ => "",
                 });
                 if let Some(d) = dtype {

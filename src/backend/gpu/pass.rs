@@ -79,19 +79,16 @@ impl<'a> GpuPass<'a> {
         });
     }
 
-    fn norm(&mut self, x: wgpu::Buffer, values: u32, w: &DeviceWeight, eps: f32) {
+    /// RMSNorm of `values` values (pieces of `w.cols`) into `x`: in place, or read from `from`.
+    fn norm(&mut self, x: wgpu::Buffer, from: Option<wgpu::Buffer>, values: u32, w: &DeviceWeight, eps: f32) {
         let d = w.cols as u32;
         let pieces = values / d;
         let (gx, gy) = grid(pieces);
         let mut params = [0u32; 16];
         params[..4].copy_from_slice(&[d, eps.to_bits(), gx, pieces]);
-        self.ds.push(Dispatch {
-            kernel: Kernel::Norm,
-            dtype: None,
-            binds: vec![Bind::whole(&x), Bind::whole(w.whole())],
-            params,
-            groups: [gx, gy, 1],
-        });
+        let kernel = if from.is_some() { Kernel::NormFrom } else { Kernel::Norm };
+        let binds = [Some(x), Some(w.whole().clone()), from].into_iter().flatten().map(|b| Bind::whole(&b)).collect();
+        self.ds.push(Dispatch { kernel, dtype: None, binds, params, groups: [gx, gy, 1] });
     }
 
     /// `y[n][r] = w[r] · x[n]` for the pass's `n` rows: a dispatch per part of `w`, each
@@ -161,23 +158,12 @@ impl LayerPass for GpuPass<'_> {
 
     fn rms_norm(&mut self, x: Act, w: VectorRef<'_>, eps: f32) {
         let n = self.values(x);
-        self.norm(self.buf(x), n, weight(w.device), eps);
+        self.norm(self.buf(x), None, n, weight(w.device), eps);
     }
 
     fn rms_norm_into(&mut self, from: Act, to: Act, w: VectorRef<'_>, eps: f32) {
-        let w = weight(w.device);
-        let d = w.cols as u32;
-        let pieces = self.values(from) / d;
-        let (gx, gy) = grid(pieces);
-        let mut params = [0u32; 16];
-        params[..4].copy_from_slice(&[d, eps.to_bits(), gx, pieces]);
-        self.ds.push(Dispatch {
-            kernel: Kernel::NormFrom,
-            dtype: None,
-            binds: vec![Bind::whole(&self.buf(to)), Bind::whole(w.whole()), Bind::whole(&self.buf(from))],
-            params,
-            groups: [gx, gy, 1],
-        });
+        let n = self.values(from);
+        self.norm(self.buf(to), Some(self.buf(from)), n, weight(w.device), eps);
     }
 
     fn add_bias(&mut self, x: Act, bias: VectorRef<'_>) {
@@ -370,7 +356,7 @@ impl GpuPass<'_> {
             params,
             groups: [gx, gy, 1],
         });
-        self.norm(rb.clone(), total, weight(norm.device), eps);
+        self.norm(rb.clone(), None, total, weight(norm.device), eps);
         self.matmul_one(out, rb, lb.clone(), m);
         (lb, m * out.rows)
     }

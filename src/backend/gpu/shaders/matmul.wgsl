@@ -4,21 +4,7 @@
 // partial sums meet in a tree in workgroup memory: no subgroup operations, whose width varies
 // (lavapipe's is 8) or which an adapter may lack.
 
-struct Params {
-    rows: u32,
-    cols: u32,
-    n: u32,
-    wg_x: u32,
-    // The first of this part's rows in the whole matrix, and the whole matrix's rows (y's
-    // row length).
-    row0: u32,
-    stride: u32,
-}
-
-@group(0) @binding(0) var<storage, read> w: array<u32>;
-@group(0) @binding(1) var<storage, read> x: array<f32>;
-@group(0) @binding(2) var<storage, read_write> y: array<f32>;
-@group(0) @binding(3) var<uniform> p: Params;
+// Params and the bindings: shaders/matmul_io.wgsl, appended by the Rust side.
 
 const ROWS_PER_WG: u32 = 4u;
 const TPR: u32 = 64u;

@@ -2,21 +2,7 @@
 // 32-value chunks and meeting in one subgroupAdd, whatever the subgroup's width (8 on
 // lavapipe, 32 on NVIDIA, 32-64 elsewhere). For adapters with subgroups.
 
-struct Params {
-    rows: u32,
-    cols: u32,
-    n: u32,
-    wg_x: u32,
-    // The first of this part's rows in the whole matrix, and the whole matrix's rows (y's
-    // row length).
-    row0: u32,
-    stride: u32,
-}
-
-@group(0) @binding(0) var<storage, read> w: array<u32>;
-@group(0) @binding(1) var<storage, read> x: array<f32>;
-@group(0) @binding(2) var<storage, read_write> y: array<f32>;
-@group(0) @binding(3) var<uniform> p: Params;
+// Params and the bindings: shaders/matmul_io.wgsl, appended by the Rust side.
 
 const NB: u32 = 8u;
 
