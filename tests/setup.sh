@@ -38,10 +38,10 @@ if [ ${#need_apt[@]} -gt 0 ]; then
 fi
 
 mkdir -p "$cache"
-if ! "$venv/bin/python3" -c 'import prometheus_client, openai, anthropic, pydantic, requests, selenium' >/dev/null 2>&1; then
+if ! "$venv/bin/python3" -c 'import prometheus_client, openai, anthropic, pydantic, requests, selenium, huggingface_hub' >/dev/null 2>&1; then
   python3 -m venv "$venv"
   "$venv/bin/python3" -m pip install --quiet --disable-pip-version-check \
-    prometheus_client openai anthropic pydantic requests selenium
+    prometheus_client openai anthropic pydantic requests selenium huggingface_hub
 fi
 
 # The demo model: the tests fetch it through the server's own code path if it is missing, but

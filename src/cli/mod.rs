@@ -59,8 +59,8 @@ pub struct Cli {
     /// picks a free port, printed at start)
     #[argh(option, default = "String::from(\"127.0.0.1:8100\")")]
     pub listen: String,
-    /// a GGUF file, a Hugging Face model directory, or a model's name, fetched on first use
-    /// (`mtplx-lite models` lists them; default: smollm2-135m, the demo model)
+    /// a GGUF file, a Hugging Face model directory, a model's name (`mtplx-lite models` lists
+    /// them; default: smollm2-135m, the demo model) or hf:owner/repo[:QUANT], fetched on first use
     #[argh(option)]
     pub model: Option<PathBuf>,
     /// threads running the HTTP executor (default 1)

@@ -1,23 +1,27 @@
-//! What `--model` names: a path, or a catalogue name fetched on first use (the default demo
-//! model when none is given); and the `models` and `pull` subcommands that list and fetch the
-//! catalogue.
+//! What `--model` names: a path, a catalogue name fetched on first use (the default demo
+//! model when none is given), or a Hugging Face reference (`hf:owner/repo[:QUANT]`); and the
+//! `models` and `pull` subcommands that list and fetch them.
 
 use super::demo_head;
 use argh::FromArgs;
 use mtplx_lite::model::catalogue::{self, Entry, CATALOGUE, DEMO};
 use mtplx_lite::model::fetch;
+use mtplx_lite::model::hub::{self, reference::HubRef};
+use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
 
 /// list the models mtplx-lite can fetch by name, and which are already cached
 #[derive(FromArgs)]
 #[argh(subcommand, name = "models")]
 pub struct ModelsCmd {}
 
-/// fetch a catalogue model into the cache without serving it
+/// fetch a model by name or Hugging Face reference (hf:owner/repo[:QUANT]) into the cache
+/// without serving it, and print its path
 #[derive(FromArgs)]
 #[argh(subcommand, name = "pull")]
 pub struct PullCmd {
-    /// the model's name (mtplx-lite models lists them)
+    /// the model's name (mtplx-lite models lists them) or hf:owner/repo[:QUANT]
     #[argh(positional)]
     pub name: String,
 }
@@ -26,24 +30,80 @@ fn say(line: &str) {
     eprintln!("mtplx-lite: {line}");
 }
 
+/// How often a transfer's progress is shown: redrawn on a terminal, a line in a log.
+const PROGRESS_EVERY_TTY: Duration = Duration::from_millis(200);
+const PROGRESS_EVERY_LOG: Duration = Duration::from_secs(10);
+
+/// The Hub client's lines and progress, on standard error.
+struct Stderr {
+    tty: bool,
+    last: Option<Instant>,
+}
+
+impl hub::Report for Stderr {
+    fn line(&mut self, line: &str) {
+        if self.tty && self.last.take().is_some() {
+            eprintln!();
+        }
+        say(line);
+    }
+
+    fn progress(&mut self, file: &str, done: u64, total: u64) {
+        let every = if self.tty { PROGRESS_EVERY_TTY } else { PROGRESS_EVERY_LOG };
+        let finished = total > 0 && done >= total;
+        if !finished && self.last.is_some_and(|t| t.elapsed() < every) {
+            return;
+        }
+        let mb = |b: u64| b as f64 / 1e6;
+        let of = if total > 0 {
+            format!(" of {:.1} MB ({:.0}%)", mb(total), 100.0 * done as f64 / total as f64)
+        } else {
+            String::new()
+        };
+        if self.tty {
+            eprint!("\rmtplx-lite: {file}: {:.1} MB{of}   ", mb(done));
+            if finished {
+                eprintln!();
+            }
+        } else {
+            say(&format!("{file}: {:.1} MB{of}", mb(done)));
+        }
+        self.last = (!finished).then(Instant::now);
+    }
+}
+
+/// The local files an `hf:` reference names (a split GGUF's parts in order), fetched first if
+/// the Hugging Face cache lacks them.
+fn from_hub(r: &HubRef) -> Result<Vec<PathBuf>, String> {
+    let cfg = hub::HubConfig::from_env().map_err(|e| e.to_string())?;
+    let mut report = Stderr { tty: std::io::stderr().is_terminal(), last: None };
+    hub::ensure(r, &cfg, &mut report).map_err(|e| e.to_string())
+}
+
 /// The model file `model` names: an existing path as it is; else a catalogue name, fetched
 /// first if not cached; no `--model` is the demo model. The entry is the catalogue's where the
 /// model came by name.
 pub fn resolve(model: Option<&Path>) -> Result<(PathBuf, Option<&'static Entry>), String> {
-    let entry = match model {
-        None => DEMO,
+    let name = match model {
+        None => return ensure_entry(DEMO),
         Some(p) if p.exists() => return Ok((p.to_path_buf(), None)),
-        Some(p) => match p.to_str().and_then(catalogue::find) {
-            Some(e) => e,
-            None => {
-                return Err(format!(
-                    "--model {}: no such file or directory, and not a model name mtplx-lite knows ({})",
-                    p.display(),
-                    catalogue::names().join(", ")
-                ))
-            }
-        },
+        Some(p) => p.to_string_lossy(),
     };
+    if let Some(r) = HubRef::parse(&name) {
+        // A split GGUF's first part: the loader finds the others beside it.
+        let files = from_hub(&r.map_err(|e| e.to_string())?)?;
+        return Ok((files[0].clone(), None));
+    }
+    match catalogue::find(&name) {
+        Some(e) => ensure_entry(e),
+        None => Err(format!(
+            "--model {name}: no such file or directory, not a model name mtplx-lite knows ({}), and not a Hugging Face reference (hf:owner/repo[:QUANT])",
+            catalogue::names().join(", ")
+        )),
+    }
+}
+
+fn ensure_entry(entry: &'static Entry) -> Result<(PathBuf, Option<&'static Entry>), String> {
     let path = fetch::ensure(entry, &mut |l| say(l)).map_err(|e| e.to_string())?;
     Ok((path, Some(entry)))
 }
@@ -77,12 +137,16 @@ pub fn list() -> Result<(), String> {
     Ok(())
 }
 
-/// `mtplx-lite pull NAME`.
+/// `mtplx-lite pull NAME`: the file's path on standard output.
 pub fn pull(name: &str) -> Result<(), String> {
-    let (path, _) = resolve(Some(Path::new(name))).and_then(|(p, e)| match e {
-        Some(e) => Ok((p, e)),
-        None => Err(format!("{name}: pull takes a model name ({}), not a path", catalogue::names().join(", "))),
-    })?;
+    let named = catalogue::find(name).is_some() || name.starts_with(hub::reference::PREFIX);
+    if !named {
+        return Err(format!(
+            "{name}: pull takes a model name ({}) or hf:owner/repo[:QUANT], not a path",
+            catalogue::names().join(", ")
+        ));
+    }
+    let (path, _) = resolve(Some(Path::new(name)))?;
     println!("{}", path.display());
     Ok(())
 }

@@ -13,6 +13,7 @@ pub mod error;
 pub mod fetch;
 pub mod gguf;
 pub mod gguf_write;
+pub mod hub;
 pub mod kv;
 pub mod llama;
 pub mod load;

@@ -94,6 +94,11 @@ impl Sha256 {
     }
 }
 
+/// A digest in lower-case hex.
+pub fn hex(digest: &[u8; 32]) -> String {
+    digest.iter().map(|b| format!("{b:02x}")).collect()
+}
+
 /// Lower-case hex SHA-256 of a file, read in 1 MiB pieces.
 pub fn file_hex(path: &std::path::Path) -> std::io::Result<String> {
     use std::io::Read;
@@ -107,7 +112,7 @@ pub fn file_hex(path: &std::path::Path) -> std::io::Result<String> {
         }
         h.update(&buf[..n]);
     }
-    Ok(h.finish().iter().map(|b| format!("{b:02x}")).collect())
+    Ok(hex(&h.finish()))
 }
 
 #[cfg(test)]

@@ -4,6 +4,7 @@
 
 pub mod chats;
 pub mod docs;
+pub mod fake_hub;
 pub mod mmdb;
 pub mod reference;
 pub mod sse;
