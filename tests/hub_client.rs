@@ -213,3 +213,42 @@ fn the_cache_is_shared_with_huggingface_hub_both_ways() {
     assert_eq!(std::fs::read(our_path).unwrap(), ours);
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+#[test]
+fn a_split_gguf_is_fetched_part_by_part_and_served_as_one_model() {
+    let dir = tmp("split");
+    let whole = dir.join("whole.gguf");
+    std::fs::write(&whole, tiny_gguf(&dir)).unwrap();
+    let file = mtplx_lite::model::GgufFile::open(&whole).unwrap();
+    let parts = mtplx_lite::model::gguf_split::split_images(&file, 3);
+    let files: Vec<(String, Vec<u8>)> =
+        parts.into_iter().enumerate().map(|(i, b)| (format!("q8/tiny-Q8_0-{:05}-of-00003.gguf", i + 1), b)).collect();
+    let hub = FakeHub::start(one_repo("own/split", Repo { files, ..Repo::default() }), 0);
+    let hf_home = dir.join("hf");
+    let env = [("HF_ENDPOINT", hub.endpoint()), ("HF_HOME", hf_home.display().to_string())];
+    let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    let s = Server::start_with_env(&["--model", "hf:own/split:Q8_0", "--backend", "cpu", "--threads", "1"], &env);
+    let r = post_json(s.addr, "/v1/completions", &json!({"prompt": "hello", "max_tokens": 4, "temperature": 0})).json();
+    drop(s);
+    // The same text as the whole file gives.
+    let s = Server::start(&["--model", whole.to_str().unwrap(), "--backend", "cpu", "--threads", "1"]);
+    let w = post_json(s.addr, "/v1/completions", &json!({"prompt": "hello", "max_tokens": 4, "temperature": 0})).json();
+    assert_eq!(r["choices"][0]["text"], w["choices"][0]["text"], "{r} {w}");
+    assert_eq!(r["usage"]["completion_tokens"], 4, "{r}");
+    let cdn = hub.seen().iter().filter(|q| q.path.starts_with("/cdn/")).count();
+    assert_eq!(cdn, 3, "each part fetched once");
+    // A part gone from the cache is named.
+    let snap = repo_dir(&hf_home, "own/split").join("snapshots").join(COMMIT).join("q8");
+    std::fs::remove_file(snap.join("tiny-Q8_0-00002-of-00003.gguf")).unwrap();
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_mtplx-lite"));
+    cmd.args(["--backend", "cpu", "--model"]).arg(snap.join("tiny-Q8_0-00001-of-00003.gguf")).args([
+        "generate",
+        "--prompt",
+        "hi",
+        "--max-tokens",
+        "1",
+    ]);
+    let o = output_within(&mut cmd, CHILD_DEADLINE, "generate");
+    assert!(!o.status.success() && text(&o).contains("part 2 of 3"), "{}", text(&o));
+    std::fs::remove_dir_all(&dir).unwrap();
+}

@@ -102,6 +102,13 @@ pub enum ModelError {
         file: PathBuf,
         problem: String,
     },
+    /// A split GGUF's part is not beside the first.
+    MissingSplitPart {
+        file: PathBuf,
+        part: PathBuf,
+        index: u64,
+        count: u64,
+    },
     /// A path that is neither a GGUF file nor a Hugging Face model directory.
     NotAModel {
         file: PathBuf,
@@ -194,6 +201,12 @@ impl fmt::Display for ModelError {
             }
             BadJson { file, problem } => write!(f, "{}: bad JSON: {problem}", file.display()),
             NotAModel { file, problem } => write!(f, "{}: not a model: {problem}", file.display()),
+            MissingSplitPart { file, part, index, count } => write!(
+                f,
+                "{}: the model is split in {count} parts, and part {index} of {count} ({}) is missing; fetch every part into the same directory",
+                file.display(),
+                part.display()
+            ),
         }
     }
 }

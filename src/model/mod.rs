@@ -12,6 +12,7 @@ mod decoder;
 pub mod error;
 pub mod fetch;
 pub mod gguf;
+pub mod gguf_split;
 pub mod gguf_write;
 pub mod hub;
 pub mod kv;

@@ -55,7 +55,7 @@ impl ModelFiles {
         if meta.is_dir() {
             ModelFiles::open_hf(path)
         } else {
-            ModelFiles::from_gguf(GgufFile::open(path)?)
+            ModelFiles::from_gguf(super::gguf_split::open(path)?)
         }
     }
 

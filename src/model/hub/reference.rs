@@ -5,6 +5,7 @@
 //! one file by its path. `@revision` after the repository names a branch, tag or commit.
 
 use super::HubError;
+use crate::model::gguf_split::split_part;
 
 /// The prefix that marks a Hugging Face reference on `--model` and `pull`.
 pub const PREFIX: &str = "hf:";
@@ -92,17 +93,6 @@ fn is_quant(p: &str) -> bool {
         && (matches!(p, "F16" | "BF16" | "F32")
             || (p.starts_with('Q') && digit_after(1))
             || (p.starts_with("IQ") && digit_after(2)))
-}
-
-/// `(base, index, count)` of a split GGUF's stem, `model-00002-of-00003` -> `("model", 2, 3)`.
-pub fn split_part(stem: &str) -> Option<(&str, u32, u32)> {
-    let (base, tail) = stem.rsplit_once("-of-")?;
-    let (base, index) = base.rsplit_once('-')?;
-    let digits = |s: &str| s.len() == 5 && s.bytes().all(|c| c.is_ascii_digit());
-    if !(digits(index) && digits(tail)) {
-        return None;
-    }
-    Some((base, index.parse().ok()?, tail.parse().ok()?))
 }
 
 /// The files of a repository's listing that `select` picks: one file, or every part of a split
