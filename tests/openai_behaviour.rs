@@ -43,6 +43,8 @@ fn assert_record_matches(addr: SocketAddr, id: &str, usage: &Value) {
     let r = record(addr, id);
     assert_eq!(r["prompt_tokens"], usage["prompt_tokens"], "{r}\n{usage}");
     assert_eq!(r["completion_tokens"], usage["completion_tokens"], "{r}\n{usage}");
+    let cached = &usage["prompt_tokens_details"]["cached_tokens"];
+    assert_eq!(r["session_prompt_prefix_commit"]["cached_tokens"], *cached, "{r}\n{usage}");
 }
 
 fn wait_idle(addr: SocketAddr) {
@@ -216,6 +218,9 @@ fn stop_sequences_end_the_text_before_the_stop_string() {
     assert_eq!(finishes, vec!["stop"]);
     let usage = &events.last().unwrap()["usage"];
     assert_record_matches(s.addr, events[0]["id"].as_str().unwrap(), usage);
+    // The first chat's prompt again: its prefix comes from the cache, and usage says how much.
+    let cached = usage["prompt_tokens_details"]["cached_tokens"].as_u64().unwrap();
+    assert!(cached > 0 && cached < usage["prompt_tokens"].as_u64().unwrap(), "{usage}");
 }
 
 #[test]
@@ -285,6 +290,7 @@ fn every_generation_leaves_a_record_matching_its_usage() {
     );
     let v = r.json();
     assert_record_matches(s.addr, v["id"].as_str().unwrap(), &v["usage"]);
+    assert_eq!(v["usage"]["prompt_tokens_details"]["cached_tokens"], 0, "a first prompt is computed: {v}");
     let r = post_json(s.addr, "/v1/completions", &json!({"prompt": "Once upon", "max_tokens": 5}));
     let v = r.json();
     assert_record_matches(s.addr, v["id"].as_str().unwrap(), &v["usage"]);
@@ -296,6 +302,9 @@ fn every_generation_leaves_a_record_matching_its_usage() {
     let events = sse.rest();
     let usage = &events.last().unwrap()["usage"];
     assert_record_matches(s.addr, events[0]["id"].as_str().unwrap(), usage);
+    // The first chat's prompt again: its prefix comes from the cache, and usage says how much.
+    let cached = usage["prompt_tokens_details"]["cached_tokens"].as_u64().unwrap();
+    assert!(cached > 0 && cached < usage["prompt_tokens"].as_u64().unwrap(), "{usage}");
     let env = get(s.addr, "/v1/mtplx/metrics").json();
     assert_eq!(env["history"].as_array().unwrap().len(), 3, "{env}");
     // A refused request leaves no generation record.

@@ -56,8 +56,16 @@ fn stop_reason(gen: &Generation, end: &End) -> &'static str {
     }
 }
 
+/// Anthropic counts the input in parts that add up to the prompt: computed, read from a cache,
+/// written to one. Before the generation ends (a stream's `message_start`) nothing is known to
+/// be cached yet; `message_delta` carries the final split.
 fn usage(gen: &Generation) -> MessageUsage {
-    MessageUsage { input_tokens: gen.prompt_tokens, output_tokens: gen.completion_tokens }
+    MessageUsage {
+        input_tokens: gen.prompt_tokens - gen.cached_tokens.min(gen.prompt_tokens),
+        output_tokens: gen.completion_tokens,
+        cache_read_input_tokens: gen.cached_tokens,
+        cache_creation_input_tokens: 0,
+    }
 }
 
 /// A tool call as Anthropic names it.

@@ -40,8 +40,12 @@ pub enum ContentBlock<'a> {
 
 #[derive(Serialize, Clone, Copy, Debug, PartialEq, Eq)]
 pub struct MessageUsage {
+    /// Anthropic's meaning: the input tokens computed, not those read from the cache.
     pub input_tokens: usize,
     pub output_tokens: usize,
+    pub cache_read_input_tokens: usize,
+    /// Always 0: a prefix is cached as it is computed, with no separate write to bill.
+    pub cache_creation_input_tokens: usize,
 }
 
 /// `POST /v1/messages/count_tokens`.

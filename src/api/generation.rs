@@ -85,6 +85,8 @@ pub struct Generation {
     pub params: GenParams,
     pub prompt_tokens: usize,
     pub completion_tokens: usize,
+    /// Prompt tokens a reused cache supplied, known once the generation ends.
+    pub cached_tokens: usize,
     question_chars: Option<u64>,
     answer_chars: u64,
     rx: async_channel::Receiver<Event>,
@@ -140,6 +142,7 @@ impl Generation {
             params,
             prompt_tokens,
             completion_tokens: 0,
+            cached_tokens: 0,
             question_chars,
             answer_chars: 0,
             rx,
@@ -342,6 +345,7 @@ impl Generation {
                 Some(ApiError::new(500, "server_error", format!("generation failed: {e}")).code("engine_error")),
             ),
         };
+        self.cached_tokens = stats.as_ref().map_or(0, |s| s.cached_tokens);
         let stats = self.record(status, stats, error.as_ref().map(|e| e.message.clone()));
         // An answer that called tools ends for the caller to run them.
         let called = self.calls.as_ref().is_some_and(|c| c.calls() > 0);
@@ -385,7 +389,7 @@ impl Generation {
     }
 
     pub fn usage(&self) -> Usage {
-        Usage::new(self.prompt_tokens, self.completion_tokens)
+        Usage::new(self.prompt_tokens, self.completion_tokens, self.cached_tokens)
     }
 
     fn object(&self) -> &'static str {
