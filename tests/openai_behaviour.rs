@@ -218,9 +218,6 @@ fn stop_sequences_end_the_text_before_the_stop_string() {
     assert_eq!(finishes, vec!["stop"]);
     let usage = &events.last().unwrap()["usage"];
     assert_record_matches(s.addr, events[0]["id"].as_str().unwrap(), usage);
-    // The first chat's prompt again: its prefix comes from the cache, and usage says how much.
-    let cached = usage["prompt_tokens_details"]["cached_tokens"].as_u64().unwrap();
-    assert!(cached > 0 && cached < usage["prompt_tokens"].as_u64().unwrap(), "{usage}");
 }
 
 #[test]
