@@ -55,7 +55,11 @@ pub fn outcome(
         };
         o.decode = Some(DecodeSpan { tokens: s.completion_tokens as u64, time: s.decode_time });
         o.completion_tokens = o.completion_tokens.max(if e.stopped { 0 } else { s.completion_tokens as u64 });
-        o.prefix = PrefixCommit { cached_tokens: s.cached_tokens as u64, prefilled_tokens: s.prefilled_tokens as u64 };
+        o.prefix = PrefixCommit {
+            cached_tokens: s.cached_tokens as u64,
+            prefilled_tokens: s.prefilled_tokens as u64,
+            disk_tokens: s.disk_tokens as u64,
+        };
         let kv = s.kv_after;
         o.snapshot = KvRecord {
             session_tokens: (s.prompt_tokens + s.completion_tokens) as u64,

@@ -37,6 +37,7 @@ pub fn run(s: Settings) -> Result<(), String> {
         budget: s.model.budget,
         draft: s.model.draft,
         prior: super::tune::spec_prior(&s.model, &path)?,
+        disk: prompt_cache(&s, &path, &*loaded.model)?,
         ..EngineConfig::for_model(&*loaded.model, s.model.queue_depth, s.model.ctx, s.model.kv_cache_bytes)
     };
     let ctx = engine_cfg.ctx;
@@ -78,6 +79,19 @@ pub fn run(s: Settings) -> Result<(), String> {
 }
 
 /// Opens the chat database (its schema brought up to date) and the GeoIP database.
+/// The disk tier's settings, with the identity of the model it caches for.
+fn prompt_cache(
+    s: &Settings,
+    path: &std::path::Path,
+    model: &dyn mtplx_lite::model::Model,
+) -> Result<Option<mtplx_lite::engine::DiskConfig>, String> {
+    let Some((dir, max_bytes)) = s.prompt_cache.clone() else { return Ok(None) };
+    let format = format!("{:?}", model.new_cache(0).format());
+    let identity =
+        mtplx_lite::engine::prompt_disk::identity(path, &format).map_err(|e| format!("{}: {e}", path.display()))?;
+    Ok(Some(mtplx_lite::engine::DiskConfig { dir, max_bytes, identity }))
+}
+
 fn open_chats(s: &Settings, metrics: &Arc<Metrics>) -> Result<Arc<Chats>, String> {
     let db = Db::open(&s.database, Some(metrics.clone())).map_err(|e| format!("chats: {e}"))?;
     eprintln!("mtplx-lite: chats kept in {}", s.database.describe());

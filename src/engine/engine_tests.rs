@@ -15,6 +15,7 @@ fn engine(model: &Arc<ToyModel>, queue_depth: usize, ctx: usize, kv_cache_bytes:
         budget: StepBudget::default(),
         draft: DraftConfig::default(),
         prior: Default::default(),
+        disk: None,
     };
     Engine::start(model.clone(), Arc::new(ByteDecoder), cfg)
 }
@@ -301,6 +302,7 @@ fn config_defaults_come_from_the_model() {
             budget: StepBudget::default(),
             draft: DraftConfig::default(),
             prior: Default::default(),
+            disk: None,
         }
     );
     let cfg = EngineConfig::for_model(&model, 2, Some(100), Some(5000));
@@ -313,6 +315,7 @@ fn config_defaults_come_from_the_model() {
             budget: StepBudget::default(),
             draft: DraftConfig::default(),
             prior: Default::default(),
+            disk: None,
         }
     );
     // A budget never defaults below one full context.

@@ -243,8 +243,11 @@ pub struct SpecCounts {
 #[derive(Clone, Debug, Default)]
 pub struct GenStats {
     pub prompt_tokens: usize,
-    /// Prompt tokens whose keys and values came from an idle cache (prefix reuse).
+    /// Prompt tokens whose keys and values came from an idle cache (prefix reuse) or the disk
+    /// tier.
     pub cached_tokens: usize,
+    /// Of `cached_tokens`, those the disk tier supplied.
+    pub disk_tokens: usize,
     /// Prompt tokens run through the model (`prompt_tokens - cached_tokens`).
     pub prefilled_tokens: usize,
     /// Scheduler steps that fed part of the prompt.

@@ -197,6 +197,25 @@ impl KvCacheManager {
         &self.slot(id).tokens
     }
 
+    /// The sequence's cache, as its tokens stand.
+    pub fn cache(&self, id: SeqId) -> (&[u32], &KvCache) {
+        let s = self.slot(id);
+        (&s.tokens, &s.cache)
+    }
+
+    /// Lets `load` extend an admitted sequence's cache with positions of `prompt` from
+    /// elsewhere (the disk tier): it gets the cache and the positions held, and gives the new
+    /// length, whose positions must be `prompt`'s. The tokens are recorded to match.
+    pub fn load_prefix(&mut self, id: SeqId, prompt: &[u32], load: &dyn Fn(&mut KvCache, usize) -> usize) -> usize {
+        let s = self.slot_mut(id);
+        let len = load(&mut s.cache, s.tokens.len()).min(prompt.len());
+        s.tokens.truncate(len);
+        let held = s.tokens.len();
+        s.tokens.extend_from_slice(&prompt[held..len]);
+        debug_assert_eq!(s.tokens.len(), s.cache.len());
+        len
+    }
+
     /// Makes room for `n` more positions without reallocating during the forward pass:
     /// storage grows to the next chunk boundary, but never past the reservation. A growing
     /// cache is copied into its larger buffer while every stream waits for the step, so a

@@ -15,6 +15,8 @@ pub mod draft;
 mod engine_tests;
 pub mod job;
 pub mod kv_cache;
+pub mod prompt_block;
+pub mod prompt_disk;
 pub mod sampler;
 pub mod scheduler;
 #[cfg(test)]
@@ -33,6 +35,7 @@ pub use constraint::{Constraint, ConstraintError, Grammar, GrammarVocab};
 pub use detok::{StreamDecoder, TokenDecoder};
 pub use draft::{Depth, DraftConfig, DraftMode, DraftRequest};
 pub use job::{Event, FinishReason, GenStats, Job, JobSpec, KvSnapshot, SamplingParams, SpecCounts, MAX_TOP_LOGPROBS};
+pub use prompt_disk::DiskConfig;
 pub use spec_prior::SpecPrior;
 pub use step_budget::StepBudget;
 
@@ -64,6 +67,8 @@ pub struct EngineConfig {
     pub draft: DraftConfig,
     /// Where `--depth auto` starts: a `tune` profile's measurements, or empty (built-in guesses).
     pub prior: SpecPrior,
+    /// The prompt cache's disk tier (`--prompt-cache-dir`); `None` is off.
+    pub disk: Option<DiskConfig>,
 }
 
 impl EngineConfig {
@@ -89,8 +94,24 @@ impl EngineConfig {
             budget: StepBudget::default(),
             draft: DraftConfig::default(),
             prior: SpecPrior::default(),
+            disk: None,
         }
     }
+}
+
+/// The disk tier for `model`, or `None` (with a log line saying why) where it cannot run: on a
+/// device backend, whose caches live on the device, or where its directory cannot be opened.
+fn open_disk_tier(cfg: DiskConfig, model: &dyn Model) -> Option<prompt_disk::DiskTier> {
+    if model.device_stats().is_some() {
+        eprintln!("mtplx-lite: prompt cache: the disk tier is off on the GPU backend (its caches live on the device)");
+        return None;
+    }
+    let dir = cfg.dir.clone();
+    prompt_disk::DiskTier::open(cfg)
+        .map_err(|e| {
+            eprintln!("mtplx-lite: prompt cache: {}: {e}; the disk tier is off, serving goes on", dir.display())
+        })
+        .ok()
 }
 
 /// Why a job was not queued. The job is dropped (its receiver sees the channel close).
@@ -148,7 +169,7 @@ impl Engine {
         // Health reads the device's state before the first step too.
         *shared.device.lock().unwrap_or_else(|e| e.into_inner()) = model.device_stats();
         let caches = KvCacheManager::new(cfg.ctx, cfg.kv_cache_bytes, model.new_cache(0).footprint());
-        let sched = Scheduler::new(
+        let mut sched = Scheduler::new(
             model,
             decoder,
             caches,
@@ -157,6 +178,7 @@ impl Engine {
             cfg.budget,
             (cfg.draft, mtp, cfg.prior.clone()),
         );
+        sched.disk = cfg.disk.clone().and_then(|d| open_disk_tier(d, &*sched.model));
         let thread = std::thread::Builder::new()
             .name("mtplx-decode".into())
             .spawn(move || sched.run())

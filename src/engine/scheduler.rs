@@ -11,6 +11,7 @@ use super::detok::{StreamDecoder, TokenDecoder};
 use super::draft::{drafter_for, Depth, DraftConfig, DraftMode, MtpSource, MAX_DRAFT_DEPTH};
 use super::job::{Event, FinishReason, GenStats, Job, KvSnapshot, SpecCounts};
 use super::kv_cache::{KvCacheManager, SeqId};
+use super::prompt_disk::DiskTier;
 use super::sampler::Sampler;
 use super::sequence::{cancelled, emit, verify, Rows, Seq};
 use super::spec_prior::SpecPrior;
@@ -58,6 +59,8 @@ pub(crate) struct Scheduler {
     active: Vec<Seq>,
     /// A job taken off the queue that waits for cache room.
     held: Option<Job>,
+    /// The prompt cache's disk tier, when on.
+    pub disk: Option<DiskTier>,
 }
 
 impl Scheduler {
@@ -72,7 +75,24 @@ impl Scheduler {
     ) -> Scheduler {
         let (active, held, costs, pacer) =
             (Vec::new(), None, CostModel::from_prior(&prior), StepPacer::new(budget.max_step_ratio));
-        Scheduler { model, decoder, caches, jobs, stop, shared, budget, draft, mtp, costs, prior, pacer, active, held }
+        let disk = None;
+        Scheduler {
+            model,
+            decoder,
+            caches,
+            jobs,
+            stop,
+            shared,
+            budget,
+            draft,
+            mtp,
+            costs,
+            prior,
+            pacer,
+            active,
+            held,
+            disk,
+        }
     }
 
     /// The decode thread's body; returns at shutdown, after ending every job it knows of.
@@ -160,6 +180,11 @@ impl Scheduler {
                 return None;
             }
         };
+        let in_memory = admission.cached_tokens;
+        let cached = match &self.disk {
+            Some(d) => self.caches.load_prefix(admission.id, &job.prompt, &|c, have| d.load(&job.prompt, have, c)),
+            None => in_memory,
+        };
         let max_new = job.max_tokens.min(self.caches.ctx() - job.prompt.len());
         let cap = job.draft.max_depth.unwrap_or(MAX_DRAFT_DEPTH).clamp(1, MAX_DRAFT_DEPTH);
         let depth = match self.draft.depth {
@@ -178,7 +203,7 @@ impl Scheduler {
             sampler: Sampler::new(&job.params),
             detok: StreamDecoder::new(),
             id: admission.id,
-            fed: admission.cached_tokens,
+            fed: cached,
             prefill_chunks: 0,
             pending: 0,
             history: job.prompt.clone(),
@@ -186,7 +211,8 @@ impl Scheduler {
             spec,
             generated: 0,
             max_new,
-            cached: admission.cached_tokens,
+            cached,
+            from_disk: cached.saturating_sub(in_memory),
             admitted: Instant::now(),
             first_token: None,
             last_token: None,
@@ -396,6 +422,10 @@ impl Scheduler {
             }
             let mut s = self.active.remove(i);
             let (finish, keep) = s.done.take().expect("checked above");
+            if let Some(d) = self.disk.as_ref().filter(|_| keep) {
+                let (tokens, cache) = self.caches.cache(s.id);
+                d.store(tokens, cache);
+            }
             self.caches.finish(s.id, keep);
             self.publish();
             let now = Instant::now();
@@ -403,6 +433,7 @@ impl Scheduler {
             let stats = GenStats {
                 prompt_tokens: job.prompt.len(),
                 cached_tokens: s.cached,
+                disk_tokens: s.from_disk,
                 prefilled_tokens: s.fed - s.cached,
                 prefill_chunks: s.prefill_chunks,
                 completion_tokens: s.generated,

@@ -19,6 +19,7 @@ fn engine(model: &Arc<ToyModel>, max_batch_tokens: usize, prefill_chunk: usize) 
         budget,
         draft: DraftConfig::default(),
         prior: Default::default(),
+        disk: None,
     };
     Engine::start(model.clone(), Arc::new(ByteDecoder), cfg)
 }

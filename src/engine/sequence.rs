@@ -31,6 +31,8 @@ pub(super) struct Seq {
     /// `max_tokens`, capped by what the context leaves.
     pub(super) max_new: usize,
     pub(super) cached: usize,
+    /// Of `cached`, the positions the disk tier supplied.
+    pub(super) from_disk: usize,
     pub(super) admitted: Instant,
     pub(super) first_token: Option<Instant>,
     pub(super) last_token: Option<Instant>,

@@ -25,6 +25,7 @@ fn engine(model: &Arc<ToyModel>, draft: DraftConfig) -> Engine {
         budget: StepBudget::default(),
         draft,
         prior: Default::default(),
+        disk: None,
     };
     Engine::start(model.clone(), Arc::new(ByteDecoder), cfg)
 }

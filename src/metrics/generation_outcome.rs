@@ -250,6 +250,10 @@ impl Metrics {
             .or_else(|| ttft.map(|t| t.saturating_sub(queue).as_secs_f64()))
             .unwrap_or(0.0);
         let prefilled = if o.prefix == PrefixCommit::default() { o.prompt_tokens } else { o.prefix.prefilled_tokens };
+        let tiers = [o.prefix.cached_tokens.saturating_sub(o.prefix.disk_tokens), o.prefix.disk_tokens, prefilled];
+        for (c, n) in self.mtplx_prompt_cache_tokens_total.iter().zip(tiers) {
+            c.add(n);
+        }
         let accept_rate = if s.drafted_tokens == 0 { 0.0 } else { s.accepted_tokens as f64 / s.drafted_tokens as f64 };
 
         let record = RequestRecord {

@@ -140,6 +140,9 @@ impl Out<'_> {
 
 /// Values a whole walk writes, about: enough that collecting them does not reallocate.
 const VALUES_HINT: usize = 512;
+
+/// The `tier` labels of `mtplx_prompt_cache_tokens_total`, in the order of its counters.
+const PROMPT_TIERS: [&str; 3] = ["memory", "disk", "computed"];
 /// Bytes of a whole exposition, about (13-19 KB with every family in use).
 const TEXT_HINT: usize = 24 * 1024;
 
@@ -325,6 +328,16 @@ impl Metrics {
             o.put(name);
             o.put("{role=\"");
             o.put(role);
+            o.put("\"} ");
+            o.u64(c.get());
+            o.nl();
+        }
+        let name = "mtplx_prompt_cache_tokens_total";
+        o.head(name, Kind::Counter, None, help::PROMPT_CACHE_TOKENS);
+        for (tier, c) in PROMPT_TIERS.iter().zip(&self.mtplx_prompt_cache_tokens_total) {
+            o.put(name);
+            o.put("{tier=\"");
+            o.put(tier);
             o.put("\"} ");
             o.u64(c.get());
             o.nl();

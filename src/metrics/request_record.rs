@@ -33,6 +33,9 @@ impl FinishStatus {
 pub struct PrefixCommit {
     pub cached_tokens: u64,
     pub prefilled_tokens: u64,
+    /// Of `cached_tokens`, those loaded from the prompt cache's disk tier.
+    #[serde(default)]
+    pub disk_tokens: u64,
 }
 
 /// KV-cache state right after the request committed its tokens, as the record shows it

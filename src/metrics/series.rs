@@ -159,6 +159,8 @@ pub struct Metrics {
     pub mtplx_chats_total: Counter,
     /// Chat messages stored, by role: `[user, assistant]`.
     pub mtplx_messages_total: [Counter; 2],
+    /// Prompt tokens by where their keys and values came from: memory, disk, computed.
+    pub mtplx_prompt_cache_tokens_total: [Counter; 3],
     /// Time of each write transaction of the chat store, on its thread.
     pub mtplx_db_write_seconds: Histogram,
     /// What a chat turn waited on the store, per turn (both round trips, summed).
@@ -225,6 +227,7 @@ impl Metrics {
             llm_inter_token_latency_seconds: Histogram::new(SECONDS(INTER_TOKEN_BUCKETS)),
             mtplx_chats_total: Counter::default(),
             mtplx_messages_total: Default::default(),
+            mtplx_prompt_cache_tokens_total: Default::default(),
             mtplx_db_write_seconds: Histogram::new(SECONDS(DB_WRITE_BUCKETS)),
             mtplx_chat_turn_db_wait_seconds: Histogram::new(SECONDS(DB_WRITE_BUCKETS)),
             requests: RequestLog::new(history),

@@ -9,6 +9,10 @@ use crate::backend::{store_keys, store_values, AttendSeq, DeviceKv, KvBuf, KvFor
 /// Bytes of one stored key or value element (f16 or bf16).
 const BYTES_PER_VALUE: usize = 2;
 
+/// Positions that every layout stores as one contiguous run (the largest group of any
+/// `KvFormat`): ranges of [`KvCache::stored`] start and end on multiples of it.
+pub const STORED_GROUP: usize = 32;
+
 /// Keys and values are stored as 16-bit floats (f16 as llama.cpp's default cache type, or bf16
 /// where the backend multiplies bf16 pairs; both rounded to nearest even): attention at long
 /// contexts is bound by reading them, and half the bytes read take about half the time
@@ -44,7 +48,8 @@ pub struct KvFootprint {
 }
 
 impl KvFootprint {
-    fn keys_len(&self, n: usize) -> usize {
+    /// Key elements a layer stores for positions `0..n`.
+    pub fn keys_len(&self, n: usize) -> usize {
         if self.grouped {
             self.format.keys_len(n, self.kv_dim)
         } else {
@@ -52,7 +57,8 @@ impl KvFootprint {
         }
     }
 
-    fn values_len(&self, n: usize) -> usize {
+    /// Value elements a layer stores for positions `0..n`.
+    pub fn values_len(&self, n: usize) -> usize {
         self.format.values_len(n, self.kv_dim)
     }
 
@@ -211,6 +217,48 @@ impl KvCache {
         }
     }
 
+    /// Layer `l`'s keys and values of positions `from..to`, as stored: whole groups of the
+    /// layout, so both ends must be multiples of [`STORED_GROUP`]. `None` where a device holds
+    /// the cache, or the range is not held.
+    pub fn stored(&self, l: usize, from: usize, to: usize) -> Option<(&[u16], &[u16])> {
+        let aligned = from.is_multiple_of(STORED_GROUP) && to.is_multiple_of(STORED_GROUP);
+        if self.device.is_some() || !aligned || from > to || to > self.len {
+            return None;
+        }
+        let f = self.footprint();
+        let keys = self.k.get(l)?.get(f.keys_len(from)..f.keys_len(to))?;
+        let values = self.v.get(l)?.get(f.values_len(from)..f.values_len(to))?;
+        Some((keys, values))
+    }
+
+    /// Appends `n` positions to every layer as [`KvCache::stored`] gave them (`layer(l)` gives
+    /// layer `l`'s keys and values), and counts them. False, with nothing changed, where the
+    /// cache's length or the given lengths do not fit the layout, or a device holds the cache.
+    pub fn extend_stored<'a>(&mut self, n: usize, layer: &dyn Fn(usize) -> (&'a [u16], &'a [u16])) -> bool {
+        let f = self.footprint();
+        let (from, to) = (self.len, self.len + n);
+        let fits = |l: usize| {
+            let (k, v) = layer(l);
+            k.len() == f.keys_len(to) - f.keys_len(from) && v.len() == f.values_len(to) - f.values_len(from)
+        };
+        let aligned = from.is_multiple_of(STORED_GROUP) && n.is_multiple_of(STORED_GROUP);
+        if self.device.is_some() || !aligned || to > self.capacity || !(0..self.k.len()).all(fits) {
+            return false;
+        }
+        for l in 0..self.k.len() {
+            let (k, v) = layer(l);
+            let (kb, vb) = (&mut self.k[l], &mut self.v[l]);
+            let (k0, v0) = (kb.len(), vb.len());
+            kb.resize(k0 + k.len());
+            kb[k0..].copy_from_slice(k);
+            vb.resize(v0 + v.len());
+            vb[v0..].copy_from_slice(v);
+        }
+        self.len = to;
+        self.room = self.room.max(to);
+        true
+    }
+
     /// Bytes of memory the cache holds now (allocated, not just used).
     pub fn bytes(&self) -> usize {
         let device = self.device.as_ref().map_or(0, |d| d.bytes());
@@ -264,5 +312,30 @@ mod tests {
         p.append(0, &want, &want);
         p.advance(13);
         assert_eq!(p.k[0], stored_values(&want, kvd, KvFormat::F16));
+    }
+
+    /// Positions copied out with `stored` and into a fresh cache with `extend_stored` are the
+    /// same bits as the cache they came from, in every format; misaligned ranges are refused.
+    #[test]
+    fn stored_ranges_move_between_caches_bit_for_bit() {
+        let kvd = 6;
+        let rows: Vec<f32> = (0..96 * kvd).map(|i| (i as f32 * 0.37).sin()).collect();
+        for format in [KvFormat::F16, KvFormat::Bf16Pairs, KvFormat::Bf16Tiles] {
+            let mut a = KvCache::new(2, kvd, 128, format);
+            for l in 0..2 {
+                a.append(l, &rows, &rows);
+            }
+            a.advance(96);
+            let mut b = KvCache::new(2, kvd, 128, format);
+            assert!(b.extend_stored(64, &|l| a.stored(l, 0, 64).unwrap()));
+            assert!(b.extend_stored(32, &|l| a.stored(l, 64, 96).unwrap()));
+            assert_eq!(b.len(), 96);
+            for l in 0..2 {
+                assert_eq!((&b.k[l][..], &b.v[l][..]), (&a.k[l][..], &a.v[l][..]), "{format:?}");
+            }
+            assert!(a.stored(0, 8, 40).is_none() && a.stored(0, 64, 128).is_none());
+            assert!(!b.extend_stored(16, &|l| a.stored(l, 0, 32).unwrap()), "a length off the groups");
+            assert_eq!(b.len(), 96);
+        }
     }
 }

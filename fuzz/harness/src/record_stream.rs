@@ -78,7 +78,11 @@ impl Input<'_> {
             rollback_time_s: self.f64(),
             question_chars: self.u64(),
             answer_chars: self.u64(),
-            session_prompt_prefix_commit: PrefixCommit { cached_tokens: self.u64(), prefilled_tokens: self.u64() },
+            session_prompt_prefix_commit: PrefixCommit {
+                cached_tokens: self.u64(),
+                prefilled_tokens: self.u64(),
+                disk_tokens: self.u64(),
+            },
             session_postcommit_snapshot: KvRecord {
                 session_tokens: self.u64(),
                 total_tokens: self.u64(),
