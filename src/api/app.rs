@@ -8,7 +8,7 @@ use super::cors::Cors;
 use super::error::ApiError;
 use super::router::{Lookup, Router};
 use super::state::{ApiConfig, InFlightGuard, Llm, Route, ROUTES};
-use super::{anthropic, anthropic_wire, dashboard, health, metrics_handlers, openai};
+use super::{anthropic, anthropic_wire, dashboard, health, metrics_handlers, openai, prompt_cache};
 use crate::http::{Handler, Rejected, Request, Response};
 use crate::metrics::{DeviceCounters, Metrics, RouteId};
 use std::future::Future;
@@ -118,7 +118,9 @@ impl App {
             | Route::ChatCompletions
             | Route::Completions
             | Route::Messages
-            | Route::MessagesCountTokens => match &self.llm {
+            | Route::MessagesCountTokens
+            | Route::PromptCache
+            | Route::PromptCacheClear => match &self.llm {
                 None => Err(ApiError::new(503, "server_error", "no model is loaded").code("model_not_loaded")),
                 Some(llm) => match route {
                     Route::Models => Ok(openai::models(llm)),
@@ -126,6 +128,8 @@ impl App {
                     Route::ChatCompletions => openai::chat(llm, &self.cfg, req, &self.metrics, guard).await,
                     Route::Messages => anthropic::messages(llm, &self.cfg, req, &self.metrics, guard).await,
                     Route::MessagesCountTokens => anthropic::count_tokens(llm, &self.cfg, req).await,
+                    Route::PromptCache => Ok(prompt_cache::status(llm)),
+                    Route::PromptCacheClear => Ok(prompt_cache::clear(llm)),
                     _ => openai::completion(llm, &self.cfg, req, &self.metrics, guard).await,
                 },
             },

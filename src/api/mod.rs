@@ -31,6 +31,7 @@ pub mod openai;
 pub mod openai_agent_fields;
 pub mod openai_request;
 pub mod prepare;
+pub mod prompt_cache;
 pub mod record;
 pub mod refused_fields;
 pub mod request_fields;

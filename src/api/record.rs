@@ -1,7 +1,9 @@
 //! A generation's end as a metrics record: what the API saw (tokens sent, characters, how it
 //! ended) joined with what the engine measured (queue, prefill, prefix cache, KV state).
 
+use crate::engine::prompt_disk::Lookup;
 use crate::engine::GenStats;
+use crate::metrics::request_record::DiskLookup;
 use crate::metrics::{DecodeSpan, FinishStatus, GenerationClock, GenerationOutcome, KvRecord, PrefixCommit, SpecStats};
 
 /// What the API layer knows of a generation when it ends.
@@ -59,6 +61,7 @@ pub fn outcome(
             cached_tokens: s.cached_tokens as u64,
             prefilled_tokens: s.prefilled_tokens as u64,
             disk_tokens: s.disk_tokens as u64,
+            disk: DiskLookup::from_label(s.disk_lookup.map_or("off", Lookup::label)),
         };
         let kv = s.kv_after;
         o.snapshot = KvRecord {

@@ -30,6 +30,9 @@ pub enum Route {
     ChatDelete,
     ChatMessagesPost,
     ChatMessagesList,
+    /// The prompt cache's tiers (`GET`), and clearing the disk tier (`DELETE`).
+    PromptCache,
+    PromptCacheClear,
 }
 
 impl Route {
@@ -45,8 +48,15 @@ impl Route {
     /// The routes that the API key guards (`/v1/...` but the metrics snapshot and stream, which
     /// the metrics token guards). Probes and scrapes stay outside.
     pub fn is_api(self) -> bool {
-        matches!(self, Route::Models | Route::Model | Route::ChatCompletions | Route::Completions)
-            || self.is_anthropic()
+        matches!(
+            self,
+            Route::Models
+                | Route::Model
+                | Route::ChatCompletions
+                | Route::Completions
+                | Route::PromptCache
+                | Route::PromptCacheClear
+        ) || self.is_anthropic()
             || self.is_chats()
     }
 
@@ -98,6 +108,8 @@ pub const ROUTES: &[(&str, &str, Route)] = &[
     ("DELETE", "/v1/chats/{chat_id}", Route::ChatDelete),
     ("POST", "/v1/chats/{chat_id}/messages", Route::ChatMessagesPost),
     ("GET", "/v1/chats/{chat_id}/messages", Route::ChatMessagesList),
+    ("GET", "/v1/mtplx/cache", Route::PromptCache),
+    ("DELETE", "/v1/mtplx/cache", Route::PromptCacheClear),
 ];
 
 /// Silence after which a stream gets a `: keep-alive` comment: well under the idle timeouts of

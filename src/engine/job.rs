@@ -248,6 +248,8 @@ pub struct GenStats {
     pub cached_tokens: usize,
     /// Of `cached_tokens`, those the disk tier supplied.
     pub disk_tokens: usize,
+    /// What the disk tier's lookup found; `None` without a disk tier or a lookup.
+    pub disk_lookup: Option<super::prompt_disk::Lookup>,
     /// Prompt tokens run through the model (`prompt_tokens - cached_tokens`).
     pub prefilled_tokens: usize,
     /// Scheduler steps that fed part of the prompt.

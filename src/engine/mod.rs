@@ -145,6 +145,8 @@ pub struct Engine {
     thread: Mutex<Option<JoinHandle<()>>>,
     cfg: EngineConfig,
     has_mtp: bool,
+    /// The prompt cache's disk tier, shared with the decode thread.
+    disk: Option<Arc<prompt_disk::DiskTier>>,
 }
 
 impl Engine {
@@ -178,13 +180,14 @@ impl Engine {
             cfg.budget,
             (cfg.draft, mtp, cfg.prior.clone()),
         );
-        sched.disk = cfg.disk.clone().and_then(|d| open_disk_tier(d, &*sched.model));
+        let disk = cfg.disk.clone().and_then(|d| open_disk_tier(d, &*sched.model)).map(Arc::new);
+        sched.disk = disk.clone();
         let thread = std::thread::Builder::new()
             .name("mtplx-decode".into())
             .spawn(move || sched.run())
             .expect("spawning the decode thread");
         let stopping = AtomicBool::new(false);
-        Engine { jobs, stop, shared, stopping, thread: Mutex::new(Some(thread)), cfg, has_mtp }
+        Engine { jobs, stop, shared, stopping, thread: Mutex::new(Some(thread)), cfg, has_mtp, disk }
     }
 
     /// Queues a job; never blocks. The job's events arrive on its `reply` channel.
@@ -217,6 +220,11 @@ impl Engine {
     /// CPU.
     pub fn device_stats(&self) -> Option<crate::backend::DeviceStats> {
         self.shared.device.lock().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    /// The prompt cache's disk tier, when on.
+    pub fn disk_tier(&self) -> Option<&prompt_disk::DiskTier> {
+        self.disk.as_deref()
     }
 
     pub fn config(&self) -> &EngineConfig {

@@ -29,6 +29,67 @@ const IDENTITY_HEAD: u64 = 16 << 20;
 const IDENTITY_SAMPLES: u64 = 64;
 const IDENTITY_SAMPLE: u64 = 64 << 10;
 const SUFFIX: &str = ".kvb";
+/// Evicted block keys remembered, so that a miss on one is explained as an eviction.
+const EVICTED_REMEMBERED: usize = 4096;
+/// Misses kept for `GET /v1/mtplx/cache`.
+const RECENT_MISSES: usize = 16;
+
+/// What a lookup on admission found.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Lookup {
+    /// Blocks were loaded.
+    Hit,
+    /// An idle cache in memory already held every block the prompt has.
+    Held,
+    /// The prompt has no whole block before its last token.
+    TooShort,
+    /// The tier holds no block that the prompt starts with (after what memory held).
+    NoEntry,
+    /// The block needed was evicted to make room.
+    Evicted,
+    /// The block needed failed its checks, and was deleted.
+    Corrupt,
+}
+
+impl Lookup {
+    pub fn label(self) -> &'static str {
+        match self {
+            Lookup::Hit => "hit",
+            Lookup::Held => "held_in_memory",
+            Lookup::TooShort => "too_short",
+            Lookup::NoEntry => "no_entry",
+            Lookup::Evicted => "evicted",
+            Lookup::Corrupt => "corrupt",
+        }
+    }
+}
+
+/// A lookup that loaded nothing, for `GET /v1/mtplx/cache`.
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct Miss {
+    pub reason: &'static str,
+    pub prompt_tokens: usize,
+    /// Seconds since the Unix epoch.
+    pub at: u64,
+}
+
+/// The tier's state, as `GET /v1/mtplx/cache` shows it.
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct DiskStatus {
+    pub dir: String,
+    pub blocks: usize,
+    pub bytes: u64,
+    pub max_bytes: u64,
+    pub block_tokens: usize,
+    pub min_stored_tokens: usize,
+    /// False once a write failed (disk full, read-only): nothing more is written until restart.
+    pub writing: bool,
+    pub loaded_blocks: u64,
+    pub stored_blocks: u64,
+    pub dropped_blocks: u64,
+    pub bad_blocks: u64,
+    pub recent_misses: Vec<Miss>,
+}
 
 /// Where the tier lives and what it may hold.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -91,6 +152,8 @@ struct Index {
     pending: HashSet<Key>,
     total: u64,
     tick: u64,
+    /// The most recently evicted keys, oldest first.
+    evicted: std::collections::VecDeque<Key>,
 }
 
 impl Index {
@@ -98,6 +161,14 @@ impl Index {
         self.tick += 1;
         let tick = self.tick;
         self.entries.get_mut(key).map(|e| e.used = tick).is_some()
+    }
+
+    fn evict(&mut self, key: Key) {
+        self.remove(&key);
+        if self.evicted.len() == EVICTED_REMEMBERED {
+            self.evicted.pop_front();
+        }
+        self.evicted.push_back(key);
     }
 
     fn remove(&mut self, key: &Key) {
@@ -109,6 +180,8 @@ impl Index {
 
 pub struct DiskTier {
     dir: PathBuf,
+    max_bytes: u64,
+    misses: Mutex<std::collections::VecDeque<Miss>>,
     identity: Key,
     index: Arc<Mutex<Index>>,
     writes: crossbeam_channel::Sender<(Key, Vec<u8>)>,
@@ -165,7 +238,17 @@ impl DiskTier {
             stats: stats.clone(),
         };
         std::thread::Builder::new().name("mtplx-kv-writer".into()).spawn(move || writer.run(rx))?;
-        Ok(DiskTier { dir: cfg.dir, identity: cfg.identity, index, writes, off, stats })
+        let misses = Mutex::default();
+        Ok(DiskTier {
+            dir: cfg.dir,
+            max_bytes: cfg.max_bytes,
+            misses,
+            identity: cfg.identity,
+            index,
+            writes,
+            off,
+            stats,
+        })
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Index> {
@@ -176,11 +259,27 @@ impl DiskTier {
     /// `prompt` the tier holds beyond them (the prompt's last token is always left to compute).
     /// Gives the cache's new length: `have` where nothing was loaded, else more, the positions
     /// from the block `have` falls in rewritten with the same values.
-    pub fn load(&self, prompt: &[u32], have: usize, cache: &mut KvCache) -> usize {
+    pub fn load(&self, prompt: &[u32], have: usize, cache: &mut KvCache) -> (usize, Lookup) {
+        let (len, lookup) = self.lookup(prompt, have, cache);
+        if !matches!(lookup, Lookup::Hit | Lookup::Held) {
+            let at = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs());
+            let mut misses = self.misses.lock().unwrap_or_else(|e| e.into_inner());
+            if misses.len() == RECENT_MISSES {
+                misses.pop_front();
+            }
+            misses.push_back(Miss { reason: lookup.label(), prompt_tokens: prompt.len(), at });
+        }
+        (len, lookup)
+    }
+
+    fn lookup(&self, prompt: &[u32], have: usize, cache: &mut KvCache) -> (usize, Lookup) {
         let usable = prompt.len().saturating_sub(1) / BLOCK_TOKENS;
         let first = have / BLOCK_TOKENS;
+        if usable == 0 {
+            return (have, Lookup::TooShort);
+        }
         if usable <= first {
-            return have;
+            return (have, Lookup::Held);
         }
         let keys = prompt_block::chain(&self.identity, &prompt[..usable * BLOCK_TOKENS]);
         let present = {
@@ -188,8 +287,12 @@ impl DiskTier {
             keys[first..].iter().take_while(|k| index.touch(k)).count()
         };
         let present = present.min((cache.capacity() / BLOCK_TOKENS).saturating_sub(first));
+        if present == 0 {
+            let evicted = self.lock().evicted.contains(&keys[first]);
+            return (have, if evicted { Lookup::Evicted } else { Lookup::NoEntry });
+        }
         let shape = shape_of(cache);
-        let mut len = have;
+        let (mut len, mut lookup) = (have, Lookup::Corrupt);
         for (b, key) in keys.iter().enumerate().skip(first).take(present) {
             let path = file_of(&self.dir, key);
             let block = match std::fs::read(&path)
@@ -213,10 +316,10 @@ impl DiskTier {
             if !cache.extend_stored(BLOCK_TOKENS, &|l| (&block.layers[l].0, &block.layers[l].1)) {
                 break;
             }
-            len = cache.len();
+            (len, lookup) = (cache.len(), Lookup::Hit);
             self.stats.loaded_blocks.fetch_add(1, Ordering::Relaxed);
         }
-        len
+        (len, lookup)
     }
 
     fn drop_block(&self, key: &Key, path: &Path, why: &str) {
@@ -255,10 +358,40 @@ impl DiskTier {
         }
     }
 
-    /// Blocks and bytes the tier holds.
-    pub fn held(&self) -> (usize, u64) {
-        let index = self.lock();
-        (index.entries.len(), index.total)
+    pub fn status(&self) -> DiskStatus {
+        let (blocks, bytes) = {
+            let index = self.lock();
+            (index.entries.len(), index.total)
+        };
+        let n = |c: &AtomicU64| c.load(Ordering::Relaxed);
+        DiskStatus {
+            dir: self.dir.display().to_string(),
+            blocks,
+            bytes,
+            max_bytes: self.max_bytes,
+            block_tokens: BLOCK_TOKENS,
+            min_stored_tokens: MIN_STORED_TOKENS,
+            writing: !self.off.load(Ordering::Relaxed),
+            loaded_blocks: n(&self.stats.loaded_blocks),
+            stored_blocks: n(&self.stats.stored_blocks),
+            dropped_blocks: n(&self.stats.dropped_blocks),
+            bad_blocks: n(&self.stats.bad_blocks),
+            recent_misses: self.misses.lock().unwrap_or_else(|e| e.into_inner()).iter().cloned().collect(),
+        }
+    }
+
+    /// Deletes every block the tier holds (`DELETE /v1/mtplx/cache`); gives the blocks and
+    /// bytes deleted. A block being written meanwhile lands afterwards.
+    pub fn clear(&self) -> (usize, u64) {
+        let mut index = self.lock();
+        let (blocks, bytes) = (index.entries.len(), index.total);
+        for key in index.entries.keys() {
+            let _ = std::fs::remove_file(file_of(&self.dir, key));
+        }
+        index.entries.clear();
+        index.total = 0;
+        self.misses.lock().unwrap_or_else(|e| e.into_inner()).clear();
+        (blocks, bytes)
     }
 }
 
@@ -340,7 +473,7 @@ impl Writer {
         while index.total + len > self.max_bytes {
             let Some(victim) = index.entries.iter().min_by_key(|(_, e)| e.used).map(|(k, _)| *k) else { break };
             let _ = std::fs::remove_file(file_of(&self.dir, &victim));
-            index.remove(&victim);
+            index.evict(victim);
         }
     }
 }

@@ -11,7 +11,7 @@ use super::detok::{StreamDecoder, TokenDecoder};
 use super::draft::{drafter_for, Depth, DraftConfig, DraftMode, MtpSource, MAX_DRAFT_DEPTH};
 use super::job::{Event, FinishReason, GenStats, Job, KvSnapshot, SpecCounts};
 use super::kv_cache::{KvCacheManager, SeqId};
-use super::prompt_disk::DiskTier;
+use super::prompt_disk::{DiskTier, Lookup};
 use super::sampler::Sampler;
 use super::sequence::{cancelled, emit, verify, Rows, Seq};
 use super::spec_prior::SpecPrior;
@@ -60,7 +60,7 @@ pub(crate) struct Scheduler {
     /// A job taken off the queue that waits for cache room.
     held: Option<Job>,
     /// The prompt cache's disk tier, when on.
-    pub disk: Option<DiskTier>,
+    pub disk: Option<Arc<DiskTier>>,
 }
 
 impl Scheduler {
@@ -181,9 +181,17 @@ impl Scheduler {
             }
         };
         let in_memory = admission.cached_tokens;
-        let cached = match &self.disk {
-            Some(d) => self.caches.load_prefix(admission.id, &job.prompt, &|c, have| d.load(&job.prompt, have, c)),
-            None => in_memory,
+        let (cached, lookup) = match &self.disk {
+            Some(d) => {
+                let found = std::cell::Cell::new(Lookup::NoEntry);
+                let len = self.caches.load_prefix(admission.id, &job.prompt, &|c, have| {
+                    let (len, lookup) = d.load(&job.prompt, have, c);
+                    found.set(lookup);
+                    len
+                });
+                (len, Some(found.get()))
+            }
+            None => (in_memory, None),
         };
         let max_new = job.max_tokens.min(self.caches.ctx() - job.prompt.len());
         let cap = job.draft.max_depth.unwrap_or(MAX_DRAFT_DEPTH).clamp(1, MAX_DRAFT_DEPTH);
@@ -213,6 +221,7 @@ impl Scheduler {
             max_new,
             cached,
             from_disk: cached.saturating_sub(in_memory),
+            disk_lookup: lookup,
             admitted: Instant::now(),
             first_token: None,
             last_token: None,
@@ -434,6 +443,7 @@ impl Scheduler {
                 prompt_tokens: job.prompt.len(),
                 cached_tokens: s.cached,
                 disk_tokens: s.from_disk,
+                disk_lookup: s.disk_lookup,
                 prefilled_tokens: s.fed - s.cached,
                 prefill_chunks: s.prefill_chunks,
                 completion_tokens: s.generated,

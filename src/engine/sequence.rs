@@ -33,6 +33,8 @@ pub(super) struct Seq {
     pub(super) cached: usize,
     /// Of `cached`, the positions the disk tier supplied.
     pub(super) from_disk: usize,
+    /// What the disk tier's lookup found; `None` where the tier is off.
+    pub(super) disk_lookup: Option<super::prompt_disk::Lookup>,
     pub(super) admitted: Instant,
     pub(super) first_token: Option<Instant>,
     pub(super) last_token: Option<Instant>,

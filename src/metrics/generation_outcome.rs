@@ -9,7 +9,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
 use super::request_log::Entry;
-use super::request_record::{rfc3339, FinishStatus, KvRecord, PrefixCommit, RequestRecord};
+use super::request_record::{rfc3339, DiskLookup, FinishStatus, KvRecord, PrefixCommit, RequestRecord};
 use super::series::Metrics;
 
 /// One clock per generation. Call [`token`](Self::token) each time tokens reach the client.
@@ -254,6 +254,8 @@ impl Metrics {
         for (c, n) in self.mtplx_prompt_cache_tokens_total.iter().zip(tiers) {
             c.add(n);
         }
+        let lookup = DiskLookup::ALL.iter().position(|d| *d == o.prefix.disk).unwrap_or(0);
+        self.mtplx_prompt_cache_disk_lookups_total[lookup].inc();
         let accept_rate = if s.drafted_tokens == 0 { 0.0 } else { s.accepted_tokens as f64 / s.drafted_tokens as f64 };
 
         let record = RequestRecord {

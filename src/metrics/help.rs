@@ -38,6 +38,8 @@ pub const SUBSCRIBERS: &str = "Open subscriptions to the live record stream (not
 pub const CHATS: &str = "Chats created.";
 pub const PROMPT_CACHE_TOKENS: &str =
     "Prompt tokens by where their keys and values came from: memory (an idle cache), disk (the prompt cache's disk tier) or computed.";
+pub const PROMPT_CACHE_DISK_LOOKUPS: &str =
+    "Lookups of the prompt cache's disk tier by outcome: hit, or why it supplied nothing (off, held_in_memory, too_short, no_entry, evicted, corrupt).";
 pub const MESSAGES: &str = "Chat messages persisted, labelled by role (user, assistant).";
 pub const DB_WRITE: &str = "Time of each write transaction of the chat database, measured on its thread.";
 pub const TURN_DB_WAIT: &str = "Time each chat turn waited on the chat database (storing its question and reading the history, then storing its answer: round trips to the database's thread, summed); what a turn adds over the same generation on /v1/chat/completions.";

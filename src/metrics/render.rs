@@ -7,6 +7,7 @@ use super::negotiate::Format;
 use super::process::ProcessStats;
 use super::prometheus::{write_f64, write_header, write_i64, write_u64, Kind};
 use super::registry::{Counter, Gauge, RouteCounter, METHODS};
+use super::request_record::DiskLookup;
 use super::series::Metrics;
 use std::sync::Arc;
 
@@ -338,6 +339,16 @@ impl Metrics {
             o.put(name);
             o.put("{tier=\"");
             o.put(tier);
+            o.put("\"} ");
+            o.u64(c.get());
+            o.nl();
+        }
+        let name = "mtplx_prompt_cache_disk_lookups_total";
+        o.head(name, Kind::Counter, None, help::PROMPT_CACHE_DISK_LOOKUPS);
+        for (d, c) in DiskLookup::ALL.iter().zip(&self.mtplx_prompt_cache_disk_lookups_total) {
+            o.put(name);
+            o.put("{outcome=\"");
+            o.put(d.label());
             o.put("\"} ");
             o.u64(c.get());
             o.nl();

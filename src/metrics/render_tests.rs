@@ -48,7 +48,7 @@ fn help_and_type_once_per_family_and_before_samples() {
                 seen.entry(rest.split(' ').next().unwrap().into()).or_default().1 += 1;
             }
         }
-        assert_eq!(seen.len(), 38, "{f:?}: one family per series");
+        assert_eq!(seen.len(), 39, "{f:?}: one family per series");
         assert!(seen.values().all(|&(h, t)| h == 1 && t == 1), "{seen:?}");
         assert!(!t.starts_with("stale"), "buffer is cleared");
     }

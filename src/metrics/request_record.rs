@@ -36,6 +36,58 @@ pub struct PrefixCommit {
     /// Of `cached_tokens`, those loaded from the prompt cache's disk tier.
     #[serde(default)]
     pub disk_tokens: u64,
+    /// What the disk tier's lookup found.
+    #[serde(default)]
+    pub disk: DiskLookup,
+}
+
+/// What the prompt cache's disk tier found for a prompt: a hit, or why it supplied nothing.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum DiskLookup {
+    /// No disk tier (`--prompt-cache-dir` not given, or turned off), or no lookup was made.
+    #[default]
+    Off,
+    Hit,
+    /// An idle cache in memory already held every block the prompt has.
+    HeldInMemory,
+    /// No whole block of 256 tokens before the prompt's last token.
+    TooShort,
+    NoEntry,
+    /// The block needed was evicted to make room.
+    Evicted,
+    /// The block needed failed its checks and was deleted.
+    Corrupt,
+}
+
+impl DiskLookup {
+    /// Every outcome, in the order of `mtplx_prompt_cache_disk_lookups_total`'s counters.
+    pub const ALL: [DiskLookup; 7] = [
+        DiskLookup::Off,
+        DiskLookup::Hit,
+        DiskLookup::HeldInMemory,
+        DiskLookup::TooShort,
+        DiskLookup::NoEntry,
+        DiskLookup::Evicted,
+        DiskLookup::Corrupt,
+    ];
+
+    /// The engine's label (`engine::prompt_disk::Lookup::label`), `Off` for any other.
+    pub fn from_label(label: &str) -> DiskLookup {
+        DiskLookup::ALL.into_iter().find(|d| d.label() == label).unwrap_or_default()
+    }
+
+    pub fn label(self) -> &'static str {
+        match self {
+            DiskLookup::Off => "off",
+            DiskLookup::Hit => "hit",
+            DiskLookup::HeldInMemory => "held_in_memory",
+            DiskLookup::TooShort => "too_short",
+            DiskLookup::NoEntry => "no_entry",
+            DiskLookup::Evicted => "evicted",
+            DiskLookup::Corrupt => "corrupt",
+        }
+    }
 }
 
 /// KV-cache state right after the request committed its tokens, as the record shows it

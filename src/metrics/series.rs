@@ -161,6 +161,8 @@ pub struct Metrics {
     pub mtplx_messages_total: [Counter; 2],
     /// Prompt tokens by where their keys and values came from: memory, disk, computed.
     pub mtplx_prompt_cache_tokens_total: [Counter; 3],
+    /// Disk-tier lookups by outcome, in `DiskLookup::ALL`'s order.
+    pub mtplx_prompt_cache_disk_lookups_total: [Counter; 7],
     /// Time of each write transaction of the chat store, on its thread.
     pub mtplx_db_write_seconds: Histogram,
     /// What a chat turn waited on the store, per turn (both round trips, summed).
@@ -228,6 +230,7 @@ impl Metrics {
             mtplx_chats_total: Counter::default(),
             mtplx_messages_total: Default::default(),
             mtplx_prompt_cache_tokens_total: Default::default(),
+            mtplx_prompt_cache_disk_lookups_total: Default::default(),
             mtplx_db_write_seconds: Histogram::new(SECONDS(DB_WRITE_BUCKETS)),
             mtplx_chat_turn_db_wait_seconds: Histogram::new(SECONDS(DB_WRITE_BUCKETS)),
             requests: RequestLog::new(history),

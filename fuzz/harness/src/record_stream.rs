@@ -82,6 +82,7 @@ impl Input<'_> {
                 cached_tokens: self.u64(),
                 prefilled_tokens: self.u64(),
                 disk_tokens: self.u64(),
+                disk: Default::default(),
             },
             session_postcommit_snapshot: KvRecord {
                 session_tokens: self.u64(),
