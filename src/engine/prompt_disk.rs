@@ -477,3 +477,7 @@ impl Writer {
         }
     }
 }
+
+#[cfg(test)]
+#[path = "prompt_disk_tests.rs"]
+mod tests;
