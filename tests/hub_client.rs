@@ -211,6 +211,12 @@ fn the_cache_is_shared_with_huggingface_hub_both_ways() {
     assert!(o.status.success(), "{}", text(&o));
     assert_eq!(String::from_utf8_lossy(&o.stdout).trim(), our_path);
     assert_eq!(std::fs::read(our_path).unwrap(), ours);
+    // `models` lists both, whoever fetched them.
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_mtplx-lite"));
+    cmd.arg("models").env("HF_HOME", &dir).env_remove("HF_HUB_CACHE");
+    let listed = String::from_utf8_lossy(&output_within(&mut cmd, CHILD_DEADLINE, "models").stdout).to_string();
+    assert!(listed.contains("hf:own/s/a-Q8_0.gguf  0 MB") && listed.contains("hf:own/s/b-Q4_0.gguf"), "{listed}");
+    assert!(listed.contains("(2 GGUF files"), "{listed}");
     std::fs::remove_dir_all(&dir).unwrap();
 }
 

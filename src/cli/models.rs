@@ -134,6 +134,17 @@ pub fn list() -> Result<(), String> {
     }
     let dir = fetch::cache_dir().map_err(|e| e.to_string())?;
     println!("cache: {}", dir.display());
+    if let Ok(cfg) = hub::HubConfig::from_env() {
+        let cached = hub::cached_ggufs(&cfg.hub_dir);
+        println!(
+            "Hugging Face cache: {} ({} GGUF files; --model takes each line)",
+            cfg.hub_dir.display(),
+            cached.len()
+        );
+        for (reference, bytes) in cached {
+            println!("  {reference}  {} MB", bytes / 1_000_000);
+        }
+    }
     Ok(())
 }
 

@@ -227,6 +227,27 @@ fn fetch(r: &HubRef, cfg: &HubConfig, dir: &RepoDir, report: &mut dyn Report) ->
     Ok(paths)
 }
 
+/// Every GGUF the Hugging Face cache holds whole, however it got there: `(hf: reference with
+/// its file, bytes)`, sorted; a file in several snapshots is listed once.
+pub fn cached_ggufs(hub_dir: &std::path::Path) -> Vec<(String, u64)> {
+    let mut out: Vec<(String, u64)> = Vec::new();
+    for repo in std::fs::read_dir(hub_dir).into_iter().flatten().flatten() {
+        let name = repo.file_name().to_string_lossy().to_string();
+        let Some(id) = name.strip_prefix("models--").map(|r| r.replacen("--", "/", 1)) else { continue };
+        let dir = RepoDir::new(hub_dir, &id);
+        for snap in std::fs::read_dir(repo.path().join("snapshots")).into_iter().flatten().flatten() {
+            let commit = snap.file_name().to_string_lossy().to_string();
+            for file in dir.snapshot_files(&commit).into_iter().filter(|f| f.ends_with(".gguf")) {
+                let bytes = std::fs::metadata(dir.snapshot(&commit, &file)).map_or(0, |m| m.len());
+                out.push((format!("{}{id}/{file}", reference::PREFIX), bytes));
+            }
+        }
+    }
+    out.sort();
+    out.dedup_by(|a, b| a.0 == b.0);
+    out
+}
+
 /// The files `r` names from the cache alone: the snapshot its revision last pointed to.
 fn from_cache(r: &HubRef, dir: &RepoDir) -> Option<Vec<PathBuf>> {
     let commit = dir.commit_of(&r.revision)?;
