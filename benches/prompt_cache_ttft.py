@@ -89,13 +89,17 @@ def main():
             rng = random.Random(r)
             prompt = f"Round {r}: " + " ".join(str(rng.randrange(10)) for _ in range(a.tokens // 2))
             p, addr = start(a.threads, cache_dir)
-            cold, _, n = complete(addr, prompt)
-            memory, m, _ = complete(addr, prompt)
-            wait_for_writes(cache_dir, (n - 1) // 256 * (r + 1))
-            stop(p)
+            try:
+                cold, _, n = complete(addr, prompt)
+                memory, m, _ = complete(addr, prompt)
+                wait_for_writes(cache_dir, (n - 1) // 256 * (r + 1))
+            finally:
+                stop(p)
             p, addr = start(a.threads, cache_dir)
-            disk, d, _ = complete(addr, prompt)
-            stop(p)
+            try:
+                disk, d, _ = complete(addr, prompt)
+            finally:
+                stop(p)
             rows.append((r, n, cold, memory, m["cached_tokens"], disk, d["disk_tokens"]))
     finally:
         shutil.rmtree(cache_dir, ignore_errors=True)

@@ -170,6 +170,12 @@ fn a_partial_file_left_by_an_interrupted_run_is_resumed_by_the_next() {
     assert_eq!(gets.len(), 1);
     assert_eq!(gets[0].range.as_deref(), Some("bytes=100000-"));
     assert_eq!(std::fs::read(blobs.join(&sha)).unwrap(), bytes);
+    // A partial file longer than the file is no prefix of it: fetched anew.
+    std::fs::remove_file(blobs.join(&sha)).unwrap();
+    std::fs::write(blobs.join(format!("{sha}.incomplete")), vec![0u8; 400_000]).unwrap();
+    let o = pull(&hub, &dir, "hf:own/p", &[]);
+    assert!(o.status.success(), "{}", text(&o));
+    assert_eq!(std::fs::read(blobs.join(&sha)).unwrap(), bytes);
     std::fs::remove_dir_all(&dir).unwrap();
 }
 

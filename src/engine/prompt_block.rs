@@ -72,7 +72,8 @@ impl Shape {
     }
 }
 
-/// A block file's bytes: `layer(l)` gives layer `l`'s stored keys and values.
+/// A block file's bytes but its checksum ([`seal`] adds it, off the decode thread): `layer(l)`
+/// gives layer `l`'s stored keys and values.
 pub fn encode<'a>(
     identity: &Key,
     key: &Key,
@@ -93,10 +94,15 @@ pub fn encode<'a>(
         let (k, v) = layer(l);
         k.iter().chain(v).for_each(|x| out.extend_from_slice(&x.to_le_bytes()));
     }
-    let mut h = Sha256::default();
-    h.update(&out);
-    out.extend_from_slice(&h.finish());
     out
+}
+
+/// Appends the checksum that ends a block file.
+pub fn seal(bytes: &mut Vec<u8>) {
+    let mut h = Sha256::default();
+    h.update(bytes);
+    let sum = h.finish();
+    bytes.extend_from_slice(&sum);
 }
 
 /// A block read back and checked: its tokens, and per layer its keys and values.
@@ -167,7 +173,8 @@ mod tests {
         let data: Vec<(Vec<u16>, Vec<u16>)> =
             (0..2).map(|l| ((0..10).map(|i| i * 3 + l).collect(), (0..12).map(|i| i * 5 + l).collect())).collect();
         let block = &tokens[BLOCK_TOKENS..2 * BLOCK_TOKENS];
-        let bytes = encode(&id, &keys[1], block, shape, &|l| (&data[l].0, &data[l].1));
+        let mut bytes = encode(&id, &keys[1], block, shape, &|l| (&data[l].0, &data[l].1));
+        seal(&mut bytes);
         assert_eq!(bytes.len(), shape.file_len());
         let back = decode(&bytes, &id, &keys[1], shape).unwrap();
         assert_eq!((back.tokens.as_slice(), &back.layers), (block, &data));

@@ -126,6 +126,11 @@ impl<'a> Client<'a> {
         let mut file = std::fs::OpenOptions::new().create(true).append(true).read(true).open(part).map_err(io)?;
         let mut hasher = Sha256::default();
         let mut have = hash_existing(&mut file, &mut hasher).map_err(io)?;
+        if meta.size.is_some_and(|s| have > s) {
+            // Longer than the file: not a prefix of it. Start over.
+            file.set_len(0).map_err(io)?;
+            (hasher, have) = (Sha256::default(), 0);
+        }
         let mut last_err = String::new();
         for attempt in 1..=MAX_TRIES {
             if meta.size.is_some_and(|s| have >= s) {
