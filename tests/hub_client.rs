@@ -115,6 +115,18 @@ fn a_wrong_hash_is_refused_and_the_download_deleted() {
 }
 
 #[test]
+fn a_refusal_where_the_bytes_are_is_named_by_its_status_and_address() {
+    let dir = tmp("cdn");
+    let files = vec![("c-Q8_0.gguf".to_string(), vec![1u8; 1000])];
+    let hub = FakeHub::start(one_repo("own/c", Repo { files, cdn_gone: true, ..Repo::default() }), 0);
+    let o = pull(&hub, &dir, "hf:own/c", &[]);
+    let t = text(&o);
+    assert!(!o.status.success() && t.contains("/cdn/gone: the Hub answered HTTP 404"), "{t}");
+    assert!(!t.contains("no such repository"), "{t}");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
 fn a_gated_repository_asks_for_hf_token_and_the_token_stays_with_the_hub() {
     let dir = tmp("gated");
     let bytes = vec![3u8; 50_000];

@@ -21,6 +21,8 @@ pub struct Repo {
     pub token: Option<String>,
     /// The ETag (the SHA-256 the Hub reports) is wrong.
     pub lie_about_hash: bool,
+    /// The redirect points where the CDN has nothing.
+    pub cdn_gone: bool,
 }
 
 /// One request as the hub saw it.
@@ -166,7 +168,7 @@ fn answer(out: &mut TcpStream, cdn: SocketAddr, s: &Seen, repos: &HashMap<String
     let sha = sha256_hex(bytes);
     let etag = if repo.lie_about_hash { sha256_hex(b"something else") } else { sha.clone() };
     let headers = [
-        ("Location", format!("http://{cdn}/cdn/{sha}")),
+        ("Location", format!("http://{cdn}/cdn/{}", if repo.cdn_gone { "gone" } else { &sha })),
         ("X-Repo-Commit", COMMIT.to_string()),
         ("X-Linked-Etag", format!("\"{etag}\"")),
         ("X-Linked-Size", bytes.len().to_string()),

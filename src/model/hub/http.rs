@@ -163,10 +163,9 @@ impl<'a> Client<'a> {
                     hasher = Sha256::default();
                     have = 0;
                 }
-                _ => {
-                    check(resp, &meta.url, label, None)?;
-                    continue;
-                }
+                // Where the bytes are is no repository: its refusal is a plain status (the
+                // Hub's own answers were checked by `meta`).
+                status => return Err(HubError::Status { url: meta.url.clone(), status }),
             }
             let mut body = resp.into_body().into_reader();
             let mut buf = vec![0u8; 1 << 20];
